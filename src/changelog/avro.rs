@@ -1,0 +1,343 @@
+//! Arrow → Avro: schemas generated from Arrow schemas, and a binary encoder that writes rows
+//! straight from Arrow columns (downcast once per batch, no per-row `Value` trees).
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, TimeUnit};
+use serde_json::{json, Value};
+
+use super::ChangelogError;
+
+/// A valid Avro name from an arbitrary column name.
+pub fn avro_name(s: &str) -> String {
+    let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// The Avro schema of a field (a `["null", T]` union when nullable). `path` names nested records.
+pub fn field_type(f: &Field, path: &str) -> Result<Value, ChangelogError> {
+    let t = data_type(f.data_type(), path)?;
+    Ok(if f.is_nullable() && t != json!("null") { json!(["null", t]) } else { t })
+}
+
+pub fn record(name: &str, fields: &[impl AsRef<Field>], path: &str) -> Result<Value, ChangelogError> {
+    let fs = fields
+        .iter()
+        .map(|f| {
+            let f = f.as_ref();
+            let p = format!("{path}_{}", avro_name(f.name()));
+            Ok(json!({"name": avro_name(f.name()), "type": field_type(f, &p)?}))
+        })
+        .collect::<Result<Vec<_>, ChangelogError>>()?;
+    Ok(json!({"type": "record", "name": name, "fields": fs}))
+}
+
+fn data_type(dt: &DataType, path: &str) -> Result<Value, ChangelogError> {
+    Ok(match dt {
+        DataType::Null => json!("null"),
+        DataType::Boolean => json!("boolean"),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => json!("int"),
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => json!("long"),
+        DataType::Float16 | DataType::Float32 => json!("float"),
+        DataType::Float64 => json!("double"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => json!("string"),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => json!("bytes"),
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
+            json!({"type": "bytes", "logicalType": "decimal", "precision": p, "scale": s})
+        }
+        DataType::Date32 | DataType::Date64 => json!({"type": "int", "logicalType": "date"}),
+        DataType::Time32(_) => json!({"type": "int", "logicalType": "time-millis"}),
+        DataType::Time64(_) => json!({"type": "long", "logicalType": "time-micros"}),
+        DataType::Timestamp(unit, tz) => {
+            let local = if tz.is_some() { "" } else { "local-" };
+            let u = match unit {
+                TimeUnit::Second | TimeUnit::Millisecond => "millis",
+                TimeUnit::Microsecond => "micros",
+                TimeUnit::Nanosecond => "nanos",
+            };
+            json!({"type": "long", "logicalType": format!("{local}timestamp-{u}")})
+        }
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            json!({"type": "array", "items": field_type(f, &format!("{path}_item"))?})
+        }
+        DataType::Struct(fields) => record(&avro_name(path), fields, path)?,
+        DataType::Map(entries, _) => {
+            let DataType::Struct(kv) = entries.data_type() else {
+                return Err(ChangelogError::Unsupported(format!("map at {path} without key/value struct")));
+            };
+            if is_string(kv[0].data_type()) {
+                json!({"type": "map", "values": field_type(&kv[1], &format!("{path}_value"))?})
+            } else {
+                json!({"type": "array", "items": record(&avro_name(&format!("{path}_entry")), kv, path)?})
+            }
+        }
+        DataType::Dictionary(_, v) => data_type(v, path)?,
+        other => return Err(ChangelogError::Unsupported(format!("column type {other} at {path}"))),
+    })
+}
+
+fn is_string(dt: &DataType) -> bool {
+    matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+pub fn write_long(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+pub fn write_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    write_long(out, b.len() as i64);
+    out.extend_from_slice(b);
+}
+
+/// Minimal big-endian two's complement, as Avro's decimal wants.
+fn write_decimal(out: &mut Vec<u8>, v: i128) {
+    let bytes = v.to_be_bytes();
+    let sign = if v < 0 { 0xff } else { 0x00 };
+    let mut start = 0;
+    while start < 15 && bytes[start] == sign && (bytes[start + 1] & 0x80) == (sign & 0x80) {
+        start += 1;
+    }
+    write_bytes(out, &bytes[start..]);
+}
+
+/// One column, downcast once, ready to write any of its rows.
+pub struct ColumnEncoder {
+    nullable: bool,
+    array: ArrayRef,
+    kind: Kind,
+}
+
+enum Kind {
+    Null,
+    Bool,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F16,
+    F32,
+    F64,
+    Utf8,
+    LargeUtf8,
+    Utf8View,
+    Binary,
+    LargeBinary,
+    BinaryView,
+    FixedBinary,
+    Dec32,
+    Dec64,
+    Dec128,
+    Date32,
+    Date64,
+    /// i64 values scaled by this factor (seconds → millis, time units).
+    Scaled64(i64, i64),
+    Time32(i64),
+    List(Box<ColumnEncoder>),
+    LargeList(Box<ColumnEncoder>),
+    FixedList(Box<ColumnEncoder>, usize),
+    Struct(Vec<ColumnEncoder>),
+    /// (keys, values, string keys → Avro map; else array of entry records)
+    Map(Box<ColumnEncoder>, Box<ColumnEncoder>, bool),
+}
+
+impl ColumnEncoder {
+    pub fn new(array: &ArrayRef, field: &Field) -> Result<Self, ChangelogError> {
+        let array = match array.data_type() {
+            DataType::Dictionary(_, v) => arrow::compute::cast(array, v)
+                .map_err(|e| ChangelogError::Unsupported(format!("dictionary column {}: {e}", field.name())))?,
+            // time values are written as plain integers of the (scaled) unit
+            DataType::Timestamp(_, _) | DataType::Time64(_) => cast(array, &DataType::Int64)?,
+            DataType::Time32(_) => cast(array, &DataType::Int32)?,
+            _ => array.clone(),
+        };
+        let dt = match field.data_type() {
+            DataType::Dictionary(_, v) => v.as_ref().clone(),
+            d => d.clone(),
+        };
+        let kind = match &dt {
+            DataType::Null => Kind::Null,
+            DataType::Boolean => Kind::Bool,
+            DataType::Int8 => Kind::I8,
+            DataType::Int16 => Kind::I16,
+            DataType::Int32 => Kind::I32,
+            DataType::Int64 => Kind::I64,
+            DataType::UInt8 => Kind::U8,
+            DataType::UInt16 => Kind::U16,
+            DataType::UInt32 => Kind::U32,
+            DataType::UInt64 => Kind::U64,
+            DataType::Float16 => Kind::F16,
+            DataType::Float32 => Kind::F32,
+            DataType::Float64 => Kind::F64,
+            DataType::Utf8 => Kind::Utf8,
+            DataType::LargeUtf8 => Kind::LargeUtf8,
+            DataType::Utf8View => Kind::Utf8View,
+            DataType::Binary => Kind::Binary,
+            DataType::LargeBinary => Kind::LargeBinary,
+            DataType::BinaryView => Kind::BinaryView,
+            DataType::FixedSizeBinary(_) => Kind::FixedBinary,
+            DataType::Decimal32(_, _) => Kind::Dec32,
+            DataType::Decimal64(_, _) => Kind::Dec64,
+            DataType::Decimal128(_, _) => Kind::Dec128,
+            DataType::Date32 => Kind::Date32,
+            DataType::Date64 => Kind::Date64,
+            DataType::Timestamp(TimeUnit::Second, _) => Kind::Scaled64(1000, 1),
+            DataType::Timestamp(_, _) => Kind::Scaled64(1, 1),
+            DataType::Time32(TimeUnit::Second) => Kind::Time32(1000),
+            DataType::Time32(_) => Kind::Time32(1),
+            DataType::Time64(TimeUnit::Nanosecond) => Kind::Scaled64(1, 1000),
+            DataType::Time64(_) => Kind::Scaled64(1, 1),
+            DataType::List(f) => Kind::List(Box::new(Self::new(array.as_list::<i32>().values(), f)?)),
+            DataType::LargeList(f) => Kind::LargeList(Box::new(Self::new(array.as_list::<i64>().values(), f)?)),
+            DataType::FixedSizeList(f, n) => {
+                Kind::FixedList(Box::new(Self::new(array.as_fixed_size_list().values(), f)?), *n as usize)
+            }
+            DataType::Struct(fields) => Kind::Struct(
+                array
+                    .as_struct()
+                    .columns()
+                    .iter()
+                    .zip(fields.iter())
+                    .map(|(c, f)| Self::new(c, f))
+                    .collect::<Result<_, _>>()?,
+            ),
+            DataType::Map(_, _) => {
+                let m = array.as_map();
+                let DataType::Struct(kv) = m.entries().data_type().clone() else { unreachable!("map entries") };
+                Kind::Map(
+                    Box::new(Self::new(m.keys(), &kv[0])?),
+                    Box::new(Self::new(m.values(), &kv[1])?),
+                    is_string(kv[0].data_type()),
+                )
+            }
+            other => return Err(ChangelogError::Unsupported(format!("column `{}` of type {other}", field.name()))),
+        };
+        Ok(Self { nullable: field.is_nullable() && !matches!(kind, Kind::Null), array, kind })
+    }
+
+    pub fn write(&self, i: usize, out: &mut Vec<u8>) {
+        if self.nullable {
+            if self.array.is_null(i) {
+                out.push(0);
+                return;
+            }
+            out.push(2); // union branch 1, zig-zag encoded
+        }
+        let a = &self.array;
+        match &self.kind {
+            Kind::Null => {}
+            Kind::Bool => out.push(a.as_boolean().value(i) as u8),
+            Kind::I8 => write_long(out, a.as_primitive::<Int8Type>().value(i) as i64),
+            Kind::I16 => write_long(out, a.as_primitive::<Int16Type>().value(i) as i64),
+            Kind::I32 => write_long(out, a.as_primitive::<Int32Type>().value(i) as i64),
+            Kind::I64 => write_long(out, a.as_primitive::<Int64Type>().value(i)),
+            Kind::U8 => write_long(out, a.as_primitive::<UInt8Type>().value(i) as i64),
+            Kind::U16 => write_long(out, a.as_primitive::<UInt16Type>().value(i) as i64),
+            Kind::U32 => write_long(out, a.as_primitive::<UInt32Type>().value(i) as i64),
+            Kind::U64 => write_long(out, a.as_primitive::<UInt64Type>().value(i) as i64),
+            Kind::F16 => out.extend_from_slice(&a.as_primitive::<Float16Type>().value(i).to_f32().to_le_bytes()),
+            Kind::F32 => out.extend_from_slice(&a.as_primitive::<Float32Type>().value(i).to_le_bytes()),
+            Kind::F64 => out.extend_from_slice(&a.as_primitive::<Float64Type>().value(i).to_le_bytes()),
+            Kind::Utf8 => write_bytes(out, a.as_string::<i32>().value(i).as_bytes()),
+            Kind::LargeUtf8 => write_bytes(out, a.as_string::<i64>().value(i).as_bytes()),
+            Kind::Utf8View => write_bytes(out, a.as_string_view().value(i).as_bytes()),
+            Kind::Binary => write_bytes(out, a.as_binary::<i32>().value(i)),
+            Kind::LargeBinary => write_bytes(out, a.as_binary::<i64>().value(i)),
+            Kind::BinaryView => write_bytes(out, a.as_binary_view().value(i)),
+            Kind::FixedBinary => write_bytes(out, a.as_fixed_size_binary().value(i)),
+            Kind::Dec32 => write_decimal(out, a.as_primitive::<Decimal32Type>().value(i) as i128),
+            Kind::Dec64 => write_decimal(out, a.as_primitive::<Decimal64Type>().value(i) as i128),
+            Kind::Dec128 => write_decimal(out, a.as_primitive::<Decimal128Type>().value(i)),
+            Kind::Date32 => write_long(out, a.as_primitive::<Date32Type>().value(i) as i64),
+            Kind::Date64 => write_long(out, a.as_primitive::<Date64Type>().value(i).div_euclid(86_400_000)),
+            Kind::Scaled64(mul, div) => {
+                write_long(out, (a.as_primitive::<Int64Type>().value(i) * mul).div_euclid(*div))
+            }
+            Kind::Time32(mul) => write_long(out, a.as_primitive::<Int32Type>().value(i) as i64 * mul),
+            Kind::List(items) => {
+                let off = a.as_list::<i32>().value_offsets();
+                write_items(out, items, off[i] as usize, off[i + 1] as usize)
+            }
+            Kind::LargeList(items) => {
+                let off = a.as_list::<i64>().value_offsets();
+                write_items(out, items, off[i] as usize, off[i + 1] as usize)
+            }
+            Kind::FixedList(items, n) => write_items(out, items, i * n, (i + 1) * n),
+            Kind::Struct(fields) => fields.iter().for_each(|f| f.write(i, out)),
+            Kind::Map(k, v, string_keys) => {
+                let off = a.as_map().value_offsets();
+                let (s, e) = (off[i] as usize, off[i + 1] as usize);
+                if e > s {
+                    write_long(out, (e - s) as i64);
+                    for j in s..e {
+                        if *string_keys {
+                            k.write_unwrapped(j, out)
+                        } else {
+                            k.write(j, out)
+                        }
+                        v.write(j, out);
+                    }
+                }
+                out.push(0);
+            }
+        }
+    }
+
+    /// Map keys are plain strings in Avro even when Arrow marks them nullable.
+    fn write_unwrapped(&self, i: usize, out: &mut Vec<u8>) {
+        let plain = ColumnEncoder { nullable: false, array: self.array.clone(), kind: Kind::Utf8 };
+        match self.array.data_type() {
+            DataType::Utf8 => plain.write(i, out),
+            DataType::LargeUtf8 => write_bytes(out, self.array.as_string::<i64>().value(i).as_bytes()),
+            _ => write_bytes(out, self.array.as_string_view().value(i).as_bytes()),
+        }
+    }
+}
+
+fn cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ChangelogError> {
+    arrow::compute::cast(array, to).map_err(|e| ChangelogError::Unsupported(format!("cast to {to}: {e}")))
+}
+
+fn write_items(out: &mut Vec<u8>, items: &ColumnEncoder, start: usize, end: usize) {
+    if end > start {
+        write_long(out, (end - start) as i64);
+        for j in start..end {
+            items.write(j, out);
+        }
+    }
+    out.push(0);
+}
+
+/// Encoders for a chosen set of columns of a batch, writing a record row by row.
+pub struct RowEncoder {
+    cols: Vec<ColumnEncoder>,
+}
+
+impl RowEncoder {
+    pub fn new(batch: &RecordBatch, columns: &[usize]) -> Result<Self, ChangelogError> {
+        let schema = batch.schema();
+        let cols = columns
+            .iter()
+            .map(|&c| ColumnEncoder::new(batch.column(c), schema.field(c)))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { cols })
+    }
+
+    pub fn write(&self, row: usize, out: &mut Vec<u8>) {
+        for c in &self.cols {
+            c.write(row, out);
+        }
+    }
+}

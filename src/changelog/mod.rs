@@ -1,0 +1,215 @@
+//! Change events: Debezium-compatible envelopes `{before, after, source, op, ts_ms}` in Avro,
+//! Confluent-framed (magic 0, 4-byte schema id), schemas registered per TopicNameStrategy.
+
+pub mod avro;
+pub mod registry;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::{Field, SchemaRef};
+use serde_json::{json, Value};
+
+use self::avro::{avro_name, record, write_bytes, write_long, RowEncoder};
+use self::registry::RegistryClient;
+use crate::source::{ChangeRow, Op, SplitChanges, TableInfo, Unit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChangelogError {
+    #[error("cannot encode: {0}")]
+    Unsupported(String),
+    #[error("schema registry: {0}")]
+    Registry(String),
+    #[error("{0}")]
+    Schema(String),
+}
+
+/// A record to produce: Confluent-framed Avro key, and value (`None` = tombstone).
+#[derive(Debug, Clone)]
+pub struct KafkaRecord {
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+struct Registered {
+    key_id: u32,
+    value_id: u32,
+    key_cols: Vec<usize>,
+}
+
+pub struct ChangelogEncoder {
+    connector: String,
+    topic: String,
+    namespace: String,
+    table: TableInfo,
+    tombstones: bool,
+    registry: RegistryClient,
+    registered: HashMap<SchemaRef, Arc<Registered>>,
+}
+
+const SOURCE_FIELDS: &[(&str, &str)] = &[
+    ("version", "string"),
+    ("connector", "string"),
+    ("name", "string"),
+    ("ts_ms", "long"),
+    ("snapshot", "string"),
+    ("table", "string"),
+    ("instant", "string"),
+    ("commit_time", "nullable"),
+    ("partition", "string"),
+    ("file", "string"),
+];
+
+impl ChangelogEncoder {
+    pub fn new(connector: &str, topic: &str, table: TableInfo, tombstones: bool, registry_url: &str) -> Result<Self, ChangelogError> {
+        Ok(Self {
+            connector: connector.into(),
+            topic: topic.into(),
+            namespace: format!("lakestream.{}", avro_name(&table.name)),
+            table,
+            tombstones,
+            registry: RegistryClient::new(registry_url)?,
+            registered: HashMap::new(),
+        })
+    }
+
+    /// (key schema, envelope schema) for a value schema.
+    pub fn schemas(&self, value: &SchemaRef) -> Result<(Value, Value, Vec<usize>), ChangelogError> {
+        let key_cols = self
+            .table
+            .key_fields
+            .iter()
+            .map(|k| value.index_of(k).map_err(|_| ChangelogError::Schema(format!("key field `{k}` is not a column"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let key_fields: Vec<Field> = key_cols.iter().map(|i| value.field(*i).clone()).collect();
+        let mut key = record("Key", &key_fields, "Key")?;
+        key["namespace"] = json!(self.namespace);
+        let value_rec = record("Value", value.fields(), "Value")?;
+        let source = json!({
+            "type": "record", "name": "Source",
+            "fields": SOURCE_FIELDS.iter().map(|(n, t)| {
+                let t = if *t == "nullable" { json!(["null", "string"]) } else { json!(t) };
+                json!({"name": n, "type": t})
+            }).collect::<Vec<_>>()
+        });
+        let envelope = json!({
+            "type": "record", "name": "Envelope", "namespace": self.namespace,
+            "fields": [
+                {"name": "before", "type": ["null", value_rec], "default": null},
+                {"name": "after", "type": ["null", "Value"], "default": null},
+                {"name": "source", "type": source},
+                {"name": "op", "type": "string"},
+                {"name": "ts_ms", "type": ["null", "long"], "default": null},
+            ]
+        });
+        Ok((key, envelope, key_cols))
+    }
+
+    async fn register(&mut self, schema: &SchemaRef) -> Result<Arc<Registered>, ChangelogError> {
+        if let Some(r) = self.registered.get(schema) {
+            return Ok(r.clone());
+        }
+        let (key, envelope, key_cols) = self.schemas(schema)?;
+        // every generated schema must parse as Avro before it reaches the registry
+        for s in [&key, &envelope] {
+            apache_avro::Schema::parse(s).map_err(|e| ChangelogError::Schema(format!("generated schema invalid: {e}: {s}")))?;
+        }
+        let key_id = self.registry.register(&format!("{}-key", self.topic), &key.to_string()).await?;
+        let value_id = self.registry.register(&format!("{}-value", self.topic), &envelope.to_string()).await?;
+        tracing::info!(topic = %self.topic, key_id, value_id, "schemas registered");
+        let r = Arc::new(Registered { key_id, value_id, key_cols });
+        self.registered.insert(schema.clone(), r.clone());
+        Ok(r)
+    }
+
+    /// Prepare the encoder of one split (registers its schemas on first sight).
+    pub async fn split(&mut self, unit: &Unit, split: &SplitChanges) -> Result<SplitEncoder, ChangelogError> {
+        let Some(first) = split.batches.first() else {
+            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones });
+        };
+        let schema = first.schema();
+        let reg = self.register(&schema).await?;
+        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        let mut values = Vec::with_capacity(split.batches.len());
+        let mut keys = Vec::with_capacity(split.batches.len());
+        for b in split.batches.iter() {
+            values.push(RowEncoder::new(b, &all)?);
+            keys.push(RowEncoder::new(b, &reg.key_cols)?);
+        }
+        let mut source = Vec::with_capacity(128);
+        write_bytes(&mut source, env!("CARGO_PKG_VERSION").as_bytes());
+        write_bytes(&mut source, b"hudi");
+        write_bytes(&mut source, self.connector.as_bytes());
+        write_long(&mut source, unit.ts_ms);
+        write_bytes(&mut source, if unit.snapshot { b"true" as &[u8] } else { b"false" });
+        write_bytes(&mut source, self.table.name.as_bytes());
+        write_bytes(&mut source, unit.position.instant.as_bytes());
+        match &unit.position.completed {
+            Some(c) => {
+                source.push(2);
+                write_bytes(&mut source, c.as_bytes());
+            }
+            None => source.push(0),
+        }
+        write_bytes(&mut source, split.split.partition.as_bytes());
+        write_bytes(&mut source, split.file.as_bytes());
+        Ok(SplitEncoder {
+            inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, source }),
+            tombstones: self.tombstones,
+        })
+    }
+}
+
+struct Inner {
+    key_id: u32,
+    value_id: u32,
+    values: Vec<RowEncoder>,
+    keys: Vec<RowEncoder>,
+    source: Vec<u8>,
+}
+
+pub struct SplitEncoder {
+    inner: Option<Inner>,
+    tombstones: bool,
+}
+
+fn framed(id: u32, cap: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(cap);
+    v.push(0);
+    v.extend_from_slice(&id.to_be_bytes());
+    v
+}
+
+impl SplitEncoder {
+    /// The Kafka records of one change row: the event, and a tombstone after a delete.
+    pub fn encode(&self, row: &ChangeRow, ts_ms: i64, out: &mut Vec<KafkaRecord>) {
+        let Some(e) = &self.inner else { return };
+        let key_row = row.after.or(row.before).expect("a change row has a row");
+        let mut key = framed(e.key_id, 32);
+        e.keys[key_row.batch as usize].write(key_row.row as usize, &mut key);
+        let mut value = framed(e.value_id, 256);
+        for side in [row.before, row.after] {
+            match side {
+                Some(r) => {
+                    value.push(2);
+                    e.values[r.batch as usize].write(r.row as usize, &mut value);
+                }
+                None => value.push(0),
+            }
+        }
+        value.extend_from_slice(&e.source);
+        write_bytes(&mut value, row.op.code().as_bytes());
+        value.push(2);
+        write_long(&mut value, ts_ms);
+        let tombstone = self.tombstones && row.op == Op::Delete;
+        if tombstone {
+            out.push(KafkaRecord { key: key.clone(), value: Some(value) });
+            out.push(KafkaRecord { key, value: None });
+        } else {
+            out.push(KafkaRecord { key, value: Some(value) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

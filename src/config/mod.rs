@@ -1,0 +1,356 @@
+//! Connector configuration: Kafka Connect-style `.properties` files, parsed with a real
+//! Java-properties parser, `${env:VAR}` / `${file:PATH}` placeholders resolved, every key checked
+//! against the table of known keys below (unknown or malformed keys name the file, line and the
+//! allowed values).
+
+mod keys;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use keys::{is_secret_key, KEYS};
+
+/// A configuration problem. Always maps to exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Io { file: PathBuf, source: std::io::Error },
+    #[error("{file}:{line}: {message}")]
+    Syntax { file: PathBuf, line: usize, message: String },
+    #[error("{file}:{line}: unknown key `{key}`{hint}")]
+    UnknownKey { file: PathBuf, line: usize, key: String, hint: String },
+    #[error("{file}:{line}: `{key}`: {message}")]
+    Invalid { file: PathBuf, line: usize, key: String, message: String },
+    #[error("{file}: missing required key `{key}` ({help})")]
+    Missing { file: PathBuf, key: String, help: &'static str },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectorKind {
+    Hudi,
+    Iceberg,
+}
+
+/// Where a connector with no stored offsets starts (Flink's `read.start-commit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartCommit {
+    /// Full scan of the latest file slices (`r` events), then every later instant.
+    Earliest,
+    /// Only instants completed after start.
+    Latest,
+    /// Every instant from this one (inclusive), as changes.
+    Instant(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnBoundary {
+    /// One transaction per instant (split further when it exceeds `transaction.max.records`).
+    Instant,
+    /// Commit every `transaction.interval.ms`, whatever the instants.
+    Interval(Duration),
+}
+
+/// One connector, fully validated.
+#[derive(Clone)]
+pub struct ConnectorConfig {
+    pub file: PathBuf,
+    pub name: String,
+    pub kind: ConnectorKind,
+    pub table_path: PathBuf,
+    pub topic: String,
+    pub bootstrap_servers: String,
+    pub schema_registry_url: String,
+    pub offsets_topic: String,
+    pub start: StartCommit,
+    pub end_commit: Option<String>,
+    pub check_interval: Duration,
+    pub commits_limit: Option<usize>,
+    pub skip_compaction: bool,
+    pub skip_clustering: bool,
+    pub tombstones_on_delete: bool,
+    pub boundary: TxnBoundary,
+    pub max_txn_records: usize,
+    pub transaction_timeout_ms: u64,
+    pub task_id: u32,
+    pub metrics_port: Option<u16>,
+    pub topic_partitions: i32,
+    pub replication_factor: i32,
+    /// librdkafka settings from `producer.override.*` (and `kafka.*`), passed through verbatim.
+    pub producer_overrides: BTreeMap<String, String>,
+    /// Every resolved key/value, for `validate` (secrets masked when printed).
+    pub raw: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for ConnectorConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectorConfig")
+            .field("name", &self.name)
+            .field("file", &self.file)
+            .field("table_path", &self.table_path)
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnectorConfig {
+    /// The offsets-record key: `["<name>", {"table": ..., "task": ...}]` (Kafka Connect's shape).
+    pub fn offsets_key(&self) -> String {
+        serde_json::json!([self.name, {"table": self.table_path.display().to_string(), "task": self.task_id}])
+            .to_string()
+    }
+
+    pub fn transactional_id(&self) -> String {
+        format!("{}-{}", self.name, self.task_id)
+    }
+
+    /// `key = value` lines with secret values masked, in key order.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for (k, v) in &self.raw {
+            let shown = if is_secret_key(k) { "********" } else { v.as_str() };
+            out.push_str(&format!("{k} = {shown}\n"));
+        }
+        out
+    }
+}
+
+/// A parsed, placeholder-resolved properties file: key → (value, line).
+pub struct Properties {
+    pub file: PathBuf,
+    pub entries: BTreeMap<String, (String, usize)>,
+}
+
+impl Properties {
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
+        let f = std::fs::File::open(file).map_err(|source| ConfigError::Io { file: file.into(), source })?;
+        let mut entries = BTreeMap::new();
+        for line in java_properties::PropertiesIter::new(std::io::BufReader::new(f)) {
+            let line = line.map_err(|e| ConfigError::Syntax {
+                file: file.into(),
+                line: e.line_number().unwrap_or(0),
+                message: e.to_string(),
+            })?;
+            let n = line.line_number();
+            if let java_properties::LineContent::KVPair(k, v) = line.consume_content() {
+                let v = resolve_placeholders(&v).map_err(|message| ConfigError::Invalid {
+                    file: file.into(),
+                    line: n,
+                    key: k.clone(),
+                    message,
+                })?;
+                entries.insert(k, (v.trim().to_string(), n));
+            }
+        }
+        Ok(Self { file: file.into(), entries })
+    }
+}
+
+/// `${env:VAR}` and `${file:PATH}` (Kafka Connect config providers, simplified).
+fn resolve_placeholders(v: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(v.len());
+    let mut rest = v;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| format!("unterminated placeholder in `{v}`"))?;
+        let inner = &after[..end];
+        let (provider, arg) = inner
+            .split_once(':')
+            .ok_or_else(|| format!("placeholder `${{{inner}}}` must be `${{env:VAR}}` or `${{file:PATH}}`"))?;
+        match provider {
+            "env" => out.push_str(
+                &std::env::var(arg).map_err(|_| format!("environment variable `{arg}` is not set"))?,
+            ),
+            "file" => out.push_str(
+                std::fs::read_to_string(arg)
+                    .map_err(|e| format!("cannot read `{arg}` for `${{file:...}}`: {e}"))?
+                    .trim_end_matches(['\n', '\r']),
+            ),
+            other => return Err(format!("unknown config provider `{other}` (known: env, file)")),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
+pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, ConfigError> {
+    let props = Properties::load(file)?;
+    let v = Validator { props: &props };
+    for (key, (_, line)) in &props.entries {
+        if !keys::is_known(key) {
+            return Err(ConfigError::UnknownKey {
+                file: props.file.clone(),
+                line: *line,
+                key: key.clone(),
+                hint: keys::hint(key),
+            });
+        }
+    }
+    let kind = match v.required("connector.class", "hudi or iceberg")?.to_ascii_lowercase().as_str() {
+        "hudi" | "lakestream.hudi" | "io.lakestream.hudi" => ConnectorKind::Hudi,
+        "iceberg" | "lakestream.iceberg" | "io.lakestream.iceberg" => ConnectorKind::Iceberg,
+        other => return Err(v.invalid("connector.class", format!("`{other}` is not one of: hudi, iceberg"))),
+    };
+    if kind == ConnectorKind::Iceberg {
+        return Err(v.invalid("connector.class", "iceberg is not implemented yet in this build".into()));
+    }
+    let name = v.required("name", "the connector's unique name")?;
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
+        return Err(v.invalid("name", "must be non-empty and contain no whitespace".into()));
+    }
+    let raw_path = v.required("table.path", "a local path or file:// URI of the table")?;
+    let table_path = parse_table_path(&raw_path).map_err(|m| v.invalid("table.path", m))?;
+    let registry = match v.get("schema.registry.url").or_else(|| v.get("value.converter.schema.registry.url")) {
+        Some(u) => u,
+        None => {
+            return Err(ConfigError::Missing {
+                file: props.file.clone(),
+                key: "schema.registry.url".into(),
+                help: "or value.converter.schema.registry.url: the Schema Registry base URL",
+            })
+        }
+    };
+    if !(registry.starts_with("http://") || registry.starts_with("https://")) {
+        return Err(v.invalid("schema.registry.url", format!("`{registry}` is not an http(s) URL")));
+    }
+    let start = match v.get("read.start-commit").as_deref() {
+        None | Some("latest") => StartCommit::Latest,
+        Some("earliest") => StartCommit::Earliest,
+        Some(s) if s.len() >= 8 && s.chars().all(|c| c.is_ascii_digit()) => StartCommit::Instant(s.to_string()),
+        Some(s) => {
+            return Err(v.invalid(
+                "read.start-commit",
+                format!("`{s}` is not `earliest`, `latest` or an instant time (digits, e.g. 20240101120000000)"),
+            ))
+        }
+    };
+    let end_commit = match v.get("read.end-commit") {
+        Some(s) if s.chars().all(|c| c.is_ascii_digit()) && !s.is_empty() => Some(s),
+        Some(s) => return Err(v.invalid("read.end-commit", format!("`{s}` is not an instant time (digits)"))),
+        None => None,
+    };
+    let boundary = match v.get("transaction.boundary").as_deref() {
+        None | Some("instant") => TxnBoundary::Instant,
+        Some("interval") => TxnBoundary::Interval(Duration::from_millis(v.u64_or("transaction.interval.ms", 1000)?)),
+        Some(s) => return Err(v.invalid("transaction.boundary", format!("`{s}` is not one of: instant, interval"))),
+    };
+    let tasks = v.u64_or("tasks.max", 1)?;
+    if tasks != 1 {
+        return Err(v.invalid("tasks.max", format!("{tasks} tasks are not supported yet; use 1")));
+    }
+    let mut producer_overrides = BTreeMap::new();
+    for (k, (val, _)) in &props.entries {
+        if let Some(rest) = k.strip_prefix("producer.override.") {
+            producer_overrides.insert(rest.to_string(), val.clone());
+        }
+    }
+    let cfg = ConnectorConfig {
+        file: props.file.clone(),
+        name,
+        kind,
+        table_path,
+        topic: v.required("topic", "the Kafka topic for change events")?,
+        bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
+        schema_registry_url: registry.trim_end_matches('/').to_string(),
+        offsets_topic: v.get("offsets.storage.topic").unwrap_or_else(|| "lakestream-offsets".into()),
+        start,
+        end_commit,
+        check_interval: v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?,
+        commits_limit: v.get("read.commits.limit").map(|_| v.u64_or("read.commits.limit", 0)).transpose()?.map(|n| n as usize).filter(|n| *n > 0),
+        skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
+        skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
+        tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
+        boundary,
+        max_txn_records: v.u64_or("transaction.max.records", 100_000)?.max(1) as usize,
+        transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,
+        task_id,
+        metrics_port: v.get("metrics.port").map(|_| v.u64_or("metrics.port", 0)).transpose()?.map(|p| p as u16),
+        topic_partitions: v.u64_or("topic.creation.default.partitions", 1)?.clamp(1, 10_000) as i32,
+        replication_factor: v.u64_or("topic.creation.default.replication.factor", 1)?.clamp(1, 16) as i32,
+        producer_overrides,
+        raw: props.entries.iter().map(|(k, (val, _))| (k.clone(), val.clone())).collect(),
+    };
+    Ok(cfg)
+}
+
+fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
+    let p = if let Some(rest) = raw.strip_prefix("file://") {
+        PathBuf::from(rest)
+    } else if let Some(rest) = raw.strip_prefix("file:") {
+        PathBuf::from(rest)
+    } else if raw.contains("://") {
+        return Err(format!("`{raw}`: only local paths and file:// URIs are supported in this build"));
+    } else {
+        PathBuf::from(raw)
+    };
+    if !p.is_dir() {
+        return Err(format!("`{}` is not a directory", p.display()));
+    }
+    Ok(p)
+}
+
+struct Validator<'a> {
+    props: &'a Properties,
+}
+
+impl Validator<'_> {
+    fn get(&self, key: &str) -> Option<String> {
+        self.props.entries.get(key).map(|(v, _)| v.clone())
+    }
+    fn line(&self, key: &str) -> usize {
+        self.props.entries.get(key).map(|(_, l)| *l).unwrap_or(0)
+    }
+    fn invalid(&self, key: &str, message: String) -> ConfigError {
+        ConfigError::Invalid { file: self.props.file.clone(), line: self.line(key), key: key.into(), message }
+    }
+    fn required(&self, key: &str, help: &'static str) -> Result<String, ConfigError> {
+        match self.get(key) {
+            Some(v) if !v.is_empty() => Ok(v),
+            _ => Err(ConfigError::Missing { file: self.props.file.clone(), key: key.into(), help }),
+        }
+    }
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(key).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(s) => Err(self.invalid(key, format!("`{s}` is not one of: true, false"))),
+        }
+    }
+    fn u64_or(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(s) => s.parse().map_err(|_| self.invalid(key, format!("`{s}` is not a non-negative integer"))),
+        }
+    }
+    fn duration_or(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(s) => parse_duration(&s).ok_or_else(|| {
+                self.invalid(key, format!("`{s}` is not a duration (seconds, or a number with ms/s/m/h)"))
+            }),
+        }
+    }
+}
+
+/// `60` (seconds, as Flink's option), `500ms`, `10s`, `2m`, `1h`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit.trim() {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" | "min" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+use super::*;
+use std::io::Write;
+
+fn write(dir: &tempfile::TempDir, body: &str) -> PathBuf {
+    let p = dir.path().join("c.properties");
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(body.as_bytes()).unwrap();
+    p
+}
+
+fn base(dir: &tempfile::TempDir) -> String {
+    format!(
+        "name=c1\nconnector.class=hudi\ntable.path={}\ntopic=t\nbootstrap.servers=localhost:9092\n\
+         value.converter=io.confluent.connect.avro.AvroConverter\nvalue.converter.schemas.enable=true\n\
+         value.converter.schema.registry.url=http://localhost:8081\n",
+        dir.path().display()
+    )
+}
+
+#[test]
+fn parses_connect_style_file_with_converter_keys_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, &(base(&dir) + "read.start-commit=earliest\nproducer.override.linger.ms=5\n"));
+    let c = load_connector(&p, 0).unwrap();
+    assert_eq!(c.schema_registry_url, "http://localhost:8081");
+    assert_eq!(c.start, StartCommit::Earliest);
+    assert_eq!(c.producer_overrides.get("linger.ms").map(String::as_str), Some("5"));
+    assert_eq!(c.raw.get("value.converter.schemas.enable").map(String::as_str), Some("true"));
+    assert_eq!(c.check_interval, Duration::from_secs(60));
+    assert_eq!(c.transactional_id(), "c1-0");
+}
+
+#[test]
+fn unknown_key_names_file_line_and_suggestion() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, &(base(&dir) + "read.start-comit=earliest\n"));
+    let e = load_connector(&p, 0).unwrap_err().to_string();
+    assert!(e.contains(":9: unknown key `read.start-comit`"), "{e}");
+    assert!(e.contains("did you mean `read.start-commit`"), "{e}");
+}
+
+#[test]
+fn malformed_values_are_rejected_with_allowed_values() {
+    let dir = tempfile::tempdir().unwrap();
+    for (line, want) in [
+        ("tombstones.on.delete=yes", "not one of: true, false"),
+        ("read.start-commit=yesterday", "`earliest`, `latest`"),
+        ("transaction.boundary=sometimes", "instant, interval"),
+        ("read.streaming.check-interval=soon", "not a duration"),
+    ] {
+        let p = write(&dir, &(base(&dir) + line + "\n"));
+        let e = load_connector(&p, 0).unwrap_err().to_string();
+        assert!(e.contains(want), "{line}: {e}");
+    }
+}
+
+#[test]
+fn env_placeholders_resolve_and_secrets_are_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("LAKESTREAM_TEST_SECRET", "hunter2");
+    let p = write(
+        &dir,
+        &(base(&dir) + "producer.override.sasl.password=${env:LAKESTREAM_TEST_SECRET}\n"),
+    );
+    let c = load_connector(&p, 0).unwrap();
+    assert_eq!(c.producer_overrides["sasl.password"], "hunter2");
+    let shown = c.describe();
+    assert!(!shown.contains("hunter2") && shown.contains("sasl.password = ********"), "{shown}");
+    let p = write(&dir, &(base(&dir) + "topic=${env:LAKESTREAM_TEST_UNSET_VAR}\n"));
+    let e = load_connector(&p, 0).unwrap_err().to_string();
+    assert!(e.contains("LAKESTREAM_TEST_UNSET_VAR"), "{e}");
+}
+
+#[test]
+fn missing_required_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "name=x\nconnector.class=hudi\n");
+    let e = load_connector(&p, 0).unwrap_err().to_string();
+    assert!(e.contains("missing required key"), "{e}");
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+    assert_eq!(parse_duration("x"), None);
+}

@@ -1,0 +1,13 @@
+//! lakestream: an exactly-once changelog source connector from lakehouse tables to Kafka.
+//!
+//! Data flows one way: [`config`] → [`source`] (monitor, splits, readers) → [`changelog`]
+//! (events, Avro, schema registry) → [`sink`] (transactional producer, offsets) → [`runtime`]
+//! (task loop, boundaries, shutdown), with [`metrics`] beside.
+
+pub mod changelog;
+pub mod config;
+pub mod generate;
+pub mod metrics;
+pub mod runtime;
+pub mod sink;
+pub mod source;

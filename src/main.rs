@@ -1,0 +1,238 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use lakestream::config::{load_connector, ConnectorConfig};
+use lakestream::generate::{self, GenerateOptions, TableType};
+use lakestream::runtime::{run_connector, show_offsets, RunOptions};
+
+#[derive(Parser)]
+#[command(name = "lakestream", version, about = "Stream Hudi table changes into Kafka as Avro changelog events, exactly once")]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "LAKESTREAM_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run connectors (one per file) until stopped, or with --once until caught up.
+    Run {
+        /// Emit every instant committed so far, commit, and exit 0.
+        #[arg(long)]
+        once: bool,
+        /// Task id of this process (a StatefulSet pod ordinal).
+        #[arg(long, env = "TASK_ID", default_value_t = 0)]
+        task_id: u32,
+        /// Serve /metrics, /healthz and /ready on this port (overrides `metrics.port`).
+        #[arg(long)]
+        metrics_port: Option<u16>,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Check connector files and print their resolved settings (secrets masked).
+    Validate {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Inspect stored connector offsets.
+    Offsets {
+        #[command(subcommand)]
+        action: OffsetsCommand,
+    },
+    /// Write demo/benchmark tables.
+    Generate {
+        #[command(subcommand)]
+        format: GenerateCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum OffsetsCommand {
+    /// Print the stored offsets of a connector as JSON.
+    Show {
+        file: PathBuf,
+        #[arg(long, env = "TASK_ID", default_value_t = 0)]
+        task_id: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum GenerateCommand {
+    /// A Hudi table (table version 6): a bulk insert, then upsert/delete commits.
+    Hudi {
+        #[arg(long = "type", value_enum, default_value = "cow")]
+        table_type: TableType,
+        #[arg(long)]
+        path: PathBuf,
+        /// Rows of the initial bulk insert.
+        #[arg(long, default_value_t = 1000)]
+        rows: usize,
+        #[arg(long, default_value_t = 4)]
+        partitions: usize,
+        /// Upsert/delete commits after the bulk insert.
+        #[arg(long, default_value_t = 0)]
+        commits: usize,
+        /// Pause between commits (e.g. 2s, 500ms).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        interval: Duration,
+        /// Share of live rows each commit updates.
+        #[arg(long, default_value_t = 0.1)]
+        update_fraction: f64,
+        /// Share of live rows each commit deletes.
+        #[arg(long, default_value_t = 0.02)]
+        delete_fraction: f64,
+        /// Share of new rows each commit inserts (of the initial row count).
+        #[arg(long, default_value_t = 0.05)]
+        insert_fraction: f64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    lakestream::config::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 500ms, 2s, 1m)"))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.init(),
+    }
+}
+
+fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, ExitCode> {
+    let mut out = Vec::new();
+    for f in files {
+        match load_connector(f, task_id) {
+            Ok(c) => out.push(c),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    for c in &out {
+        if !names.insert(c.name.clone()) {
+            eprintln!("error: {}: connector name `{}` is used by two files", c.file.display(), c.name);
+            return Err(ExitCode::from(2));
+        }
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match cli.command {
+        Command::Validate { files } => match load_all(&files, 0) {
+            Ok(cfgs) => {
+                for c in cfgs {
+                    println!("# {}: ok\n{}", c.file.display(), c.describe());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Offsets { action: OffsetsCommand::Show { file, task_id } } => {
+            let cfg = match load_all(&[file], task_id) {
+                Ok(mut c) => c.remove(0),
+                Err(code) => return code,
+            };
+            match show_offsets(&cfg) {
+                Ok(o) => {
+                    println!("{}", serde_json::to_string_pretty(&o).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code() as u8)
+                }
+            }
+        }
+        Command::Generate { format: GenerateCommand::Hudi { table_type, path, rows, partitions, commits, interval, update_fraction, delete_fraction, insert_fraction, seed } } => {
+            let opts = GenerateOptions { table_type, path, rows, partitions, commits, interval, update_fraction, delete_fraction, insert_fraction, seed };
+            match generate::hudi(&opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+        Command::Run { once, task_id, metrics_port, files } => {
+            let cfgs = match load_all(&files, task_id) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            rt.block_on(run_all(cfgs, once, metrics_port))
+        }
+    }
+}
+
+async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u16>) -> ExitCode {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutdown requested: committing the open transaction");
+        let _ = tx.send(true);
+    });
+    if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.metrics_port)) {
+        tokio::spawn(async move {
+            if let Err(e) = lakestream::metrics::serve(port).await {
+                tracing::error!(port, error = %e, "metrics endpoint failed");
+            }
+        });
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for cfg in cfgs {
+        let opts = RunOptions { once, shutdown: rx.clone() };
+        set.spawn(async move {
+            let name = cfg.name.clone();
+            (name, run_connector(cfg, opts).await)
+        });
+    }
+    let mut code = 0u8;
+    while let Some(res) = set.join_next().await {
+        match res {
+            Ok((name, Ok(()))) => tracing::info!(connector = %name, "connector stopped"),
+            Ok((name, Err(e))) => {
+                tracing::error!(connector = %name, error = %e, "connector failed");
+                eprintln!("error: connector {name}: {e}");
+                code = code.max(e.exit_code() as u8);
+            }
+            Err(e) => {
+                eprintln!("error: connector task panicked: {e}");
+                code = 1;
+            }
+        }
+    }
+    ExitCode::from(code)
+}

@@ -1,0 +1,292 @@
+//! The task loop: poll the source, read units split by split (reading runs ahead of producing on
+//! the blocking pool), encode, produce, and commit transactions at boundaries with the offsets
+//! record inside. Resumes from the stored offsets, skipping what was committed; replays from the
+//! last committed offsets after an aborted transaction; commits and exits on shutdown.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
+use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
+use crate::metrics;
+use crate::sink::offsets::{read_offsets, InFlight, Offsets};
+use crate::sink::{SinkError, TxnSink};
+use crate::source::hudi::HudiSource;
+use crate::source::{Source, SourceError, SplitChanges, Unit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("source: {0}")]
+    Source(#[from] SourceError),
+    #[error("changelog: {0}")]
+    Changelog(#[from] ChangelogError),
+    #[error("sink: {0}")]
+    Sink(#[from] SinkError),
+}
+
+impl RuntimeError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RuntimeError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+    fn kind(&self) -> &'static str {
+        match self {
+            RuntimeError::Config(_) => "config",
+            RuntimeError::Source(_) => "source",
+            RuntimeError::Changelog(_) => "changelog",
+            RuntimeError::Sink(_) => "sink",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RunOptions {
+    /// Emit every instant committed so far, then return.
+    pub once: bool,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+struct Task {
+    cfg: ConnectorConfig,
+    source: Arc<dyn Source>,
+    sink: TxnSink,
+    encoder: ChangelogEncoder,
+    /// What the open transaction will commit.
+    state: Offsets,
+    /// What the last committed transaction committed.
+    committed: Offsets,
+    written: HashMap<&'static str, u64>,
+    opts: RunOptions,
+}
+
+enum Flow {
+    Continue,
+    Stop,
+}
+
+pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
+    let name = cfg.name.clone();
+    let res = run_inner(cfg, opts).await;
+    if let Err(e) = &res {
+        metrics::ERRORS.with_label_values(&[&name, e.kind()]).inc();
+    }
+    res
+}
+
+async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
+    let source: Arc<dyn Source> = {
+        let c = cfg.clone();
+        Arc::new(tokio::task::spawn_blocking(move || HudiSource::open(&c)).await.expect("open panicked")?)
+    };
+    let sink = TxnSink::start(&cfg).await?;
+    let state = {
+        let (b, t, k, o) = (cfg.bootstrap_servers.clone(), cfg.offsets_topic.clone(), cfg.offsets_key(), cfg.producer_overrides.clone());
+        tokio::task::spawn_blocking(move || read_offsets(&b, &t, &k, &o)).await.expect("offsets reader panicked")?
+    }
+    .unwrap_or_default();
+    tracing::info!(connector = %cfg.name, issued = ?state.issued, in_flight = state.in_flight.is_some(), "resuming from stored offsets");
+    let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.schema_registry_url)?;
+    metrics::set_ready(true);
+    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), opts };
+    loop {
+        match task.cycle().await {
+            Ok(Flow::Stop) => return Ok(()),
+            Ok(Flow::Continue) => {}
+            Err(RuntimeError::Sink(SinkError::Aborted(why))) => {
+                tracing::warn!(connector = %task.cfg.name, %why, "transaction aborted; replaying from the last committed offsets");
+                task.state = task.committed.clone();
+                task.written.clear();
+                continue;
+            }
+            Err(e) => {
+                let _ = task.sink.abort().await;
+                return Err(e);
+            }
+        }
+        if task.stopping() {
+            return Ok(());
+        }
+        let mut sd = task.opts.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(task.cfg.check_interval) => {}
+            _ = sd.changed() => {}
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Task {
+    fn stopping(&self) -> bool {
+        *self.opts.shutdown.borrow()
+    }
+
+    fn end_reached(&self) -> bool {
+        match (&self.cfg.end_commit, &self.state.issued) {
+            (Some(end), Some(p)) => p.instant.as_str() >= end.as_str(),
+            _ => false,
+        }
+    }
+
+    /// One poll and everything it found. `Stop` when done (`--once`, end commit, shutdown).
+    async fn cycle(&mut self) -> Result<Flow, RuntimeError> {
+        loop {
+            if self.end_reached() {
+                tracing::info!(connector = %self.cfg.name, "read.end-commit reached");
+                return Ok(Flow::Stop);
+            }
+            let started = Instant::now();
+            let (src, issued) = (self.source.clone(), self.state.issued.clone());
+            let in_flight = self.state.in_flight.clone();
+            let units = tokio::task::spawn_blocking(move || match &in_flight {
+                // an interrupted unit is finished first, exactly as it was planned
+                Some(f) => src.unit_at(&f.unit, f.snapshot).map(|u| vec![u]),
+                None => src.poll(issued.as_ref()),
+            })
+            .await
+            .expect("poll panicked")?;
+            metrics::POLL_SECONDS.observe(started.elapsed().as_secs_f64());
+            metrics::PENDING_UNITS.with_label_values(&[&self.cfg.name]).set(units.len() as f64);
+            if units.is_empty() {
+                self.flush().await?;
+                return Ok(if self.opts.once { Flow::Stop } else { Flow::Continue });
+            }
+            for unit in units {
+                if self.stopping() {
+                    self.flush().await?;
+                    return Ok(Flow::Stop);
+                }
+                self.emit_unit(&unit).await?;
+                if self.end_reached() {
+                    self.flush().await?;
+                    return Ok(Flow::Stop);
+                }
+            }
+            if !self.opts.once && self.cfg.commits_limit.is_none() {
+                self.flush().await?;
+                return Ok(Flow::Continue);
+            }
+        }
+    }
+
+    async fn emit_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
+        let name = self.cfg.name.clone();
+        let mut progress = match &self.state.in_flight {
+            Some(f) if f.unit == unit.position && f.snapshot == unit.snapshot => f.splits.clone(),
+            _ => Default::default(),
+        };
+        if let Some(why) = unit.skipped {
+            tracing::debug!(connector = %name, instant = %unit.position.instant, why, "instant emits nothing");
+            metrics::UNITS.with_label_values(&[name.as_str(), "skipped"]).inc();
+            return self.finish_unit(unit).await;
+        }
+        let done: HashSet<String> = progress.iter().filter(|(_, p)| p.done).map(|(k, _)| k.clone()).collect();
+        tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action, operation = ?unit.operation,
+            snapshot = unit.snapshot, splits = unit.splits.len(), resumed_splits = done.len(), "emitting instant");
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
+        let (src, u) = (self.source.clone(), unit.clone());
+        let reader = tokio::task::spawn_blocking(move || {
+            src.read_unit(&u, &done, &mut |sc| {
+                tx.blocking_send(sc).map_err(|_| SourceError::Unsupported { message: "reader stopped".into() })
+            })
+        });
+        let total = unit.splits.len();
+        let mut finished = progress.values().filter(|p| p.done).count();
+        let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
+        while let Some(sc) = rx.recv().await {
+            metrics::ROWS_READ.with_label_values(&[&name]).inc_by(sc.rows_read);
+            metrics::BYTES_READ.with_label_values(&[&name]).inc_by(sc.bytes_read);
+            let enc = self.encoder.split(unit, &sc).await?;
+            let entry = progress.entry(sc.split.id.clone()).or_default();
+            let skip = entry.consumed as usize;
+            let ts = now_ms();
+            for (i, row) in sc.rows.iter().enumerate().skip(skip) {
+                records.clear();
+                enc.encode(row, ts, &mut records);
+                self.sink.send(&records)?;
+                metrics::RECORDS_POLLED.with_label_values(&[&name, row.op.code()]).inc();
+                *self.written.entry(row.op.code()).or_default() += 1;
+                if records.len() > 1 {
+                    *self.written.entry("tombstone").or_default() += 1;
+                }
+                self.state.records += records.len() as u64;
+                progress.get_mut(&sc.split.id).expect("inserted above").consumed = i as u64 + 1;
+                if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || (i % 1024 == 0 && self.stopping()) {
+                    self.state.in_flight = Some(InFlight { unit: unit.position.clone(), snapshot: unit.snapshot, splits: progress.clone() });
+                    self.commit().await?;
+                    if self.stopping() {
+                        drop(rx);
+                        let _ = reader.await;
+                        return Ok(());
+                    }
+                }
+            }
+            progress.get_mut(&sc.split.id).expect("inserted above").done = true;
+            finished += 1;
+            if unit.snapshot {
+                metrics::SNAPSHOT_PROGRESS.with_label_values(&[&name]).set((total - finished) as f64);
+                tracing::info!(connector = %name, done = finished, total, rows = sc.rows.len(), "full scan progress");
+            }
+            self.state.in_flight = Some(InFlight { unit: unit.position.clone(), snapshot: unit.snapshot, splits: progress.clone() });
+            if self.stopping() {
+                break;
+            }
+        }
+        reader.await.expect("reader panicked").or_else(|e| if self.stopping() { Ok(()) } else { Err(e) })?;
+        if self.stopping() && finished < total {
+            return self.commit().await;
+        }
+        metrics::UNITS.with_label_values(&[name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }]).inc();
+        self.finish_unit(unit).await
+    }
+
+    async fn finish_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
+        self.state.issued = Some(unit.position.clone());
+        self.state.in_flight = None;
+        metrics::LAG_SECONDS
+            .with_label_values(&[&self.cfg.name])
+            .set(((now_ms() - unit.ts_ms) as f64 / 1000.0).max(0.0));
+        match self.cfg.boundary {
+            TxnBoundary::Instant => self.commit().await,
+            TxnBoundary::Interval(every) => {
+                if self.sink.txn_age().unwrap_or(Duration::MAX) >= every {
+                    self.commit().await
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Commit whatever is pending (interval boundary, shutdown).
+    async fn flush(&mut self) -> Result<(), RuntimeError> {
+        if self.state != self.committed || self.sink.txn_records() > 0 {
+            self.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self) -> Result<(), RuntimeError> {
+        self.state.updated_ms = now_ms();
+        self.sink.commit(&self.state).await?;
+        for (op, n) in self.written.drain() {
+            metrics::RECORDS_WRITTEN.with_label_values(&[&self.cfg.name, op]).inc_by(n);
+        }
+        self.committed = self.state.clone();
+        Ok(())
+    }
+}
+
+/// Print the stored offsets of a connector (for `lakestream offsets show`).
+pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
+    Ok(read_offsets(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.offsets_key(), &cfg.producer_overrides)?)
+}

@@ -1,0 +1,242 @@
+//! The exactly-once sink: a transactional producer (`transactional.id = <name>-<task>`) whose every
+//! transaction carries change records plus the offsets record that accounts for them.
+//! Blocking librdkafka transaction calls run on the blocking pool; errors are classed as
+//! retriable (retry), abortable (abort, replay from the last committed offsets) or fatal
+//! (fenced by a newer instance, or broken producer: exit non-zero).
+
+pub mod offsets;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
+
+use crate::changelog::KafkaRecord;
+use crate::config::ConnectorConfig;
+use crate::metrics;
+use offsets::{is_client_security_key, Offsets};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("kafka: {context}: {source}")]
+    Kafka { context: String, source: KafkaError },
+    /// The open transaction was aborted; replay from the last committed offsets.
+    #[error("transaction aborted: {0}")]
+    Aborted(String),
+    /// Another instance with the same transactional.id took over, or the producer is unusable.
+    #[error("fatal producer error (fenced by a newer instance of this connector task?): {0}")]
+    Fatal(String),
+    #[error("offsets: {0}")]
+    Offsets(String),
+}
+
+impl SinkError {
+    pub fn kafka(context: impl Into<String>, source: KafkaError) -> Self {
+        SinkError::Kafka { context: context.into(), source }
+    }
+}
+
+pub struct TxnSink {
+    producer: Arc<ThreadedProducer<DefaultProducerContext>>,
+    topic: String,
+    offsets_topic: String,
+    offsets_key: String,
+    in_txn: bool,
+    txn_records: u64,
+    txn_started: Option<Instant>,
+    timeout: Duration,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task panicked")
+}
+
+fn classify(context: &str, e: KafkaError) -> SinkError {
+    if let KafkaError::Transaction(ref t) = e {
+        if t.is_fatal() {
+            return SinkError::Fatal(format!("{context}: {t}"));
+        }
+        if t.txn_requires_abort() {
+            return SinkError::Aborted(format!("{context}: {t}"));
+        }
+    }
+    if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)) {
+        return SinkError::Fatal(format!("{context}: {e}"));
+    }
+    SinkError::kafka(context, e)
+}
+
+fn retriable(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::Transaction(t) if t.is_retriable())
+}
+
+impl TxnSink {
+    /// Create topics if missing, build the producer and `init_transactions` (which fences any older
+    /// producer of this task and aborts the transaction it left open).
+    pub async fn start(cfg: &ConnectorConfig) -> Result<Self, SinkError> {
+        ensure_topics(cfg).await?;
+        let mut pc = ClientConfig::new();
+        pc.set("bootstrap.servers", &cfg.bootstrap_servers)
+            .set("transactional.id", cfg.transactional_id())
+            .set("enable.idempotence", "true")
+            .set("transaction.timeout.ms", cfg.transaction_timeout_ms.to_string())
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", "5")
+            .set("queue.buffering.max.messages", "1000000");
+        for (k, v) in &cfg.producer_overrides {
+            pc.set(k, v);
+        }
+        let producer: ThreadedProducer<DefaultProducerContext> =
+            pc.create().map_err(|e| SinkError::kafka("creating producer", e))?;
+        let producer = Arc::new(producer);
+        let timeout = Duration::from_millis(cfg.transaction_timeout_ms.max(10_000));
+        let p = producer.clone();
+        let started = Instant::now();
+        blocking(move || p.init_transactions(timeout))
+            .await
+            .map_err(|e| classify("init_transactions", e))?;
+        tracing::info!(transactional_id = %cfg.transactional_id(), ms = started.elapsed().as_millis() as u64, "producer initialised (older instances fenced)");
+        Ok(Self {
+            producer,
+            topic: cfg.topic.clone(),
+            offsets_topic: cfg.offsets_topic.clone(),
+            offsets_key: cfg.offsets_key(),
+            in_txn: false,
+            txn_records: 0,
+            txn_started: None,
+            timeout,
+        })
+    }
+
+    pub fn txn_records(&self) -> u64 {
+        self.txn_records
+    }
+
+    pub fn txn_age(&self) -> Option<Duration> {
+        self.txn_started.map(|t| t.elapsed())
+    }
+
+    fn begin(&mut self) -> Result<(), SinkError> {
+        if !self.in_txn {
+            self.producer.begin_transaction().map_err(|e| classify("begin_transaction", e))?;
+            self.in_txn = true;
+            self.txn_records = 0;
+            self.txn_started = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn send_to(&mut self, topic: &str, key: &[u8], value: Option<&[u8]>) -> Result<(), SinkError> {
+        self.begin()?;
+        let mut rec = BaseRecord::<[u8], [u8]>::to(topic).key(key);
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
+        loop {
+            match self.producer.send(rec) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    rec = r;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(classify("produce", e)),
+            }
+        }
+    }
+
+    /// Queue change records in the open transaction (beginning one if needed).
+    pub fn send(&mut self, records: &[KafkaRecord]) -> Result<(), SinkError> {
+        let topic = self.topic.clone();
+        for r in records {
+            self.send_to(&topic, &r.key, r.value.as_deref())?;
+            self.txn_records += 1;
+        }
+        Ok(())
+    }
+
+    /// Write `offsets` and commit the transaction with everything sent since it began.
+    pub async fn commit(&mut self, offsets: &Offsets) -> Result<(), SinkError> {
+        let value = serde_json::to_vec(offsets).map_err(|e| SinkError::Offsets(e.to_string()))?;
+        let (ot, ok) = (self.offsets_topic.clone(), self.offsets_key.clone());
+        self.send_to(&ot, ok.as_bytes(), Some(&value))?;
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let p = self.producer.clone();
+            let timeout = self.timeout;
+            match blocking(move || p.commit_transaction(timeout)).await {
+                Ok(()) => break,
+                Err(e) if retriable(&e) && attempt < 5 => {
+                    attempt += 1;
+                    tracing::warn!(error = %e, attempt, "commit_transaction retriable error, retrying");
+                }
+                Err(e) => {
+                    let err = classify("commit_transaction", e);
+                    if matches!(err, SinkError::Aborted(_)) {
+                        self.abort().await?;
+                    }
+                    metrics::TXN_ABORTED.inc();
+                    return Err(err);
+                }
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        metrics::OFFSET_COMMIT_SECONDS.observe(secs);
+        metrics::TXN_RECORDS.observe(self.txn_records as f64);
+        metrics::TXN_COMMITTED.inc();
+        if let Some(t) = self.txn_started {
+            metrics::TXN_SECONDS.observe(t.elapsed().as_secs_f64());
+        }
+        self.in_txn = false;
+        self.txn_records = 0;
+        self.txn_started = None;
+        Ok(())
+    }
+
+    pub async fn abort(&mut self) -> Result<(), SinkError> {
+        if !self.in_txn {
+            return Ok(());
+        }
+        let p = self.producer.clone();
+        let timeout = self.timeout;
+        blocking(move || p.abort_transaction(timeout)).await.map_err(|e| classify("abort_transaction", e))?;
+        self.in_txn = false;
+        self.txn_records = 0;
+        self.txn_started = None;
+        Ok(())
+    }
+}
+
+async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
+    let mut ac = ClientConfig::new();
+    ac.set("bootstrap.servers", &cfg.bootstrap_servers);
+    for (k, v) in &cfg.producer_overrides {
+        if is_client_security_key(k) {
+            ac.set(k, v);
+        }
+    }
+    let admin: AdminClient<DefaultClientContext> = ac.create().map_err(|e| SinkError::kafka("admin client", e))?;
+    let compact = [("cleanup.policy", "compact")];
+    let topics = [
+        NewTopic::new(&cfg.offsets_topic, 1, TopicReplication::Fixed(cfg.replication_factor)).set(compact[0].0, compact[0].1),
+        NewTopic::new(&cfg.topic, cfg.topic_partitions, TopicReplication::Fixed(cfg.replication_factor)),
+    ];
+    let res = admin
+        .create_topics(&topics, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
+        .await
+        .map_err(|e| SinkError::kafka("create topics", e))?;
+    for r in res {
+        match r {
+            Ok(t) => tracing::info!(topic = %t, "topic created"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => {
+                return Err(SinkError::Offsets(format!("cannot create topic `{t}`: {code}")));
+            }
+        }
+    }
+    Ok(())
+}

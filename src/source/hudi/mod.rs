@@ -1,0 +1,401 @@
+//! Apache Hudi source: the monitor (timeline → units) and the reader (file slices → change rows).
+//!
+//! Beyond Flink's commit-time filter, a change unit diffs the new file slices of every file group
+//! an instant touched against the previous committed slices of the same file groups, so deletes
+//! and insert-overwrites on copy-on-write tables show up as `d`, updates carry `before`, and
+//! compaction/clustering output (same rows, new files) emits nothing.
+
+pub mod files;
+pub mod timeline;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+
+use self::files::{base_as_of, list_partition, list_partitions, partition_dir, read_base, PartitionFiles};
+use self::timeline::{instant_millis, CommitMetadata, Instant, TableConfig, Timeline};
+use super::rows::{conform, diff, nullable, snapshot_rows};
+use super::{Position, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
+use crate::config::{ConnectorConfig, StartCommit};
+
+pub struct HudiSource {
+    table: TableConfig,
+    info: TableInfo,
+    start: StartCommit,
+    end_commit: Option<String>,
+    commits_limit: Option<usize>,
+    skip_compaction: bool,
+    skip_clustering: bool,
+}
+
+impl HudiSource {
+    pub fn open(cfg: &ConnectorConfig) -> Result<Self, SourceError> {
+        let table = TableConfig::load(&cfg.table_path)?;
+        let mut key_fields = table.key_fields.clone();
+        if key_fields.is_empty() {
+            key_fields.push("_hoodie_record_key".into());
+        }
+        Ok(Self {
+            info: TableInfo { name: table.name.clone(), key_fields },
+            table,
+            start: cfg.start.clone(),
+            end_commit: cfg.end_commit.clone(),
+            commits_limit: cfg.commits_limit,
+            skip_compaction: cfg.skip_compaction,
+            skip_clustering: cfg.skip_clustering,
+        })
+    }
+
+    fn ts_ms(i: &Instant) -> i64 {
+        std::fs::metadata(&i.file)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested)))
+            .unwrap_or(0)
+    }
+
+    fn position(i: &Instant) -> Position {
+        Position { instant: i.requested.clone(), completed: i.completed.clone() }
+    }
+
+    fn snapshot_unit(&self, tl: &Timeline, at: &Instant) -> Result<Unit, SourceError> {
+        let replaced = self.replaced_up_to(tl, at.order_key())?;
+        let mut splits = Vec::new();
+        for p in list_partitions(&self.table.path)? {
+            let files = list_partition(&self.table.path, &p)?;
+            for (fg, base) in &files.base {
+                if replaced.contains(&(p.clone(), fg.clone())) {
+                    continue;
+                }
+                if base_as_of(base, tl, at.order_key(), true).is_some() {
+                    splits.push(split_spec(&p, fg));
+                }
+            }
+        }
+        Ok(Unit {
+            position: Self::position(at),
+            action: at.action.clone(),
+            operation: None,
+            snapshot: true,
+            ts_ms: Self::ts_ms(at),
+            splits,
+            skipped: None,
+        })
+    }
+
+    /// File groups replaced by completed replacecommits up to `at` (inclusive).
+    fn replaced_up_to(&self, tl: &Timeline, at: &str) -> Result<BTreeSet<(String, String)>, SourceError> {
+        let mut out = BTreeSet::new();
+        for i in tl.completed.iter().filter(|i| i.action == "replacecommit" && i.order_key() <= at) {
+            let md = CommitMetadata::load(&i.file)?;
+            out.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
+        }
+        Ok(out)
+    }
+
+    fn change_unit(&self, i: &Instant) -> Result<Unit, SourceError> {
+        let mut unit = Unit {
+            position: Self::position(i),
+            action: i.action.clone(),
+            operation: None,
+            snapshot: false,
+            ts_ms: Self::ts_ms(i),
+            splits: Vec::new(),
+            skipped: None,
+        };
+        match i.action.as_str() {
+            "commit" | "deltacommit" | "replacecommit" => {}
+            "restore" => {
+                return Err(SourceError::Unreadable {
+                    message: format!(
+                        "instant {} is a restore: it rewinds committed data, which a changelog cannot follow; \
+                         restart the connector with a new name and read.start-commit=earliest (full rescan)",
+                        i.requested
+                    ),
+                })
+            }
+            _ => {
+                unit.skipped = Some("no data change");
+                return Ok(unit);
+            }
+        }
+        let md = CommitMetadata::load(&i.file)?;
+        unit.operation = md.operation.clone();
+        match md.operation.as_deref() {
+            Some("COMPACT") | Some("LOG_COMPACT") if self.skip_compaction => {
+                unit.skipped = Some("compaction (read.streaming.skip_compaction)");
+                return Ok(unit);
+            }
+            Some("CLUSTER") if self.skip_clustering => {
+                unit.skipped = Some("clustering (read.streaming.skip_clustering)");
+                return Ok(unit);
+            }
+            _ => {}
+        }
+        let mut touched = BTreeSet::new();
+        for (p, fg, path) in md.writes() {
+            if let Some(path) = path {
+                let name = path.rsplit('/').next().unwrap_or(path);
+                if files::parse_log_name(name).is_some() {
+                    return Err(SourceError::Unsupported {
+                        message: format!(
+                            "instant {} wrote log file {path}: merge-on-read log files are not read by this build",
+                            i.requested
+                        ),
+                    });
+                }
+            }
+            touched.insert((p.to_string(), fg.to_string()));
+        }
+        touched.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
+        unit.splits = touched.iter().map(|(p, fg)| split_spec(p, fg)).collect();
+        Ok(unit)
+    }
+
+    /// Read the given slices of each split, conform to one schema, return (batches, per split
+    /// batch indexes, file names, rows read, bytes read).
+    fn load_sides(
+        &self,
+        splits: &[SplitSpec],
+        tl: &Timeline,
+        unit: &Unit,
+        replaced: &BTreeSet<(String, String)>,
+    ) -> Result<Sides, SourceError> {
+        let mut listings: BTreeMap<String, PartitionFiles> = BTreeMap::new();
+        let at = unit.position.order_key();
+        let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
+        let mut sides = Sides::new(splits.len());
+        for (s, sp) in splits.iter().enumerate() {
+            if !listings.contains_key(&sp.partition) {
+                listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);
+            }
+            let files = listings[&sp.partition].base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let old = if unit.snapshot { None } else { base_as_of(files, tl, at, false) };
+            let new = if replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
+                None
+            } else {
+                base_as_of(files, tl, at, true)
+            };
+            // an untouched slice on both sides changes nothing
+            let (old, new) = if old.is_some() && old == new { (None, None) } else { (old, new) };
+            for (is_new, f) in [(false, old), (true, new)] {
+                let Some(f) = f else { continue };
+                let path = partition_dir(&self.table.path, &sp.partition).join(&f.name);
+                let (schema, batches, size) = read_base(&path).map_err(|e| cleaned_hint(e, unit))?;
+                sides.rows_read[s] += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+                sides.bytes_read[s] += size;
+                if is_new || sides.file[s].is_empty() {
+                    sides.file[s] = join_path(&sp.partition, &f.name);
+                }
+                raw.push((s, is_new, schema, batches));
+            }
+        }
+        // the unit's value schema: the newest file's, every column nullable
+        let target = raw
+            .iter()
+            .rev()
+            .find(|r| r.1)
+            .or(raw.last())
+            .map(|r| nullable(&r.2, &[]));
+        if let Some(target) = target {
+            for (s, is_new, _, batches) in raw {
+                for b in batches {
+                    let idx = sides.batches.len() as u32;
+                    sides.batches.push(conform(&b, &target)?);
+                    if is_new { sides.new[s].push(idx) } else { sides.old[s].push(idx) }
+                }
+            }
+        }
+        Ok(sides)
+    }
+
+    fn key_columns(&self, schema: &SchemaRef) -> Result<(Vec<usize>, Option<usize>), SourceError> {
+        let keys = self
+            .info
+            .key_fields
+            .iter()
+            .map(|k| {
+                schema.index_of(k).map_err(|_| SourceError::Unreadable {
+                    message: format!(
+                        "table {}: record key field `{k}` (hoodie.table.recordkey.fields) is not a column of the data files",
+                        self.table.path.display()
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((keys, schema.index_of("_hoodie_commit_time").ok()))
+    }
+}
+
+struct Sides {
+    batches: Vec<RecordBatch>,
+    old: Vec<Vec<u32>>,
+    new: Vec<Vec<u32>>,
+    file: Vec<String>,
+    rows_read: Vec<u64>,
+    bytes_read: Vec<u64>,
+}
+
+impl Sides {
+    fn new(n: usize) -> Self {
+        Self {
+            batches: Vec::new(),
+            old: vec![Vec::new(); n],
+            new: vec![Vec::new(); n],
+            file: vec![String::new(); n],
+            rows_read: vec![0; n],
+            bytes_read: vec![0; n],
+        }
+    }
+}
+
+fn split_spec(partition: &str, fg: &str) -> SplitSpec {
+    SplitSpec { id: join_path(partition, fg), partition: partition.into(), file_group: fg.into() }
+}
+
+fn join_path(partition: &str, name: &str) -> String {
+    if partition.is_empty() { name.into() } else { format!("{partition}/{name}") }
+}
+
+/// A file the unit needs has gone (cleaned): say which, and the way out.
+fn cleaned_hint(e: SourceError, unit: &Unit) -> SourceError {
+    match e {
+        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
+            message: format!(
+                "instant {}: file {} is gone (cleaned or archived away before it was read); the changelog cannot \
+                 be continued exactly. Ways out: restart with a new connector name and read.start-commit=latest \
+                 (skip the gap), or read.start-commit=earliest (full rescan); keep the cleaner's retention longer \
+                 than the connector's lag",
+                unit.position.instant,
+                path.display()
+            ),
+        },
+        other => other,
+    }
+}
+
+impl Source for HudiSource {
+    fn info(&self) -> &TableInfo {
+        &self.info
+    }
+
+    fn poll(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
+        let tl = Timeline::load(&self.table)?;
+        let mut candidates: Vec<&Instant> = match after {
+            Some(p) => tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect(),
+            None => match &self.start {
+                StartCommit::Earliest => {
+                    return match tl.latest() {
+                        Some(l) => Ok(vec![self.snapshot_unit(&tl, l)?]),
+                        None => Ok(Vec::new()),
+                    }
+                }
+                StartCommit::Latest => {
+                    return Ok(tl
+                        .latest()
+                        .map(|l| Unit {
+                            position: Self::position(l),
+                            action: l.action.clone(),
+                            operation: None,
+                            snapshot: false,
+                            ts_ms: Self::ts_ms(l),
+                            splits: Vec::new(),
+                            skipped: Some("start at latest"),
+                        })
+                        .into_iter()
+                        .collect())
+                }
+                StartCommit::Instant(x) => tl.completed.iter().filter(|i| i.requested.as_str() >= x.as_str()).collect(),
+            },
+        };
+        if let Some(end) = &self.end_commit {
+            candidates.retain(|i| i.requested.as_str() <= end.as_str());
+        }
+        if let Some(limit) = self.commits_limit {
+            candidates.truncate(limit);
+        }
+        candidates.into_iter().map(|i| self.change_unit(i)).collect()
+    }
+
+    fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
+        let tl = Timeline::load(&self.table)?;
+        let i = tl.get(&position.instant).ok_or_else(|| SourceError::Unreadable {
+            message: format!(
+                "the interrupted instant {} is no longer on the active timeline (archived, or rolled back by a \
+                 restore); restart with read.start-commit=latest or earliest under a new connector name",
+                position.instant
+            ),
+        })?;
+        if snapshot { self.snapshot_unit(&tl, i) } else { self.change_unit(i) }
+    }
+
+    fn read_unit(
+        &self,
+        unit: &Unit,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        if unit.splits.is_empty() {
+            return Ok(());
+        }
+        let tl = Timeline::load(&self.table)?;
+        if !unit.snapshot && tl.get(&unit.position.instant).is_none() {
+            return Err(SourceError::Unreadable {
+                message: format!(
+                    "instant {} is no longer on the active timeline (archived or rolled back) and its files cannot \
+                     be planned; restart from read.start-commit=latest or earliest",
+                    unit.position.instant
+                ),
+            });
+        }
+        let replaced = if unit.snapshot {
+            self.replaced_up_to(&tl, unit.position.order_key())?
+        } else {
+            let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").file)?;
+            md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
+        };
+        if unit.snapshot {
+            // one split at a time: a full scan never holds more than one file slice
+            for sp in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
+                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced)?;
+                let Some(first) = sides.batches.first() else { continue };
+                let (keys, order) = self.key_columns(&first.schema())?;
+                let rows = snapshot_rows(&sides.batches, &keys, order)?;
+                emit(SplitChanges {
+                    split: sp.clone(),
+                    file: sides.file[0].clone(),
+                    rows,
+                    rows_read: sides.rows_read[0],
+                    bytes_read: sides.bytes_read[0],
+                    batches: Arc::new(sides.batches),
+                })?;
+            }
+            return Ok(());
+        }
+        // a change unit is diffed as a whole: keys may move between the file groups it touched
+        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced)?;
+        let Some(first) = sides.batches.first() else { return Ok(()) };
+        let (keys, order) = self.key_columns(&first.schema())?;
+        let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
+        let batches = Arc::new(sides.batches);
+        for (s, rows) in per_split.into_iter().enumerate() {
+            let sp = &unit.splits[s];
+            if done.contains(&sp.id) {
+                continue;
+            }
+            emit(SplitChanges {
+                split: sp.clone(),
+                file: sides.file[s].clone(),
+                batches: batches.clone(),
+                rows,
+                rows_read: sides.rows_read[s],
+                bytes_read: sides.bytes_read[s],
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,272 @@
+//! The Hudi table config (`hoodie.properties`) and active timeline, both layouts:
+//! layout 1 (table version 6: `.hoodie/<instant>.<action>`, JSON commit metadata, no completion
+//! times) and layout 2 (table versions 8/9: `.hoodie/timeline/<requested>_<completion>.<action>`,
+//! Avro commit metadata, ordered by completion time).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::source::SourceError;
+
+/// Completed actions that may change data, in Hudi's names.
+const WRITE_ACTIONS: &[&str] = &["commit", "deltacommit", "replacecommit"];
+const ALL_ACTIONS: &[&str] = &[
+    "commit", "deltacommit", "replacecommit", "rollback", "clean", "savepoint", "restore", "indexing",
+    "compaction", "logcompaction", "clustering",
+];
+
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    pub path: PathBuf,
+    pub name: String,
+    pub version: u32,
+    pub layout: u32,
+    pub table_type: String,
+    pub key_fields: Vec<String>,
+    pub timeline_dir: PathBuf,
+    pub props: HashMap<String, String>,
+}
+
+impl TableConfig {
+    pub fn load(path: &Path) -> Result<Self, SourceError> {
+        let file = path.join(".hoodie").join("hoodie.properties");
+        let f = std::fs::File::open(&file).map_err(|e| SourceError::Unreadable {
+            message: format!("{}: not a Hudi table (cannot open {}: {e})", path.display(), file.display()),
+        })?;
+        let props = java_properties::read(std::io::BufReader::new(f))
+            .map_err(|e| SourceError::format(&file, e.to_string()))?;
+        let version: u32 = props.get("hoodie.table.version").and_then(|v| v.parse().ok()).unwrap_or(6);
+        let layout: u32 = props
+            .get("hoodie.timeline.layout.version")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if version >= 8 { 2 } else { 1 });
+        let timeline_dir = if layout >= 2 {
+            path.join(".hoodie").join(props.get("hoodie.timeline.path").map(String::as_str).unwrap_or("timeline"))
+        } else {
+            path.join(".hoodie")
+        };
+        let key_fields = props
+            .get("hoodie.table.recordkey.fields")
+            .map(|s| s.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+            .unwrap_or_default();
+        Ok(Self {
+            path: path.to_path_buf(),
+            name: props.get("hoodie.table.name").cloned().unwrap_or_else(|| "table".into()),
+            version,
+            layout,
+            table_type: props.get("hoodie.table.type").cloned().unwrap_or_else(|| "COPY_ON_WRITE".into()),
+            key_fields,
+            timeline_dir,
+            props,
+        })
+    }
+
+    pub fn is_mor(&self) -> bool {
+        self.table_type == "MERGE_ON_READ"
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instant {
+    pub requested: String,
+    pub completed: Option<String>,
+    pub action: String,
+    pub file: PathBuf,
+}
+
+impl Instant {
+    pub fn order_key(&self) -> &str {
+        self.completed.as_deref().unwrap_or(&self.requested)
+    }
+    pub fn is_write(&self) -> bool {
+        WRITE_ACTIONS.contains(&self.action.as_str())
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// Completed instants in timeline order.
+    pub completed: Vec<Instant>,
+    /// Requested times of instants that are requested or inflight only.
+    pub pending: HashSet<String>,
+    by_requested: HashMap<String, usize>,
+    /// Smallest requested time on the active timeline; earlier instants are archived.
+    first_active: Option<String>,
+}
+
+impl Timeline {
+    pub fn load(table: &TableConfig) -> Result<Self, SourceError> {
+        let dir = &table.timeline_dir;
+        let entries = std::fs::read_dir(dir).map_err(SourceError::io(dir))?;
+        let mut completed = Vec::new();
+        let mut seen_states: BTreeMap<String, bool> = BTreeMap::new(); // requested -> has completed file
+        for e in entries {
+            let e = e.map_err(SourceError::io(dir))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(parsed) = parse_name(&name, table.layout) else { continue };
+            match parsed {
+                Parsed::Completed { requested, completed: c, action } => {
+                    seen_states.insert(requested.clone(), true);
+                    completed.push(Instant { requested, completed: c, action, file: e.path() });
+                }
+                Parsed::Pending { requested } => {
+                    seen_states.entry(requested).or_insert(false);
+                }
+            }
+        }
+        completed.sort_by(|a, b| a.order_key().cmp(b.order_key()).then(a.requested.cmp(&b.requested)));
+        let by_requested = completed.iter().enumerate().map(|(i, x)| (x.requested.clone(), i)).collect();
+        let pending = seen_states.iter().filter(|(_, c)| !**c).map(|(r, _)| r.clone()).collect();
+        let first_active = seen_states.keys().next().cloned();
+        Ok(Self { completed, pending, by_requested, first_active })
+    }
+
+    pub fn get(&self, requested: &str) -> Option<&Instant> {
+        self.by_requested.get(requested).map(|i| &self.completed[*i])
+    }
+
+    /// The timeline order key of a file's instant when that instant is completed: its completion
+    /// time on the active timeline, or its own time when it predates the active timeline
+    /// (archived instants were completed). `None`: pending, rolled back or unknown.
+    pub fn completed_order(&self, requested: &str) -> Option<String> {
+        if let Some(i) = self.get(requested) {
+            return Some(i.order_key().to_string());
+        }
+        match &self.first_active {
+            Some(first) if requested < first.as_str() && !self.pending.contains(requested) => Some(requested.into()),
+            _ => None,
+        }
+    }
+
+    pub fn latest(&self) -> Option<&Instant> {
+        self.completed.last()
+    }
+}
+
+enum Parsed {
+    Completed { requested: String, completed: Option<String>, action: String },
+    Pending { requested: String },
+}
+
+fn is_ts(s: &str) -> bool {
+    s.len() >= 14 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn parse_name(name: &str, layout: u32) -> Option<Parsed> {
+    let mut parts = name.split('.');
+    let head = parts.next()?;
+    let rest: Vec<&str> = parts.collect();
+    let (requested, completed) = match head.split_once('_') {
+        Some((r, c)) if layout >= 2 && is_ts(r) && is_ts(c) => (r.to_string(), Some(c.to_string())),
+        _ if is_ts(head) => (head.to_string(), None),
+        _ => return None,
+    };
+    match rest.as_slice() {
+        [action] if *action == "inflight" => Some(Parsed::Pending { requested }),
+        [action] if ALL_ACTIONS.contains(action) => {
+            if layout >= 2 && completed.is_none() {
+                // layout 2 names completed instants `<requested>_<completion>.<action>`
+                return Some(Parsed::Pending { requested });
+            }
+            Some(Parsed::Completed { requested, completed, action: action.to_string() })
+        }
+        [_, state] if *state == "requested" || *state == "inflight" => Some(Parsed::Pending { requested }),
+        _ => None,
+    }
+}
+
+/// The parts of commit metadata the reader uses (JSON on layout 1, Avro on layout 2).
+#[derive(Debug, Default, Deserialize)]
+pub struct CommitMetadata {
+    #[serde(rename = "partitionToWriteStats", default)]
+    pub write_stats: Option<BTreeMap<String, Option<Vec<WriteStat>>>>,
+    #[serde(rename = "partitionToReplaceFileIds", default)]
+    pub replaced: Option<BTreeMap<String, Option<Vec<String>>>>,
+    #[serde(rename = "operationType", default)]
+    pub operation: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct WriteStat {
+    #[serde(rename = "fileId", default)]
+    pub file_id: Option<String>,
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+impl CommitMetadata {
+    pub fn load(file: &Path) -> Result<Self, SourceError> {
+        let bytes = std::fs::read(file).map_err(SourceError::io(file))?;
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Ok(Self::default());
+        }
+        let json = if bytes.starts_with(b"Obj\x01") {
+            let reader = apache_avro::Reader::new(&bytes[..])
+                .map_err(|e| SourceError::format(file, format!("bad Avro commit metadata: {e}")))?;
+            let first = reader
+                .into_iter()
+                .next()
+                .ok_or_else(|| SourceError::format(file, "empty Avro commit metadata"))?
+                .map_err(|e| SourceError::format(file, format!("bad Avro commit metadata: {e}")))?;
+            serde_json::Value::try_from(first)
+                .map_err(|e| SourceError::format(file, format!("commit metadata to JSON: {e}")))?
+        } else {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| SourceError::format(file, format!("bad JSON commit metadata: {e}")))?
+        };
+        serde_json::from_value(json).map_err(|e| SourceError::format(file, format!("unexpected commit metadata: {e}")))
+    }
+
+    /// (partition, file id, path) of every write.
+    pub fn writes(&self) -> impl Iterator<Item = (&str, &str, Option<&str>)> {
+        self.write_stats.iter().flatten().flat_map(|(p, stats)| {
+            stats.iter().flatten().filter_map(move |s| Some((p.as_str(), s.file_id.as_deref()?, s.path.as_deref())))
+        })
+    }
+
+    /// (partition, file id) of every file group replaced (insert overwrite, clustering).
+    pub fn replaced(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.replaced
+            .iter()
+            .flatten()
+            .flat_map(|(p, ids)| ids.iter().flatten().map(move |id| (p.as_str(), id.as_str())))
+    }
+}
+
+/// Epoch millis of an instant time `yyyyMMddHHmmss[SSS]` read as UTC.
+pub fn instant_millis(ts: &str) -> Option<i64> {
+    let fmt = if ts.len() >= 17 { "%Y%m%d%H%M%S%3f" } else { "%Y%m%d%H%M%S" };
+    let t = chrono::NaiveDateTime::parse_from_str(&ts[..ts.len().min(17)], fmt).ok()?;
+    Some(t.and_utc().timestamp_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_layouts() {
+        assert!(matches!(parse_name("20240418173213674.commit", 1), Some(Parsed::Completed { .. })));
+        assert!(matches!(parse_name("20240418173213674.inflight", 1), Some(Parsed::Pending { .. })));
+        assert!(matches!(parse_name("20240418173213674.commit.requested", 1), Some(Parsed::Pending { .. })));
+        match parse_name("20260307162434124_20260307162438653.replacecommit", 2) {
+            Some(Parsed::Completed { requested, completed, action }) => {
+                assert_eq!(requested, "20260307162434124");
+                assert_eq!(completed.as_deref(), Some("20260307162438653"));
+                assert_eq!(action, "replacecommit");
+            }
+            _ => panic!("not parsed"),
+        }
+        assert!(matches!(parse_name("20260307162454799.clustering.requested", 2), Some(Parsed::Pending { .. })));
+        assert!(parse_name("hoodie.properties", 1).is_none());
+        assert!(parse_name("archived", 1).is_none());
+    }
+
+    #[test]
+    fn instant_times() {
+        assert_eq!(instant_millis("20240101000000000"), Some(1704067200000));
+        assert_eq!(instant_millis("20240101000001"), Some(1704067201000));
+    }
+}

@@ -1,0 +1,161 @@
+//! Sources: a monitor that turns newly committed table versions into [`Unit`]s (one per Hudi
+//! instant or Iceberg snapshot, or the initial full scan), each made of splits (one per file
+//! slice), and readers that turn a unit into change rows over Arrow batches.
+//!
+//! Readers are deterministic: reading the same unit twice yields the same splits with the same
+//! change rows in the same order. The runtime relies on that to resume inside a unit by skipping
+//! the records it already committed.
+
+pub mod hudi;
+pub mod rows;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use arrow_array::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+/// A source failure. `Unreadable` errors name the file or instant and the way out.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: cannot read parquet: {source}")]
+    Parquet { path: PathBuf, source: parquet::errors::ParquetError },
+    #[error("{path}: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("{context}: {source}")]
+    Arrow { context: String, source: arrow_schema::ArrowError },
+    #[error("{message}")]
+    Unreadable { message: String },
+    #[error("{message}")]
+    Unsupported { message: String },
+}
+
+impl SourceError {
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SourceError {
+        let path = path.into();
+        move |source| SourceError::Io { path, source }
+    }
+    pub fn format(path: impl Into<PathBuf>, message: impl Into<String>) -> SourceError {
+        SourceError::Format { path: path.into(), message: message.into() }
+    }
+    pub fn arrow(context: impl Into<String>) -> impl FnOnce(arrow_schema::ArrowError) -> SourceError {
+        let context = context.into();
+        move |source| SourceError::Arrow { context, source }
+    }
+}
+
+/// A point in the table's history: the last issued instant (or snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    /// Hudi requested instant time.
+    pub instant: String,
+    /// Hudi completion time (table version 8+); order is by completion when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<String>,
+}
+
+impl Position {
+    /// The timeline order: completion time where the table records one, else requested time.
+    pub fn order_key(&self) -> &str {
+        self.completed.as_deref().unwrap_or(&self.instant)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Read,
+    Create,
+    Update,
+    Delete,
+}
+
+impl Op {
+    pub fn code(self) -> &'static str {
+        match self {
+            Op::Read => "r",
+            Op::Create => "c",
+            Op::Update => "u",
+            Op::Delete => "d",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitSpec {
+    /// Stable id: `<partition>/<file group>`.
+    pub id: String,
+    pub partition: String,
+    pub file_group: String,
+}
+
+/// One committed table version to emit, in order.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    pub position: Position,
+    pub action: String,
+    pub operation: Option<String>,
+    /// The initial full scan (`r` events) rather than a change.
+    pub snapshot: bool,
+    /// Commit time in epoch millis (for `source.ts_ms` and lag).
+    pub ts_ms: i64,
+    pub splits: Vec<SplitSpec>,
+    /// Why a unit without splits emits nothing (skipped compaction, clustering, rollback...).
+    pub skipped: Option<&'static str>,
+}
+
+/// A row of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRef {
+    pub batch: u32,
+    pub row: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ChangeRow {
+    pub op: Op,
+    pub before: Option<RowRef>,
+    pub after: Option<RowRef>,
+}
+
+/// The change rows of one split. All batches share one schema (the unit's value schema).
+#[derive(Debug, Clone)]
+pub struct SplitChanges {
+    pub split: SplitSpec,
+    /// The file the rows were read from (new slice, or old one for pure deletes).
+    pub file: String,
+    pub batches: std::sync::Arc<Vec<RecordBatch>>,
+    pub rows: Vec<ChangeRow>,
+    /// Rows read from storage for this split (metrics).
+    pub rows_read: u64,
+    pub bytes_read: u64,
+}
+
+/// What a table exposes to the changelog layer.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    pub name: String,
+    /// Record-key columns: the Kafka key.
+    pub key_fields: Vec<String>,
+}
+
+pub trait Source: Send + Sync {
+    fn info(&self) -> &TableInfo;
+
+    /// Units committed after `after`, oldest first. With `after == None` (no stored offsets) the
+    /// start strategy decides: a full-scan unit, an empty unit at the latest instant, or every
+    /// instant from a given one.
+    fn poll(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError>;
+
+    /// The unit at a stored position (to finish one that was interrupted), planned as before.
+    fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError>;
+
+    /// Read a unit's changes split by split, in split order, skipping the splits in `done`.
+    fn read_unit(
+        &self,
+        unit: &Unit,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError>;
+}

@@ -1,0 +1,230 @@
+//! Format-independent row work shared by the readers: conforming batches to one schema, row
+//! identity (key) and equality, and the keyed diff between two versions of a set of file slices.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, ListArray, MapArray, RecordBatch, StringArray, StructArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
+
+use super::{ChangeRow, Op, RowRef, SourceError};
+
+/// Cast / reorder / null-fill `batch` to `target` (columns matched by name).
+pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, SourceError> {
+    if batch.schema().as_ref() == target.as_ref() {
+        return Ok(batch.clone());
+    }
+    let mut cols = Vec::with_capacity(target.fields().len());
+    for f in target.fields() {
+        let col = match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => c.clone(),
+            Some(c) => arrow::compute::cast(c, f.data_type())
+                .map_err(SourceError::arrow(format!("casting column `{}` to {}", f.name(), f.data_type())))?,
+            None => arrow_array::new_null_array(f.data_type(), batch.num_rows()),
+        };
+        cols.push(col);
+    }
+    RecordBatch::try_new(target.clone(), cols).map_err(SourceError::arrow("conforming batch"))
+}
+
+/// The schema with every top-level field nullable (so columns missing from old files can be null).
+pub fn nullable(schema: &Schema, drop: &[&str]) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| !drop.contains(&f.name().as_str()))
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<Field>>(),
+    ))
+}
+
+/// Maps are not orderable by arrow-row; a map is a list of key/value structs underneath.
+fn comparable(col: &ArrayRef) -> ArrayRef {
+    match col.data_type() {
+        DataType::Map(_, _) => {
+            let m = col.as_any().downcast_ref::<MapArray>().expect("map array");
+            let entries = comparable_struct(m.entries());
+            let field = Arc::new(Field::new("entries", entries.data_type().clone(), false));
+            Arc::new(ListArray::new(field, m.offsets().clone(), Arc::new(entries), m.nulls().cloned()))
+        }
+        DataType::Struct(_) => {
+            let s = col.as_any().downcast_ref::<StructArray>().expect("struct array");
+            Arc::new(comparable_struct(s))
+        }
+        DataType::List(_) => {
+            let l = col.as_any().downcast_ref::<ListArray>().expect("list array");
+            let values = comparable(l.values());
+            let field = Arc::new(Field::new("item", values.data_type().clone(), true));
+            Arc::new(ListArray::new(field, l.offsets().clone(), values, l.nulls().cloned()))
+        }
+        DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
+            let as_list = arrow::compute::cast(col, &DataType::List(Arc::new(Field::new(
+                "item",
+                list_value_type(col.data_type()),
+                true,
+            ))))
+            .unwrap_or_else(|_| col.clone());
+            if matches!(as_list.data_type(), DataType::List(_)) { comparable(&as_list) } else { as_list }
+        }
+        DataType::Dictionary(_, v) => arrow::compute::cast(col, v).unwrap_or_else(|_| col.clone()),
+        _ => col.clone(),
+    }
+}
+
+fn list_value_type(dt: &DataType) -> DataType {
+    match dt {
+        DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f.data_type().clone(),
+        other => other.clone(),
+    }
+}
+
+fn comparable_struct(s: &StructArray) -> StructArray {
+    let cols: Vec<ArrayRef> = s.columns().iter().map(comparable).collect();
+    let fields: Vec<Field> = s
+        .fields()
+        .iter()
+        .zip(&cols)
+        .map(|(f, c)| Field::new(f.name(), c.data_type().clone(), true))
+        .collect();
+    StructArray::new(fields.into(), cols, s.nulls().cloned())
+}
+
+/// Byte-comparable rows over the given columns (all of them when `columns` is None).
+pub struct RowKeys {
+    converter: RowConverter,
+    columns: Option<Vec<usize>>,
+}
+
+impl RowKeys {
+    pub fn new(schema: &SchemaRef, columns: Option<Vec<usize>>) -> Result<Self, SourceError> {
+        let idx: Vec<usize> = columns.clone().unwrap_or_else(|| (0..schema.fields().len()).collect());
+        let empty = RecordBatch::new_empty(schema.clone());
+        let fields = idx
+            .iter()
+            .map(|i| SortField::new(comparable(empty.column(*i)).data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(SourceError::arrow("row converter"))?;
+        Ok(Self { converter, columns })
+    }
+
+    pub fn rows(&self, batch: &RecordBatch) -> Result<Rows, SourceError> {
+        let cols: Vec<ArrayRef> = match &self.columns {
+            Some(idx) => idx.iter().map(|i| comparable(batch.column(*i))).collect(),
+            None => batch.columns().iter().map(comparable).collect(),
+        };
+        self.converter.convert_columns(&cols).map_err(SourceError::arrow("row conversion"))
+    }
+}
+
+/// The rows of one side (old or new) of one split, conformed to the unit schema.
+pub struct SideRows {
+    pub batch: u32,
+    pub rows: usize,
+}
+
+/// Keyed diff of a unit: `old[s]` / `new[s]` are the batch indexes (into `batches`) of split `s`
+/// before and after the unit. Returns the change rows per split, in split order; within a split
+/// creates/updates in new-row order, then deletes in old-row order. A key that moves between
+/// splits becomes one update in the split it moved to. Duplicate keys on one side keep the row with
+/// the greatest `order` value (Hudi: `_hoodie_commit_time`), later rows winning ties.
+pub fn diff(
+    batches: &[RecordBatch],
+    old: &[Vec<u32>],
+    new: &[Vec<u32>],
+    key_cols: &[usize],
+    order_col: Option<usize>,
+) -> Result<Vec<Vec<ChangeRow>>, SourceError> {
+    let Some(first) = batches.first() else { return Ok(vec![Vec::new(); old.len()]) };
+    let schema = first.schema();
+    let keys = RowKeys::new(&schema, Some(key_cols.to_vec()))?;
+    let full = RowKeys::new(&schema, None)?;
+    let key_rows: Vec<Rows> = batches.iter().map(|b| keys.rows(b)).collect::<Result<_, _>>()?;
+    // full-row images are only needed to tell updates from unchanged rows
+    let full_rows: Vec<Rows> = if old.iter().all(Vec::is_empty) {
+        Vec::new()
+    } else {
+        batches.iter().map(|b| full.rows(b)).collect::<Result<_, _>>()?
+    };
+    let order_cols: Vec<Option<&StringArray>> = batches
+        .iter()
+        .map(|b| order_col.and_then(|c| b.column(c).as_any().downcast_ref::<StringArray>()))
+        .collect();
+    let order_of = |r: RowRef| -> Option<&str> {
+        let s = order_cols[r.batch as usize]?;
+        s.is_valid(r.row as usize).then(|| s.value(r.row as usize))
+    };
+    // key -> (split, row) winner per side
+    let index = |side: &[Vec<u32>]| -> HashMap<Vec<u8>, (usize, RowRef)> {
+        let mut m: HashMap<Vec<u8>, (usize, RowRef)> = HashMap::new();
+        for (s, bs) in side.iter().enumerate() {
+            for &b in bs {
+                for i in 0..batches[b as usize].num_rows() {
+                    let r = RowRef { batch: b, row: i as u32 };
+                    let k = key_rows[b as usize].row(i).as_ref().to_vec();
+                    match m.get(&k) {
+                        Some((_, prev)) if order_of(*prev) > order_of(r) => {}
+                        _ => {
+                            m.insert(k, (s, r));
+                        }
+                    }
+                }
+            }
+        }
+        m
+    };
+    let mut old_idx = index(old);
+    let new_idx = index(new);
+    let mut out: Vec<Vec<ChangeRow>> = vec![Vec::new(); old.len()];
+    for (s, bs) in new.iter().enumerate() {
+        for &b in bs {
+            for i in 0..batches[b as usize].num_rows() {
+                let r = RowRef { batch: b, row: i as u32 };
+                let k = key_rows[b as usize].row(i);
+                if new_idx.get(k.as_ref()).map(|(_, w)| *w) != Some(r) {
+                    continue; // a duplicate of this key that lost
+                }
+                match old_idx.remove(k.as_ref()) {
+                    Some((_, o)) => {
+                        if full_rows[o.batch as usize].row(o.row as usize) != full_rows[b as usize].row(i) {
+                            out[s].push(ChangeRow { op: Op::Update, before: Some(o), after: Some(r) });
+                        }
+                    }
+                    None => out[s].push(ChangeRow { op: Op::Create, before: None, after: Some(r) }),
+                }
+            }
+        }
+    }
+    // what is left of the old side vanished: deletes, in old-row order per split
+    for (s, bs) in old.iter().enumerate() {
+        for &b in bs {
+            for i in 0..batches[b as usize].num_rows() {
+                let r = RowRef { batch: b, row: i as u32 };
+                let k = key_rows[b as usize].row(i);
+                if let Some((os, w)) = old_idx.get(k.as_ref()) {
+                    if *w == r {
+                        debug_assert_eq!(*os, s);
+                        out[s].push(ChangeRow { op: Op::Delete, before: Some(r), after: None });
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Snapshot rows of one split, duplicates of a key reduced to the winner (see [`diff`]).
+pub fn snapshot_rows(
+    batches: &[RecordBatch],
+    key_cols: &[usize],
+    order_col: Option<usize>,
+) -> Result<Vec<ChangeRow>, SourceError> {
+    let n: Vec<u32> = (0..batches.len() as u32).collect();
+    let rows = diff(batches, &[Vec::new()], &[n], key_cols, order_col)?;
+    Ok(rows
+        .into_iter()
+        .flatten()
+        .map(|c| ChangeRow { op: Op::Read, ..c })
+        .collect())
+}
