@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -148,6 +149,58 @@ pub fn read_base(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>, u64), Sour
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| SourceError::Arrow { context: format!("reading {}", path.display()), source: e })?;
     Ok((schema, batches, size))
+}
+
+/// Fill `_hoodie_record_key` / `_hoodie_partition_path` of a virtual-key table (meta fields not
+/// populated) the way its key generator would: `value` for one key field, `f1:v1,f2:v2` for
+/// several; the partition path of the file.
+pub fn with_virtual_keys(batch: &RecordBatch, key_fields: &[String], partition: &str) -> Result<RecordBatch, SourceError> {
+    use arrow_array::{Array, ArrayRef, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    let n = batch.num_rows();
+    let mut parts: Vec<StringArray> = Vec::new();
+    for k in key_fields {
+        let col = batch.column_by_name(k).ok_or_else(|| SourceError::Unreadable {
+            message: format!("record key field `{k}` is not a column of the data files"),
+        })?;
+        let s = arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow(format!("key field `{k}` as string")))?;
+        parts.push(s.as_any().downcast_ref::<StringArray>().expect("utf8 after cast").clone());
+    }
+    let keys: StringArray = (0..n)
+        .map(|i| {
+            if parts.len() == 1 {
+                parts[0].is_valid(i).then(|| parts[0].value(i).to_string())
+            } else {
+                Some(
+                    key_fields
+                        .iter()
+                        .zip(&parts)
+                        .map(|(f, p)| format!("{f}:{}", if p.is_valid(i) { p.value(i) } else { "__null__" }))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                )
+            }
+        })
+        .collect();
+    let derived: [(&str, ArrayRef); 2] = [
+        ("_hoodie_record_key", Arc::new(keys)),
+        ("_hoodie_partition_path", Arc::new(StringArray::from_iter_values(std::iter::repeat_n(partition, n)))),
+    ];
+    let schema = batch.schema();
+    let mut fields: Vec<Field> = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for (name, col) in &derived {
+        fields.push(Field::new(*name, DataType::Utf8, true));
+        cols.push(col.clone());
+    }
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        if derived.iter().any(|(n, _)| n == f.name()) {
+            continue;
+        }
+        fields.push(f.as_ref().clone());
+        cols.push(c.clone());
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(SourceError::arrow("virtual keys"))
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub struct HudiSource {
     commits_limit: Option<usize>,
     skip_compaction: bool,
     skip_clustering: bool,
+    /// `hoodie.populate.meta.fields=false`: record key and partition path are derived.
+    virtual_keys: bool,
 }
 
 impl HudiSource {
@@ -39,12 +41,13 @@ impl HudiSource {
         }
         Ok(Self {
             info: TableInfo { name: table.name.clone(), key_fields },
-            table,
             start: cfg.start.clone(),
             end_commit: cfg.end_commit.clone(),
             commits_limit: cfg.commits_limit,
             skip_compaction: cfg.skip_compaction,
             skip_clustering: cfg.skip_clustering,
+            virtual_keys: table.props.get("hoodie.populate.meta.fields").map(String::as_str) == Some("false"),
+            table,
         })
     }
 
@@ -185,7 +188,16 @@ impl HudiSource {
             for (is_new, f) in [(false, old), (true, new)] {
                 let Some(f) = f else { continue };
                 let path = partition_dir(&self.table.path, &sp.partition).join(&f.name);
-                let (schema, batches, size) = read_base(&path).map_err(|e| cleaned_hint(e, unit))?;
+                let (mut schema, mut batches, size) = read_base(&path).map_err(|e| cleaned_hint(e, unit))?;
+                if self.virtual_keys {
+                    batches = batches
+                        .iter()
+                        .map(|b| files::with_virtual_keys(b, &self.table.key_fields, &sp.partition))
+                        .collect::<Result<_, _>>()?;
+                    if let Some(b) = batches.first() {
+                        schema = b.schema();
+                    }
+                }
                 sides.rows_read[s] += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
                 sides.bytes_read[s] += size;
                 if is_new || sides.file[s].is_empty() {

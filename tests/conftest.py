@@ -1,0 +1,90 @@
+"""Session services: a Kafka-protocol broker (KAFKA_BOOTSTRAP, or noida-db started here) and the
+project's Schema Registry (SCHEMA_REGISTRY_URL, or lakestream-registry started here)."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import testkit  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(host, port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{host}:{port} did not open")
+
+
+class Env:
+    bootstrap: str
+    registry: str
+    offsets_topic: str
+
+
+@pytest.fixture(scope="session")
+def env():
+    procs, dirs = [], []
+    e = Env()
+    e.bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if not e.bootstrap:
+        import noida_db
+        binary = Path(noida_db.__file__).parent / "noida-db"
+        port = free_port()
+        d = tempfile.mkdtemp(prefix="noida-")
+        dirs.append(d)
+        procs.append(subprocess.Popen([str(binary), "start", "--only", "kafka", "--host", "127.0.0.1",
+                                       "--kafka-port", str(port), "--data-dir", d],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port("127.0.0.1", port)
+        e.bootstrap = f"127.0.0.1:{port}"
+    e.registry = os.environ.get("SCHEMA_REGISTRY_URL")
+    if not e.registry:
+        if not testkit.REGISTRY_BIN.exists():
+            pytest.exit(f"{testkit.REGISTRY_BIN} not built: run cargo build --release first", 2)
+        port = free_port()
+        procs.append(subprocess.Popen([str(testkit.REGISTRY_BIN), "--listen", f"127.0.0.1:{port}",
+                                       "--bootstrap-servers", e.bootstrap, "--topic", "_schemas-" + uuid.uuid4().hex[:8]],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port("127.0.0.1", port)
+        e.registry = f"http://127.0.0.1:{port}"
+    e.offsets_topic = "lakestream-offsets-" + uuid.uuid4().hex[:8]
+    if not testkit.BIN.exists():
+        pytest.exit(f"{testkit.BIN} not built: run cargo build --release first", 2)
+    yield e
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def registry(env):
+    return testkit.Registry(env.registry)
+
+
+def require_fixtures():
+    if not (testkit.FIXTURES / "hudi").is_dir():
+        pytest.skip(f"fixtures not found at {testkit.FIXTURES} (../shared/fixtures beside the repo)")
