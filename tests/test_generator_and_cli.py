@@ -1,0 +1,99 @@
+"""The demo generator (checked with hudi-rs, an independent reader), the connector over a
+generated history, and the command line's contract (exit codes, messages, secrets)."""
+
+import subprocess
+import uuid
+
+import testkit
+
+
+def run(*args, **kw):
+    return subprocess.run([str(testkit.BIN), *map(str, args)], capture_output=True, text=True, timeout=120, **kw)
+
+
+def generate(path, *extra):
+    r = run("generate", "hudi", "--type", "cow", "--path", path, *extra)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def test_generated_table_reads_with_hudi_rs_and_streams_to_its_state(env, registry, tmp_path):
+    table = generate(tmp_path / "gen", "--rows", "3000", "--partitions", "3", "--commits", "4",
+                     "--update-fraction", "0.2", "--delete-fraction", "0.05", "--insert-fraction", "0.1")
+    oracle = testkit.hudi_rs_oracle(table)
+    assert len(oracle["instants"]) == 5
+    assert len(oracle["instants"][0]["rows"]) == 3000
+    sizes = [len(i["rows"]) for i in oracle["instants"]]
+    assert len(set(sizes)) > 1, sizes  # inserts and deletes changed the row count
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    topic = "gen-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    replay, consumed = testkit.Replay(registry), 0
+    for step, inst in enumerate(oracle["instants"]):
+        revealed.reveal_through(inst["requested"])
+        testkit.run_once(props)
+        records = testkit.consume_all(env, topic)
+        replay.apply(records[consumed:])
+        consumed = len(records)
+        testkit.compare(oracle, inst["rows"], replay, f"generated step {step}")
+    ops = {e["op"] for e in replay.events}
+    assert ops == {"r", "c", "u", "d"}, ops
+
+
+def test_generate_refuses_a_non_empty_directory(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "f").write_text("keep me")
+    r = run("generate", "hudi", "--path", tmp_path / "x")
+    assert r.returncode == 2 and "not empty" in r.stderr
+    assert (tmp_path / "x" / "f").read_text() == "keep me"
+
+
+def base_props(tmp_path, table, **extra):
+    props = {"name": "cli", "connector.class": "hudi", "table.path": table, "topic": "t",
+             "bootstrap.servers": "127.0.0.1:1", "schema.registry.url": "http://127.0.0.1:1"}
+    props.update(extra)
+    p = tmp_path / "c.properties"
+    p.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return p
+
+
+def test_validate_ok_masks_secrets(tmp_path):
+    p = base_props(tmp_path, tmp_path, **{"producer.override.sasl.password": "${env:CLI_SECRET}"})
+    r = run("validate", p, env={"CLI_SECRET": "s3cr3t-value", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "sasl.password = ********" in r.stdout
+    assert "s3cr3t-value" not in r.stdout + r.stderr
+
+
+def test_bad_input_exits_2_naming_what_is_wrong(tmp_path):
+    cases = [
+        ({"read.start-commt": "earliest"}, "c.properties:7: unknown key `read.start-commt`"),
+        ({"tombstones.on.delete": "maybe"}, "`tombstones.on.delete`: `maybe` is not one of: true, false"),
+        ({"table.path": tmp_path / "missing"}, "is not a directory"),
+        ({"connector.class": "delta"}, "`delta` is not one of: hudi, iceberg"),
+    ]
+    for extra, message in cases:
+        p = base_props(tmp_path, tmp_path, **extra)
+        for cmd in (["validate", p], ["run", "--once", p]):
+            r = run(*cmd)
+            assert r.returncode == 2, (cmd, r.stderr)
+            assert message in r.stderr, (message, r.stderr)
+
+
+def test_not_a_hudi_table_fails_with_exit_1_and_the_reason(env, tmp_path):
+    p = base_props(tmp_path, tmp_path, **{"bootstrap.servers": env.bootstrap, "schema.registry.url": env.registry,
+                                          "offsets.storage.topic": env.offsets_topic})
+    r = run("run", "--once", p)
+    assert r.returncode == 1
+    assert "not a Hudi table" in r.stderr
+
+
+def test_offsets_show_prints_the_issued_instant(env, registry, tmp_path):
+    table = generate(tmp_path / "gen", "--rows", "50", "--partitions", "2", "--commits", "1")
+    topic = "off-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    testkit.run_once(props)
+    r = run("offsets", "show", props)
+    assert r.returncode == 0, r.stderr
+    last = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[-1]
+    assert f'"instant": "{last}"' in r.stdout, r.stdout

@@ -1,0 +1,101 @@
+"""Crashes and competing instances: kill -9 at random moments while streaming a revealed history,
+and a second instance of the same connector fencing the first."""
+
+import random
+import signal
+import subprocess
+import time
+import uuid
+
+import testkit
+from conftest import require_fixtures
+
+KILL_FIXTURE = "sample_table/cow/v9_txns_simple_meta"
+
+
+def start(props, *extra):
+    return subprocess.Popen([str(testkit.BIN), "run", *extra, str(props)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def finish(env, registry, props, topic, oracle, rows):
+    testkit.run_once(props)
+    replay = testkit.Replay(registry)  # asserts no (key, instant, op) twice
+    replay.apply(testkit.consume_all(env, topic))
+    testkit.compare(oracle, rows, replay, "final replay")
+    return replay
+
+
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(env, registry, tmp_path):
+    require_fixtures()
+    rng = random.Random(int(time.time()))
+    oracle = testkit.load_oracle(KILL_FIXTURE)
+    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    instants = oracle["instants"]
+    topic = "kill-" + uuid.uuid4().hex[:8]
+    # tiny transactions so that kills land inside units, between splits and mid-split
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
+                                    **{"transaction.max.records": "2", "read.start-commit": instants[0]["requested"],
+                                       "read.streaming.check-interval": "50ms"})
+    revealed.reveal_through(testkit.instant_order(instants[0]))
+    step, kills = 0, 0
+    proc = start(props)
+    while kills < 20:
+        time.sleep(rng.uniform(0.02, 0.4))
+        if step + 1 < len(instants) and rng.random() < 0.6:
+            step += 1
+            revealed.reveal_through(testkit.instant_order(instants[step]))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        proc = start(props)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    revealed.reveal_through(testkit.instant_order(instants[-1]))
+    replay = finish(env, registry, props, topic, oracle, instants[-1]["rows"])
+    assert {e["op"] for e in replay.events} >= {"c", "u", "d"}
+
+
+def test_second_instance_fences_the_first(env, registry, tmp_path):
+    require_fixtures()
+    oracle = testkit.load_oracle(KILL_FIXTURE)
+    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    instants = oracle["instants"]
+    topic = "fence-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
+                                    **{"read.streaming.check-interval": "100ms"})
+    revealed.reveal_through(testkit.instant_order(instants[0]))
+    first = start(props)
+    time.sleep(2)
+    assert first.poll() is None, first.stderr.read()
+    second = start(props)
+    time.sleep(2)
+    revealed.reveal_through(testkit.instant_order(instants[3]))
+    try:
+        code = first.wait(timeout=60)
+        err = first.stderr.read()
+        assert code == 1, err
+        assert "fenced" in err.lower(), err
+        assert second.poll() is None, "the newer instance must keep running"
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+    revealed.reveal_through(testkit.instant_order(instants[-1]))
+    finish(env, registry, props, topic, oracle, instants[-1]["rows"])
+
+
+def test_sigterm_commits_and_exits_zero(env, registry, tmp_path):
+    require_fixtures()
+    oracle = testkit.load_oracle(KILL_FIXTURE)
+    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
+    testkit.RevealedTable(table, oracle["timeline_layout_version"]).reveal_through("9" * 20)
+    topic = "term-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
+                                    **{"read.start-commit": oracle["instants"][0]["requested"]})
+    proc = start(props)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finish(env, registry, props, topic, oracle, oracle["instants"][-1]["rows"])
