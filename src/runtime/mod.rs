@@ -63,6 +63,8 @@ struct Task {
     /// What the last committed transaction committed.
     committed: Offsets,
     written: HashMap<&'static str, u64>,
+    /// Commit time (epoch ms) of the last emitted instant, for the lag gauge.
+    last_ts_ms: Option<i64>,
     opts: RunOptions,
 }
 
@@ -94,13 +96,14 @@ async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Runtime
     tracing::info!(connector = %cfg.name, issued = ?state.issued, in_flight = state.in_flight.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.schema_registry_url)?;
     metrics::set_ready(true);
-    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), opts };
+    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, opts };
     loop {
         match task.cycle().await {
             Ok(Flow::Stop) => return Ok(()),
             Ok(Flow::Continue) => {}
             Err(RuntimeError::Sink(SinkError::Aborted(why))) => {
                 tracing::warn!(connector = %task.cfg.name, %why, "transaction aborted; replaying from the last committed offsets");
+                task.sink.abort().await?;
                 task.state = task.committed.clone();
                 task.written.clear();
                 continue;
@@ -157,6 +160,7 @@ impl Task {
             metrics::POLL_SECONDS.observe(started.elapsed().as_secs_f64());
             metrics::PENDING_UNITS.with_label_values(&[&self.cfg.name]).set(units.len() as f64);
             if units.is_empty() {
+                self.update_lag();
                 self.flush().await?;
                 return Ok(if self.opts.once { Flow::Stop } else { Flow::Continue });
             }
@@ -241,6 +245,7 @@ impl Task {
                 break;
             }
         }
+        drop(rx); // a reader blocked on a full channel must see the end
         reader.await.expect("reader panicked").or_else(|e| if self.stopping() { Ok(()) } else { Err(e) })?;
         if self.stopping() && finished < total {
             return self.commit().await;
@@ -252,9 +257,8 @@ impl Task {
     async fn finish_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
         self.state.issued = Some(unit.position.clone());
         self.state.in_flight = None;
-        metrics::LAG_SECONDS
-            .with_label_values(&[&self.cfg.name])
-            .set(((now_ms() - unit.ts_ms) as f64 / 1000.0).max(0.0));
+        self.last_ts_ms = Some(unit.ts_ms);
+        self.update_lag();
         match self.cfg.boundary {
             TxnBoundary::Instant => self.commit().await,
             TxnBoundary::Interval(every) => {
@@ -264,6 +268,12 @@ impl Task {
                     Ok(())
                 }
             }
+        }
+    }
+
+    fn update_lag(&self) {
+        if let Some(ts) = self.last_ts_ms {
+            metrics::LAG_SECONDS.with_label_values(&[&self.cfg.name]).set(((now_ms() - ts) as f64 / 1000.0).max(0.0));
         }
     }
 

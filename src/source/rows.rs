@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, ListArray, MapArray, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{Row, RowConverter, Rows, SortField};
 
 use super::{ChangeRow, Op, RowRef, SourceError};
 
@@ -156,13 +156,14 @@ pub fn diff(
         s.is_valid(r.row as usize).then(|| s.value(r.row as usize))
     };
     // key -> (split, row) winner per side
-    let index = |side: &[Vec<u32>]| -> HashMap<Vec<u8>, (usize, RowRef)> {
-        let mut m: HashMap<Vec<u8>, (usize, RowRef)> = HashMap::new();
+    // keys borrow the converted rows: no allocation per row
+    let index = |side: &[Vec<u32>]| -> HashMap<Row<'_>, (usize, RowRef)> {
+        let mut m: HashMap<Row<'_>, (usize, RowRef)> = HashMap::new();
         for (s, bs) in side.iter().enumerate() {
             for &b in bs {
                 for i in 0..batches[b as usize].num_rows() {
                     let r = RowRef { batch: b, row: i as u32 };
-                    let k = key_rows[b as usize].row(i).as_ref().to_vec();
+                    let k = key_rows[b as usize].row(i);
                     match m.get(&k) {
                         Some((_, prev)) if order_of(*prev) > order_of(r) => {}
                         _ => {
@@ -182,10 +183,10 @@ pub fn diff(
             for i in 0..batches[b as usize].num_rows() {
                 let r = RowRef { batch: b, row: i as u32 };
                 let k = key_rows[b as usize].row(i);
-                if new_idx.get(k.as_ref()).map(|(_, w)| *w) != Some(r) {
+                if new_idx.get(&k).map(|(_, w)| *w) != Some(r) {
                     continue; // a duplicate of this key that lost
                 }
-                match old_idx.remove(k.as_ref()) {
+                match old_idx.remove(&k) {
                     Some((_, o)) => {
                         if full_rows[o.batch as usize].row(o.row as usize) != full_rows[b as usize].row(i) {
                             out[s].push(ChangeRow { op: Op::Update, before: Some(o), after: Some(r) });
@@ -202,7 +203,7 @@ pub fn diff(
             for i in 0..batches[b as usize].num_rows() {
                 let r = RowRef { batch: b, row: i as u32 };
                 let k = key_rows[b as usize].row(i);
-                if let Some((os, w)) = old_idx.get(k.as_ref()) {
+                if let Some((os, w)) = old_idx.get(&k) {
                     if *w == r {
                         debug_assert_eq!(*os, s);
                         out[s].push(ChangeRow { op: Op::Delete, before: Some(r), after: None });
@@ -227,4 +228,62 @@ pub fn snapshot_rows(
         .flatten()
         .map(|c| ChangeRow { op: Op::Read, ..c })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+
+    fn batch(keys: &[&str], vals: &[i64], commit: &[&str]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("_hoodie_commit_time", DataType::Utf8, true),
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(commit.to_vec())),
+                Arc::new(StringArray::from(keys.to_vec())),
+                Arc::new(Int64Array::from(vals.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn ops(rows: &[ChangeRow]) -> Vec<(Op, Option<(u32, u32)>, Option<(u32, u32)>)> {
+        rows.iter().map(|r| (r.op, r.before.map(|x| (x.batch, x.row)), r.after.map(|x| (x.batch, x.row)))).collect()
+    }
+
+    #[test]
+    fn diff_emits_creates_updates_deletes_and_keeps_moves_as_updates() {
+        let batches = vec![
+            batch(&["a", "b", "c"], &[1, 2, 3], &["1", "1", "1"]), // split 0, old
+            batch(&["d"], &[4], &["1"]),                          // split 1, old
+            batch(&["a", "b"], &[1, 20], &["1", "2"]),            // split 0, new: a same, b updated, c gone
+            batch(&["d", "c", "e"], &[4, 30, 5], &["1", "2", "2"]), // split 1, new: c moved here, e new
+        ];
+        let out = diff(&batches, &[vec![0], vec![1]], &[vec![2], vec![3]], &[1], Some(0)).unwrap();
+        assert_eq!(ops(&out[0]), vec![(Op::Update, Some((0, 1)), Some((2, 1)))]);
+        assert_eq!(
+            ops(&out[1]),
+            vec![(Op::Update, Some((0, 2)), Some((3, 1))), (Op::Create, None, Some((3, 2)))]
+        );
+    }
+
+    #[test]
+    fn vanished_keys_are_deletes_and_duplicates_keep_the_latest_commit() {
+        let batches = vec![
+            batch(&["a", "b"], &[1, 2], &["1", "1"]),
+            batch(&["a", "a"], &[7, 5], &["3", "2"]),
+        ];
+        let out = diff(&batches, &[vec![0]], &[vec![1]], &[1], Some(0)).unwrap();
+        assert_eq!(
+            ops(&out[0]),
+            vec![(Op::Update, Some((0, 0)), Some((1, 0))), (Op::Delete, Some((0, 1)), None)]
+        );
+        let snap = snapshot_rows(&batches[1..], &[1], Some(0)).unwrap();
+        assert_eq!(ops(&snap), vec![(Op::Read, None, Some((0, 0)))]);
+    }
 }
