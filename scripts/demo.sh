@@ -3,19 +3,10 @@
 # its changes, with the consumed changelog printed as it arrives. Runs ~40 s, cleans up after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/lakestream-target}"
-VENV="${LAKESTREAM_VENV:-/var/cache/lakestream-venv}"
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
-cargo build --release --locked --bins
-BIN="$CARGO_TARGET_DIR/release"
-WORK="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
-NOIDA="$("$VENV/bin/python" -c 'import noida_db, os; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))')"
-"$NOIDA" start --only kafka --host 127.0.0.1 --kafka-port 29092 --data-dir "$WORK/noida" >"$WORK/noida.log" 2>&1 &
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/29092) 2>/dev/null && break; sleep 0.2; done
-"$BIN/lakestream-registry" --listen 127.0.0.1:28081 --bootstrap-servers 127.0.0.1:29092 >"$WORK/registry.log" 2>&1 &
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/28081) 2>/dev/null && break; sleep 0.2; done
+source scripts/lib.sh
+install_and_build
+unset KAFKA_BOOTSTRAP SCHEMA_REGISTRY_URL
+start_services 29092 28081
 echo "== writing a Hudi table: 20 rows, then 6 upsert/delete commits 4 s apart"
 "$BIN/lakestream" generate hudi --type cow --path "$WORK/demo_table" --rows 20 --partitions 2 \
   --commits 6 --interval 4s --update-fraction 0.15 --delete-fraction 0.1 --insert-fraction 0.1 2>/dev/null &

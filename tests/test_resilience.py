@@ -18,6 +18,16 @@ def start(props, *extra):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def setup(env, tmp_path, prefix, **extra):
+    require_fixtures()
+    oracle = testkit.load_oracle(KILL_FIXTURE)
+    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    topic = f"{prefix}-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
+    return oracle, oracle["instants"], revealed, topic, props
+
+
 def finish(env, registry, props, topic, oracle, rows):
     testkit.run_once(props)
     replay = testkit.Replay(registry)  # asserts no (key, instant, op) twice
@@ -27,17 +37,15 @@ def finish(env, registry, props, topic, oracle, rows):
 
 
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(env, registry, tmp_path):
+    seed = int(time.time())
+    print("kill test seed", seed)
+    rng = random.Random(seed)
     require_fixtures()
-    rng = random.Random(int(time.time()))
-    oracle = testkit.load_oracle(KILL_FIXTURE)
-    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
-    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
-    instants = oracle["instants"]
-    topic = "kill-" + uuid.uuid4().hex[:8]
+    first = testkit.load_oracle(KILL_FIXTURE)["instants"][0]["requested"]
     # tiny transactions so that kills land inside units, between splits and mid-split
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
-                                    **{"transaction.max.records": "2", "read.start-commit": instants[0]["requested"],
-                                       "read.streaming.check-interval": "50ms"})
+    oracle, instants, revealed, topic, props = setup(
+        env, tmp_path, "kill",
+        **{"transaction.max.records": "2", "read.start-commit": first, "read.streaming.check-interval": "50ms"})
     revealed.reveal_through(testkit.instant_order(instants[0]))
     step, kills = 0, 0
     proc = start(props)
@@ -58,14 +66,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(env, registry, tm
 
 
 def test_second_instance_fences_the_first(env, registry, tmp_path):
-    require_fixtures()
-    oracle = testkit.load_oracle(KILL_FIXTURE)
-    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
-    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
-    instants = oracle["instants"]
-    topic = "fence-" + uuid.uuid4().hex[:8]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
-                                    **{"read.streaming.check-interval": "100ms"})
+    oracle, instants, revealed, topic, props = setup(env, tmp_path, "fence", **{"read.streaming.check-interval": "100ms"})
     revealed.reveal_through(testkit.instant_order(instants[0]))
     first = start(props)
     time.sleep(2)
@@ -88,12 +89,9 @@ def test_second_instance_fences_the_first(env, registry, tmp_path):
 
 def test_sigterm_commits_and_exits_zero(env, registry, tmp_path):
     require_fixtures()
-    oracle = testkit.load_oracle(KILL_FIXTURE)
-    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
-    testkit.RevealedTable(table, oracle["timeline_layout_version"]).reveal_through("9" * 20)
-    topic = "term-" + uuid.uuid4().hex[:8]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
-                                    **{"read.start-commit": oracle["instants"][0]["requested"]})
+    first = testkit.load_oracle(KILL_FIXTURE)["instants"][0]["requested"]
+    oracle, instants, revealed, topic, props = setup(env, tmp_path, "term", **{"read.start-commit": first})
+    revealed.reveal_through("9" * 20)
     proc = start(props)
     time.sleep(1.5)
     proc.send_signal(signal.SIGTERM)

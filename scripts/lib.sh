@@ -1,0 +1,35 @@
+# Shared by .ci/run, scripts/demo.sh and scripts/bench.sh: the Python venv with the test
+# packages, the release build, and a local broker + schema registry. Source it from the repo root.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/lakestream-target}"
+VENV="${LAKESTREAM_VENV:-/var/cache/lakestream-venv}"
+BIN="$CARGO_TARGET_DIR/release"
+WORK="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+install_and_build() {
+  mkdir -p "$CARGO_TARGET_DIR"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
+  cargo build --release --locked --bins
+}
+
+free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_port() { for _ in $(seq 150); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 did not open" >&2; return 1; }
+
+# start_services [KAFKA_PORT REGISTRY_PORT]: sets KAFKA_BOOTSTRAP / SCHEMA_REGISTRY_URL unless already set
+start_services() {
+  local kport="${1:-$(free_port)}" rport="${2:-$(free_port)}"
+  if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
+    local noida
+    noida="$("$VENV/bin/python" -c 'import noida_db, os; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))')"
+    "$noida" start --only kafka --host 127.0.0.1 --kafka-port "$kport" --data-dir "$WORK/noida" >"$WORK/noida.log" 2>&1 &
+    wait_port "$kport"
+    export KAFKA_BOOTSTRAP="127.0.0.1:$kport"
+  fi
+  if [ -z "${SCHEMA_REGISTRY_URL:-}" ]; then
+    "$BIN/lakestream-registry" --listen "127.0.0.1:$rport" --bootstrap-servers "$KAFKA_BOOTSTRAP" >"$WORK/registry.log" 2>&1 &
+    wait_port "$rport"
+    export SCHEMA_REGISTRY_URL="http://127.0.0.1:$rport"
+  fi
+}
