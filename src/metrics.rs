@@ -47,6 +47,8 @@ metric!(PENDING_UNITS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_pending_instants", "Completed instants not yet emitted (as of the last poll)", &["connector"], REGISTRY));
 metric!(SNAPSHOT_PROGRESS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_snapshot_splits_remaining", "Splits of the running full scan not yet emitted", &["connector"], REGISTRY));
+metric!(CORRUPT_LOG_BLOCKS, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_source_corrupt_log_blocks_total", "Damaged log blocks skipped (logged with file and offset)", &["connector"], REGISTRY));
 metric!(ERRORS, CounterVec, register_counter_vec_with_registry!(
     "lakestream_errors_total", "Errors by kind", &["connector", "kind"], REGISTRY));
 metric!(REGISTRY_REQUESTS, IntCounterVec, register_int_counter_vec_with_registry!(

@@ -1,5 +1,5 @@
-"""Every copy-on-write Hudi fixture, and every merge-on-read fixture without log files, revealed
-one committed instant at a time: after each instant the replayed topic equals the oracle."""
+"""Every Hudi fixture (copy-on-write and merge-on-read, table versions 6/8/9), revealed one
+committed instant at a time: after each instant the replayed topic equals the oracle."""
 
 import uuid
 
@@ -14,9 +14,9 @@ def _cases():
         return ["(fixtures absent)"]
     out = []
     for name in testkit.hudi_fixture_names():
-        oracle = testkit.load_oracle(name)
-        if oracle["table_type"] == "COPY_ON_WRITE" or not testkit.zip_has_log_files(name):
-            out.append(name)
+        instants = testkit.load_oracle(name)["instants"]
+        if not instants or "rows" in instants[0]:
+            out.append(name)  # (perf_mor_v8 has digests instead of rows: see the benchmark test)
     return out
 
 

@@ -175,6 +175,8 @@ def consume_all(env, topic):
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
         "enable.auto.commit": False,
+        # noida-db answers a fetch with everything it has, whatever fetch.max.bytes says
+        "receive.message.max.bytes": 1_500_000_000,
     })
     try:
         md = c.list_topics(topic, timeout=10)

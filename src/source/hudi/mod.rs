@@ -6,6 +6,8 @@
 //! compaction/clustering output (same rows, new files) emits nothing.
 
 pub mod files;
+pub mod log;
+pub mod slice;
 pub mod timeline;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -14,7 +16,8 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use self::files::{base_as_of, list_partition, list_partitions, partition_dir, read_base, PartitionFiles};
+use self::files::{list_partition, list_partitions, PartitionFiles};
+use self::slice::{FileCache, MergeConfig, SliceReader};
 use self::timeline::{instant_millis, CommitMetadata, Instant, TableConfig, Timeline};
 use super::rows::{conform, diff, nullable, snapshot_rows};
 use super::{Position, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
@@ -28,8 +31,8 @@ pub struct HudiSource {
     commits_limit: Option<usize>,
     skip_compaction: bool,
     skip_clustering: bool,
-    /// `hoodie.populate.meta.fields=false`: record key and partition path are derived.
-    virtual_keys: bool,
+    merge: MergeConfig,
+    connector: String,
 }
 
 impl HudiSource {
@@ -46,7 +49,8 @@ impl HudiSource {
             commits_limit: cfg.commits_limit,
             skip_compaction: cfg.skip_compaction,
             skip_clustering: cfg.skip_clustering,
-            virtual_keys: table.props.get("hoodie.populate.meta.fields").map(String::as_str) == Some("false"),
+            merge: MergeConfig::from_table(&table),
+            connector: cfg.name.clone(),
             table,
         })
     }
@@ -70,11 +74,16 @@ impl HudiSource {
         let mut splits = Vec::new();
         for p in list_partitions(&self.table.path)? {
             let files = list_partition(&self.table.path, &p)?;
-            for (fg, base) in &files.base {
+            let groups: BTreeSet<&String> = files.base.keys().chain(files.logs.keys()).collect();
+            for fg in groups {
                 if replaced.contains(&(p.clone(), fg.clone())) {
                     continue;
                 }
-                if base_as_of(base, tl, at.order_key(), true).is_some() {
+                let visible = |i: &str| tl.completed_order(i).is_some_and(|o| o.as_str() <= at.order_key());
+                let base_visible = files.base.get(fg).is_some_and(|b| b.iter().any(|f| visible(&f.instant)));
+                // log file names carry an instant that may differ from their blocks' (layout 1)
+                let logs_present = files.logs.get(fg).is_some_and(|l| !l.is_empty());
+                if base_visible || logs_present {
                     splits.push(split_spec(&p, fg));
                 }
             }
@@ -140,18 +149,7 @@ impl HudiSource {
             _ => {}
         }
         let mut touched = BTreeSet::new();
-        for (p, fg, path) in md.writes() {
-            if let Some(path) = path {
-                let name = path.rsplit('/').next().unwrap_or(path);
-                if files::parse_log_name(name).is_some() {
-                    return Err(SourceError::Unsupported {
-                        message: format!(
-                            "instant {} wrote log file {path}: merge-on-read log files are not read by this build",
-                            i.requested
-                        ),
-                    });
-                }
-            }
+        for (p, fg, _) in md.writes() {
             touched.insert((p.to_string(), fg.to_string()));
         }
         touched.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
@@ -172,38 +170,30 @@ impl HudiSource {
         let at = unit.position.order_key();
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
+        let cache = FileCache::default();
+        let reader = SliceReader { table: &self.table, timeline: tl, merge: &self.merge, cache: &cache, connector: &self.connector };
         for (s, sp) in splits.iter().enumerate() {
             if !listings.contains_key(&sp.partition) {
                 listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);
             }
-            let files = listings[&sp.partition].base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
-            let old = if unit.snapshot { None } else { base_as_of(files, tl, at, false) };
-            let new = if replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
-                None
-            } else {
-                base_as_of(files, tl, at, true)
-            };
-            // an untouched slice on both sides changes nothing
-            let (old, new) = if old.is_some() && old == new { (None, None) } else { (old, new) };
-            for (is_new, f) in [(false, old), (true, new)] {
-                let Some(f) = f else { continue };
-                let path = partition_dir(&self.table.path, &sp.partition).join(&f.name);
-                let (mut schema, mut batches, size) = read_base(&path).map_err(|e| cleaned_hint(e, unit))?;
-                if self.virtual_keys {
-                    batches = batches
-                        .iter()
-                        .map(|b| files::with_virtual_keys(b, &self.table.key_fields, &sp.partition))
-                        .collect::<Result<_, _>>()?;
-                    if let Some(b) = batches.first() {
-                        schema = b.schema();
+            let files = &listings[&sp.partition];
+            let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
+            let old = if unit.snapshot { None } else { reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))? };
+            let new = if is_replaced { None } else { reader.state(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? };
+            for (is_new, st) in [(false, old), (true, new)] {
+                let Some(st) = st else { continue };
+                sides.rows_read[s] += st.rows_read;
+                sides.bytes_read[s] += st.bytes_read;
+                if let Some(f) = &st.file {
+                    if is_new || sides.file[s].is_empty() {
+                        sides.file[s] = join_path(&sp.partition, f);
                     }
                 }
-                sides.rows_read[s] += batches.iter().map(|b| b.num_rows() as u64).sum::<u64>();
-                sides.bytes_read[s] += size;
-                if is_new || sides.file[s].is_empty() {
-                    sides.file[s] = join_path(&sp.partition, &f.name);
+                if let Some(first) = st.batches.first() {
+                    raw.push((s, is_new, first.schema(), st.batches));
                 }
-                raw.push((s, is_new, schema, batches));
             }
         }
         // the unit's value schema: the newest file's, every column nullable
@@ -213,6 +203,7 @@ impl HudiSource {
             .find(|r| r.1)
             .or(raw.last())
             .map(|r| nullable(&r.2, &[]));
+        // (state batches are already conformed per slice; this aligns slices of different ages)
         if let Some(target) = target {
             for (s, is_new, _, batches) in raw {
                 for b in batches {

@@ -1,0 +1,343 @@
+//! The merged state of a file group as of a point on the timeline: its base file plus the log
+//! blocks of completed instants (rolled-back blocks dropped), merged by record key with the
+//! table's merge mode: commit-time ordering (later write wins) or event-time ordering (the
+//! greater ordering value wins, ties to the later write; a late record with a lower value loses).
+//! Hard deletes (delete blocks) always win; soft deletes (`_hoodie_is_deleted = true`) take part
+//! in ordering and then remove the row.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::SchemaRef;
+
+use super::files::{base_as_of, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
+use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
+use super::timeline::{TableConfig, Timeline};
+use crate::source::rows::{conform, nullable, RowKeys};
+use crate::source::SourceError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeMode {
+    CommitTime,
+    EventTime,
+}
+
+/// How a table merges records, from `hoodie.properties`.
+#[derive(Debug, Clone)]
+pub struct MergeConfig {
+    pub mode: MergeMode,
+    pub ordering: Vec<String>,
+    pub virtual_keys: bool,
+    pub key_fields: Vec<String>,
+}
+
+impl MergeConfig {
+    pub fn from_table(t: &TableConfig) -> Self {
+        let p = |k: &str| t.props.get(k).map(String::as_str);
+        let payload = p("hoodie.compaction.payload.class").or(p("hoodie.table.payload.class")).unwrap_or("");
+        let mode = match p("hoodie.record.merge.mode") {
+            Some("EVENT_TIME_ORDERING") => MergeMode::EventTime,
+            Some("COMMIT_TIME_ORDERING") => MergeMode::CommitTime,
+            _ if payload.ends_with("DefaultHoodieRecordPayload")
+                || payload.ends_with("EventTimeAvroPayload")
+                || payload.ends_with("PartialUpdateAvroPayload") =>
+            {
+                MergeMode::EventTime
+            }
+            _ => MergeMode::CommitTime,
+        };
+        let ordering = p("hoodie.table.ordering.fields")
+            .or(p("hoodie.table.precombine.field"))
+            .map(|s| s.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+            .unwrap_or_default();
+        Self {
+            mode,
+            ordering,
+            virtual_keys: p("hoodie.populate.meta.fields") == Some("false"),
+            key_fields: t.key_fields.clone(),
+        }
+    }
+}
+
+/// One merged file slice: rows in deterministic order (surviving base rows in file order, then
+/// log records in the order they were first written).
+pub struct SliceState {
+    pub batches: Vec<RecordBatch>,
+    /// The newest file that contributed (for `source.file`).
+    pub file: Option<String>,
+    pub rows_read: u64,
+    pub bytes_read: u64,
+}
+
+/// Files read once per unit even when both sides of a diff need them.
+#[derive(Default)]
+pub struct FileCache {
+    base: Mutex<HashMap<PathBuf, Arc<(SchemaRef, Vec<RecordBatch>, u64)>>>,
+    logs: Mutex<HashMap<PathBuf, Arc<(Vec<LogBlock>, u64)>>>,
+}
+
+impl FileCache {
+    fn base(&self, path: &Path) -> Result<Arc<(SchemaRef, Vec<RecordBatch>, u64)>, SourceError> {
+        if let Some(v) = self.base.lock().expect("cache lock").get(path) {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(read_base(path)?);
+        self.base.lock().expect("cache lock").insert(path.into(), v.clone());
+        Ok(v)
+    }
+
+    fn log(&self, path: &Path, connector: &str) -> Result<Arc<(Vec<LogBlock>, u64)>, SourceError> {
+        if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
+            return Ok(v.clone());
+        }
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let v = Arc::new((log::read_blocks(path, connector)?, size));
+        self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
+        Ok(v)
+    }
+}
+
+pub struct SliceReader<'a> {
+    pub table: &'a TableConfig,
+    pub timeline: &'a Timeline,
+    pub merge: &'a MergeConfig,
+    pub cache: &'a FileCache,
+    pub connector: &'a str,
+}
+
+/// A record source while merging: (batch index, row).
+type Src = (usize, usize);
+
+enum Winner {
+    Row(Src),
+    /// Soft delete: keeps its ordering value for later comparisons.
+    SoftDeleted(Src),
+    HardDeleted,
+}
+
+impl SliceReader<'_> {
+    fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
+        match self.timeline.completed_order(instant) {
+            Some(o) => if inclusive { o.as_str() <= at } else { o.as_str() < at },
+            None => false,
+        }
+    }
+
+    /// The log files of the slice that starts at `base` (all of them for a log-only group).
+    fn slice_logs<'l>(&self, base: Option<&BaseFile>, logs: &'l [LogFile]) -> Vec<&'l LogFile> {
+        let mut out: Vec<&LogFile> = logs
+            .iter()
+            .filter(|l| match base {
+                None => true,
+                // layout 1 names logs after their slice's base instant; layout 2 after the
+                // delta commit that wrote them
+                Some(b) if self.table.layout >= 2 => l.instant > b.instant,
+                Some(b) => l.instant >= b.instant,
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.instant, log_version(&a.name), &a.name).cmp(&(&b.instant, log_version(&b.name), &b.name)));
+        out
+    }
+
+    /// The merged state of one file group as of `at` (inclusive or not). `None`: no visible slice.
+    pub fn state(
+        &self,
+        partition: &str,
+        base_files: &[BaseFile],
+        log_files: &[LogFile],
+        at: &str,
+        inclusive: bool,
+    ) -> Result<Option<SliceState>, SourceError> {
+        let dir = partition_dir(&self.table.path, partition);
+        let base = base_as_of(base_files, self.timeline, at, inclusive);
+        let logs = self.slice_logs(base, log_files);
+        let mut raw: Vec<RecordBatch> = Vec::new();
+        let mut state = SliceState { batches: Vec::new(), file: None, rows_read: 0, bytes_read: 0 };
+        let mut base_batches = 0;
+        if let Some(b) = base {
+            let (_, batches, size) = &*self.cache.base(&dir.join(&b.name))?;
+            raw.extend(batches.iter().cloned());
+            base_batches = raw.len();
+            state.bytes_read += size;
+            state.file = Some(b.name.clone());
+        }
+        // blocks of visible instants, rollbacks applied, in commit order
+        let mut blocks: Vec<(String, usize, &LogBlock, &Path)> = Vec::new();
+        let mut rolled_back: HashSet<String> = HashSet::new();
+        let mut cached = Vec::new();
+        for l in &logs {
+            let path = dir.join(&l.name);
+            cached.push((self.cache.log(&path, self.connector)?, path, l.name.clone()));
+        }
+        for (i, (c, path, name)) in cached.iter().enumerate() {
+            state.bytes_read += c.1;
+            for b in &c.0 {
+                let Some(instant) = b.instant() else { continue };
+                if b.block_type == BlockType::Command {
+                    if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
+                        if let Some(t) = b.header.get(&TARGET_INSTANT_TIME) {
+                            rolled_back.insert(t.clone());
+                        }
+                    }
+                    continue;
+                }
+                if !self.visible(instant, at, inclusive) {
+                    continue;
+                }
+                let order = self.timeline.completed_order(instant).unwrap_or_default();
+                blocks.push((order, i, b, path.as_path()));
+                if state.file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
+                    state.file = Some(name.clone());
+                }
+            }
+        }
+        blocks.retain(|(_, _, b, _)| b.instant().map(|i| !rolled_back.contains(i)).unwrap_or(true));
+        blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        if base.is_none() && blocks.is_empty() {
+            return Ok(None);
+        }
+        // decode data blocks; a delete block becomes a marker with its keys
+        enum Step {
+            Data(std::ops::Range<usize>),
+            Delete(Vec<log::DeletedKey>),
+        }
+        let mut steps = Vec::new();
+        for (_, _, b, path) in &blocks {
+            let batches = match b.block_type {
+                BlockType::AvroData => log::avro_block_batches(b, path)?,
+                BlockType::ParquetData => log::parquet_block_batches(b, path)?,
+                BlockType::Delete => {
+                    steps.push(Step::Delete(log::delete_block_keys(b, path)?));
+                    continue;
+                }
+                BlockType::Corrupt => continue,
+                other => {
+                    return Err(SourceError::Unsupported {
+                        message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
+                    })
+                }
+            };
+            let start = raw.len();
+            raw.extend(batches);
+            steps.push(Step::Data(start..raw.len()));
+        }
+        if raw.is_empty() {
+            return Ok(Some(state));
+        }
+        if self.merge.virtual_keys {
+            raw = raw.iter().map(|b| with_virtual_keys(b, &self.merge.key_fields, partition)).collect::<Result<_, _>>()?;
+        }
+        // one schema for all sources: the newest writer schema, layout columns left out
+        let target = nullable(&raw[raw.len() - 1].schema(), LAYOUT_META_COLUMNS);
+        let conformed: Vec<RecordBatch> = raw.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
+        state.rows_read = conformed.iter().map(|b| b.num_rows() as u64).sum();
+        let key_idx = target.index_of("_hoodie_record_key").map_err(|_| SourceError::Unreadable {
+            message: format!("{}: file group in `{partition}` has no _hoodie_record_key column", self.table.path.display()),
+        })?;
+        let ord_idx: Vec<usize> = self.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
+        let ord_rows = if self.merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
+            let conv = RowKeys::new(&target, Some(ord_idx))?;
+            Some(conformed.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
+        } else {
+            None
+        };
+        let keys: Vec<&StringArray> = conformed
+            .iter()
+            .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>())
+            .collect::<Option<_>>()
+            .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })?;
+        let deleted_col: Vec<Option<&BooleanArray>> = conformed
+            .iter()
+            .map(|b| b.column_by_name("_hoodie_is_deleted").and_then(|c| c.as_any().downcast_ref::<BooleanArray>()))
+            .collect();
+        let mut m = Merger { keys, ord_rows, deleted_col, winners: HashMap::new(), first_seen: Vec::new() };
+        for b in 0..base_batches {
+            for r in 0..conformed[b].num_rows() {
+                m.offer((b, r));
+            }
+        }
+        for step in &steps {
+            match step {
+                Step::Data(range) => {
+                    for b in range.clone() {
+                        for r in 0..conformed[b].num_rows() {
+                            m.offer((b, r));
+                        }
+                    }
+                }
+                Step::Delete(keys_deleted) => {
+                    for d in keys_deleted {
+                        m.hard_delete(&d.record_key);
+                    }
+                }
+            }
+        }
+        let (winners, first_seen) = (m.winners, m.first_seen);
+        let picks: Vec<Src> = first_seen
+            .iter()
+            .filter_map(|k| match winners.get(k) {
+                Some(Winner::Row(src)) => Some(*src),
+                _ => None,
+            })
+            .collect();
+        state.batches = take_rows(&conformed, &picks)?;
+        Ok(Some(state))
+    }
+}
+
+struct Merger<'k> {
+    keys: Vec<&'k StringArray>,
+    ord_rows: Option<Vec<arrow::row::Rows>>,
+    deleted_col: Vec<Option<&'k BooleanArray>>,
+    winners: HashMap<&'k str, Winner>,
+    first_seen: Vec<&'k str>,
+}
+
+impl<'k> Merger<'k> {
+    fn offer(&mut self, src: Src) {
+        let (b, r) = src;
+        if !self.keys[b].is_valid(r) {
+            return;
+        }
+        let k = self.keys[b].value(r);
+        let wins = match (self.winners.get(k), &self.ord_rows) {
+            (Some(Winner::Row(old) | Winner::SoftDeleted(old)), Some(ord)) => ord[b].row(r) >= ord[old.0].row(old.1),
+            _ => true,
+        };
+        if wins {
+            if !self.winners.contains_key(k) {
+                self.first_seen.push(k);
+            }
+            let soft = self.deleted_col[b].map(|c| c.is_valid(r) && c.value(r)).unwrap_or(false);
+            self.winners.insert(k, if soft { Winner::SoftDeleted(src) } else { Winner::Row(src) });
+        }
+    }
+
+    fn hard_delete(&mut self, key: &str) {
+        if let Some(k) = self.winners.get_key_value(key).map(|(k, _)| *k) {
+            self.winners.insert(k, Winner::HardDeleted);
+        }
+    }
+}
+
+fn log_version(name: &str) -> u64 {
+    name.split(".log.").nth(1).and_then(|v| v.split('_').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Gather rows from several batches of one schema into batches of at most 8192 rows.
+fn take_rows(batches: &[RecordBatch], picks: &[Src]) -> Result<Vec<RecordBatch>, SourceError> {
+    let Some(first) = batches.first() else { return Ok(Vec::new()) };
+    let schema = first.schema();
+    let mut out = Vec::new();
+    for chunk in picks.chunks(8192) {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for c in 0..schema.fields().len() {
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+            cols.push(arrow::compute::interleave(&arrays, chunk).map_err(SourceError::arrow("merging file slice"))?);
+        }
+        out.push(RecordBatch::try_new(schema.clone(), cols).map_err(SourceError::arrow("merging file slice"))?);
+    }
+    Ok(out)
+}
