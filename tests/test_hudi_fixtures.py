@@ -20,7 +20,7 @@ def _cases():
     return out
 
 
-def replay_stepwise(env, registry, tmp_path, name, start):
+def replay_stepwise(env, registry, tmp_path, name, start, **props_extra):
     require_fixtures()
     oracle = testkit.load_oracle(name)
     table = testkit.extract(name, tmp_path / "t")
@@ -33,7 +33,7 @@ def replay_stepwise(env, registry, tmp_path, name, start):
         pytest.skip("archived history: emitting archived instants as changes needs the archived timeline reader")
     instants = [i for i in oracle["instants"] if not i.get("archived")]
     others = oracle.get("other_completed_instants", [])
-    extra = {}
+    extra = dict(props_extra)
     if start == "first" and instants:
         extra["read.start-commit"] = instants[0]["requested"]
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
@@ -49,6 +49,8 @@ def replay_stepwise(env, registry, tmp_path, name, start):
         testkit.run_once(props)
         records = testkit.consume_all(env, topic)
         replay.apply(records[consumed:])
+        if inst.get("operation") in ("COMPACT", "CLUSTER"):
+            assert len(records) == consumed, f"{inst['operation']} {inst['requested']} emitted records"
         consumed = len(records)
         testkit.compare(oracle, inst["rows"], replay, f"{name} step {step} ({inst['action']} {inst['requested']})")
     # the rest of the timeline (non-data instants) emits nothing
@@ -70,3 +72,17 @@ def test_fixture_replays_to_oracle_from_full_scan(env, registry, tmp_path, name)
 def test_fixture_replays_to_oracle_as_changes(env, registry, tmp_path, name):
     replay = replay_stepwise(env, registry, tmp_path, name, "first")
     assert "r" not in {e["op"] for e in replay.events}
+
+
+def _table_service_cases():
+    if not (testkit.FIXTURES / "hudi").is_dir():
+        return ["(fixtures absent)"]
+    return [n for n in _cases() if any(i.get("operation") in ("COMPACT", "CLUSTER")
+                                       for i in testkit.load_oracle(n)["instants"])]
+
+
+@pytest.mark.parametrize("name", _table_service_cases())
+def test_compaction_and_clustering_read_but_emit_nothing(env, registry, tmp_path, name):
+    """With skip_compaction/skip_clustering off, their output is read and diffed: no row twice."""
+    replay_stepwise(env, registry, tmp_path, name, "first", **{
+        "read.streaming.skip_compaction": "false", "read.streaming.skip_clustering": "false"})

@@ -128,8 +128,8 @@ pub fn base_as_of<'a>(files: &'a [BaseFile], timeline: &Timeline, at: &str, incl
         .max_by(|a, b| a.instant.cmp(&b.instant))
 }
 
-/// Read a base file, leaving out layout meta columns.
-pub fn read_base(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
+/// Read a base file, leaving out layout meta columns (and, with `only`, every other column).
+pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
     let file = std::fs::File::open(path).map_err(SourceError::io(path))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let perr = |source| SourceError::Parquet { path: path.into(), source };
@@ -140,6 +140,7 @@ pub fn read_base(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>, u64), Sour
         .iter()
         .enumerate()
         .filter(|(_, f)| !LAYOUT_META_COLUMNS.contains(&f.name().as_str()))
+        .filter(|(_, f)| only.is_none_or(|o| o.iter().any(|c| c == f.name())))
         .map(|(i, _)| i)
         .collect();
     let mask = ProjectionMask::roots(builder.parquet_schema(), keep);

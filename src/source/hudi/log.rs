@@ -270,3 +270,49 @@ const DELETE_RECORD_LIST_SCHEMA: &str = r#"{"type":"record","name":"HoodieDelete
  {"type":"record","name":"OrderingTimeMicrosWrapper","fields":[{"name":"value","type":{"type":"long","logicalType":"time-micros"}}]},
  {"type":"record","name":"OrderingTimestampMicrosWrapper","fields":[{"name":"value","type":"long"}]}
 ],"default":null}]}}}]}"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(block_type: i32, header: &[(i32, &str)], content: &[u8]) -> Vec<u8> {
+        let mut inner = Vec::new();
+        inner.extend_from_slice(&1i32.to_be_bytes());
+        inner.extend_from_slice(&block_type.to_be_bytes());
+        inner.extend_from_slice(&(header.len() as i32).to_be_bytes());
+        for (k, v) in header {
+            inner.extend_from_slice(&k.to_be_bytes());
+            inner.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            inner.extend_from_slice(v.as_bytes());
+        }
+        inner.extend_from_slice(&(content.len() as i64).to_be_bytes());
+        inner.extend_from_slice(content);
+        inner.extend_from_slice(&0i32.to_be_bytes());
+        inner.extend_from_slice(&((inner.len() + 8 + 14) as i64).to_be_bytes());
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&(inner.len() as i64).to_be_bytes());
+        out.extend_from_slice(&inner);
+        out
+    }
+
+    #[test]
+    fn damaged_stretches_are_skipped_and_counted() {
+        let rollback = block(0, &[(INSTANT_TIME, "2"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "1")], b"");
+        let other = block(0, &[(INSTANT_TIME, "3"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "2")], b"");
+        let mut file = b"garbage#HU".to_vec();
+        file.extend_from_slice(&rollback);
+        file.extend_from_slice(b"\x00\x01#HUDI#\xff");
+        file.extend_from_slice(&other);
+        file.extend_from_slice(&rollback[..rollback.len() - 5]); // truncated tail block
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".fg_1.log.1_0-0-0");
+        std::fs::write(&path, &file).unwrap();
+        let before = metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test"]).get();
+        let blocks = read_blocks(&path, "log-test").unwrap();
+        let targets: Vec<_> = blocks.iter().map(|b| b.header[&TARGET_INSTANT_TIME].as_str()).collect();
+        assert_eq!(targets, ["1", "2"]);
+        assert_eq!(blocks[0].block_type, BlockType::Command);
+        // leading garbage, the bytes before a false magic, the false magic, the truncated tail
+        assert_eq!(metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test"]).get() - before, 4);
+    }
+}

@@ -10,16 +10,16 @@ pub mod log;
 pub mod slice;
 pub mod timeline;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
 use arrow_schema::SchemaRef;
 
 use self::files::{list_partition, list_partitions, PartitionFiles};
 use self::slice::{FileCache, MergeConfig, SliceReader};
 use self::timeline::{instant_millis, CommitMetadata, Instant, TableConfig, Timeline};
-use super::rows::{conform, diff, nullable, snapshot_rows};
+use super::rows::{conform, diff, nullable, snapshot_rows, RowKeys};
 use super::{Position, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, StartCommit};
 
@@ -165,13 +165,13 @@ impl HudiSource {
         tl: &Timeline,
         unit: &Unit,
         replaced: &BTreeSet<(String, String)>,
+        cache: &FileCache,
     ) -> Result<Sides, SourceError> {
         let mut listings: BTreeMap<String, PartitionFiles> = BTreeMap::new();
         let at = unit.position.order_key();
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
-        let cache = FileCache::default();
-        let reader = SliceReader { table: &self.table, timeline: tl, merge: &self.merge, cache: &cache, connector: &self.connector };
+        let reader = SliceReader { table: &self.table, timeline: tl, merge: &self.merge, cache, connector: &self.connector };
         for (s, sp) in splits.iter().enumerate() {
             if !listings.contains_key(&sp.partition) {
                 listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);
@@ -214,6 +214,52 @@ impl HudiSource {
             }
         }
         Ok(sides)
+    }
+
+    /// Key pre-pass of a full scan (key, commit time and merge columns only): the split holding
+    /// the newest version of each key. `None` when no key is held by two file groups.
+    #[allow(clippy::type_complexity)]
+    fn snapshot_winners(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+    ) -> Result<Option<HashMap<Vec<u8>, (usize, Option<String>)>>, SourceError> {
+        let mut only: Vec<String> = ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        only.extend(self.info.key_fields.iter().cloned());
+        only.extend(self.merge.ordering.iter().cloned());
+        let mut winners: HashMap<Vec<u8>, (usize, Option<String>)> = HashMap::new();
+        let mut shared = false;
+        for (s, sp) in unit.splits.iter().enumerate() {
+            let cache = FileCache::projected(only.clone());
+            let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
+            let Some(first) = sides.batches.first() else { continue };
+            let (keys, order) = self.key_columns(&first.schema())?;
+            let conv = RowKeys::new(&first.schema(), Some(keys))?;
+            for b in &sides.batches {
+                let rows = conv.rows(b)?;
+                let commits = order.and_then(|o| b.column(o).as_any().downcast_ref::<arrow_array::StringArray>());
+                for i in 0..b.num_rows() {
+                    let commit = commits.and_then(|c| c.is_valid(i).then(|| c.value(i).to_string()));
+                    match winners.get_mut(rows.row(i).as_ref()) {
+                        Some(w) if w.0 == s => {}
+                        Some(w) => {
+                            shared = true;
+                            if commit >= w.1 {
+                                *w = (s, commit);
+                            }
+                        }
+                        None => {
+                            winners.insert(rows.row(i).as_ref().to_vec(), (s, commit));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(shared.then_some(winners))
     }
 
     fn key_columns(&self, schema: &SchemaRef) -> Result<(Vec<usize>, Option<usize>), SourceError> {
@@ -362,12 +408,22 @@ impl Source for HudiSource {
             md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
         };
         if unit.snapshot {
+            let winners = self.snapshot_winners(unit, &tl, &replaced)?;
             // one split at a time: a full scan never holds more than one file slice
-            for sp in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
-                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced)?;
+            for (s, sp) in unit.splits.iter().enumerate().filter(|(_, s)| !done.contains(&s.id)) {
+                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced, &FileCache::default())?;
                 let Some(first) = sides.batches.first() else { continue };
                 let (keys, order) = self.key_columns(&first.schema())?;
-                let rows = snapshot_rows(&sides.batches, &keys, order)?;
+                let mut rows = snapshot_rows(&sides.batches, &keys, order)?;
+                if let Some(winners) = &winners {
+                    // a key held by several file groups is emitted once, from the newest commit
+                    let conv = RowKeys::new(&first.schema(), Some(keys))?;
+                    let key_rows = sides.batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?;
+                    rows.retain(|r| {
+                        let a = r.after.expect("snapshot rows have after");
+                        winners.get(key_rows[a.batch as usize].row(a.row as usize).as_ref()).map(|w| w.0) == Some(s)
+                    });
+                }
                 emit(SplitChanges {
                     split: sp.clone(),
                     file: sides.file[0].clone(),
@@ -380,7 +436,7 @@ impl Source for HudiSource {
             return Ok(());
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched
-        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced)?;
+        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default())?;
         let Some(first) = sides.batches.first() else { return Ok(()) };
         let (keys, order) = self.key_columns(&first.schema())?;
         let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;

@@ -71,19 +71,25 @@ pub struct SliceState {
     pub bytes_read: u64,
 }
 
-/// Files read once per unit even when both sides of a diff need them.
+/// Files read once per unit even when both sides of a diff need them. With `only`, base files
+/// are read with just those columns (key pre-pass of a full scan).
 #[derive(Default)]
 pub struct FileCache {
+    only: Option<Vec<String>>,
     base: Mutex<HashMap<PathBuf, Arc<(SchemaRef, Vec<RecordBatch>, u64)>>>,
     logs: Mutex<HashMap<PathBuf, Arc<(Vec<LogBlock>, u64)>>>,
 }
 
 impl FileCache {
+    pub fn projected(only: Vec<String>) -> Self {
+        Self { only: Some(only), ..Default::default() }
+    }
+
     fn base(&self, path: &Path) -> Result<Arc<(SchemaRef, Vec<RecordBatch>, u64)>, SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
             return Ok(v.clone());
         }
-        let v = Arc::new(read_base(path)?);
+        let v = Arc::new(read_base(path, self.only.as_deref())?);
         self.base.lock().expect("cache lock").insert(path.into(), v.clone());
         Ok(v)
     }
