@@ -7,10 +7,14 @@ import subprocess
 import time
 import uuid
 
+import pytest
+
 import testkit
 from conftest import require_fixtures
 
 KILL_FIXTURE = "sample_table/cow/v9_txns_simple_meta"
+# copy-on-write and merge-on-read histories with deletes, insert overwrite, compaction, clustering
+KILL_FIXTURES = [KILL_FIXTURE, "sample_table/mor/avro/v9_txns_simple_meta"]
 
 
 def start(props, *extra):
@@ -18,10 +22,10 @@ def start(props, *extra):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def setup(env, tmp_path, prefix, **extra):
+def setup(env, tmp_path, prefix, fixture=KILL_FIXTURE, **extra):
     require_fixtures()
-    oracle = testkit.load_oracle(KILL_FIXTURE)
-    table = testkit.extract(KILL_FIXTURE, tmp_path / "t")
+    oracle = testkit.load_oracle(fixture)
+    table = testkit.extract(fixture, tmp_path / "t")
     revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
     topic = f"{prefix}-" + uuid.uuid4().hex[:8]
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
@@ -36,15 +40,16 @@ def finish(env, registry, props, topic, oracle, rows):
     return replay
 
 
-def test_kill_9_at_random_moments_loses_and_duplicates_nothing(env, registry, tmp_path):
+@pytest.mark.parametrize("fixture", KILL_FIXTURES)
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(env, registry, tmp_path, fixture):
     seed = int(time.time())
     print("kill test seed", seed)
     rng = random.Random(seed)
     require_fixtures()
-    first = testkit.load_oracle(KILL_FIXTURE)["instants"][0]["requested"]
+    first = testkit.load_oracle(fixture)["instants"][0]["requested"]
     # tiny transactions so that kills land inside units, between splits and mid-split
     oracle, instants, revealed, topic, props = setup(
-        env, tmp_path, "kill",
+        env, tmp_path, "kill", fixture,
         **{"transaction.max.records": "2", "read.start-commit": first, "read.streaming.check-interval": "50ms"})
     revealed.reveal_through(testkit.instant_order(instants[0]))
     step, kills = 0, 0
