@@ -50,3 +50,23 @@ def test_damaged_log_blocks_are_skipped_and_reported(env, registry, tmp_path, fi
     assert garbage == pristine, "garbage around an intact block loses nothing"
     for err in (err_t, err_g):
         assert "corrupt or truncated log block skipped" in err and victim.name in err, err[-2000:]
+
+
+def test_a_cleaned_file_fails_loudly_naming_instant_file_and_way_out(env, tmp_path):
+    """A lagging reader whose files were cleaned must stop, not skip: nothing silently lost."""
+    require_fixtures()
+    name = "sample_table/cow/v9_txns_simple_meta"
+    oracle = testkit.load_oracle(name)
+    table = testkit.extract(name, tmp_path / "t")
+    first = oracle["instants"][0]["requested"]
+    # the cleaner removes the first version of a file group that later commits rewrote
+    victim = sorted(table.rglob(f"*_{first}.parquet"))[0]
+    versions = [p for p in victim.parent.glob(victim.name.split("_")[0] + "_*.parquet")]
+    assert len(versions) > 1, "pick a file group with several versions"
+    victim.unlink()
+    topic = "clean-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first})
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 1, r.stderr
+    assert victim.name in r.stderr and "read.start-commit" in r.stderr, r.stderr[-2000:]
+    assert testkit.consume_all(env, topic) == [], "nothing of the unreadable instant may be published"

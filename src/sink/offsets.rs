@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +43,21 @@ pub struct Offsets {
     pub updated_ms: i64,
 }
 
+/// Reaching the end of a partition is how the reader knows it is done, not an error to log.
+struct EofIsFine;
+
+impl ClientContext for EofIsFine {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let eof = matches!(error, KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
+        if !eof {
+            tracing::error!(%error, reason, "offsets reader: kafka client error");
+        }
+    }
+}
+
+impl ConsumerContext for EofIsFine {}
+
 /// Read the latest committed offsets of `key` from `topic` (read_committed, to the end).
 /// Must run after the task's producer has fenced/aborted any transaction it left open.
 pub fn read_offsets(
@@ -61,7 +78,8 @@ pub fn read_offsets(
             cfg.set(k, v);
         }
     }
-    let consumer: BaseConsumer = cfg.create().map_err(|e| SinkError::kafka("offsets consumer", e))?;
+    let consumer: BaseConsumer<EofIsFine> =
+        cfg.create_with_context(EofIsFine).map_err(|e| SinkError::kafka("offsets consumer", e))?;
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .map_err(|e| SinkError::kafka("offsets topic metadata", e))?;
@@ -85,7 +103,7 @@ pub fn read_offsets(
         }
         match consumer.poll(Duration::from_millis(500)) {
             None => {}
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+            Some(Err(KafkaError::PartitionEOF(p))) => {
                 eof.insert(p);
             }
             Some(Err(e)) => return Err(SinkError::kafka("reading offsets topic", e)),

@@ -5,6 +5,7 @@
 //! and insert-overwrites on copy-on-write tables show up as `d`, updates carry `before`, and
 //! compaction/clustering output (same rows, new files) emits nothing.
 
+pub mod archive;
 pub mod files;
 pub mod log;
 pub mod slice;
@@ -18,7 +19,7 @@ use arrow_schema::SchemaRef;
 
 use self::files::{list_partition, list_partitions, PartitionFiles};
 use self::slice::{FileCache, MergeConfig, SliceReader};
-use self::timeline::{instant_millis, CommitMetadata, Instant, TableConfig, Timeline};
+use self::timeline::{instant_millis, CommitMetadata, Instant, MetaSource, TableConfig, Timeline};
 use super::rows::{conform, diff, nullable, snapshot_rows, RowKeys};
 use super::{Position, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, StartCommit};
@@ -33,6 +34,8 @@ pub struct HudiSource {
     skip_clustering: bool,
     merge: MergeConfig,
     connector: String,
+    /// Archived instants by history version.
+    archived: std::sync::Mutex<Option<(Option<u64>, Arc<Vec<Instant>>)>>,
 }
 
 impl HudiSource {
@@ -51,18 +54,33 @@ impl HudiSource {
             skip_clustering: cfg.skip_clustering,
             merge: MergeConfig::from_table(&table),
             connector: cfg.name.clone(),
+            archived: Default::default(),
             table,
         })
     }
 
     fn ts_ms(i: &Instant) -> i64 {
-        std::fs::metadata(&i.file)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested)))
-            .unwrap_or(0)
+        let mtime = match &i.meta {
+            MetaSource::File(f) => std::fs::metadata(f)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64),
+            MetaSource::Archived(_) => None,
+        };
+        mtime.or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested))).unwrap_or(0)
+    }
+
+    /// The active timeline, with the archived one added (read again only when archival ran).
+    fn timeline(&self) -> Result<Timeline, SourceError> {
+        let active = Timeline::load(&self.table)?;
+        let version = archive::history_version(&self.table);
+        let mut cache = self.archived.lock().expect("archive cache lock");
+        if cache.as_ref().map(|(v, _)| *v) != Some(version) {
+            *cache = Some((version, Arc::new(archive::load_archived(&self.table)?)));
+        }
+        let archived = cache.as_ref().map(|(_, a)| a.as_ref().clone()).unwrap_or_default();
+        Ok(active.with_archived(archived))
     }
 
     fn position(i: &Instant) -> Position {
@@ -103,7 +121,7 @@ impl HudiSource {
     fn replaced_up_to(&self, tl: &Timeline, at: &str) -> Result<BTreeSet<(String, String)>, SourceError> {
         let mut out = BTreeSet::new();
         for i in tl.completed.iter().filter(|i| i.action == "replacecommit" && i.order_key() <= at) {
-            let md = CommitMetadata::load(&i.file)?;
+            let md = CommitMetadata::load(&i.meta)?;
             out.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
         }
         Ok(out)
@@ -135,7 +153,7 @@ impl HudiSource {
                 return Ok(unit);
             }
         }
-        let md = CommitMetadata::load(&i.file)?;
+        let md = CommitMetadata::load(&i.meta)?;
         unit.operation = md.operation.clone();
         match md.operation.as_deref() {
             Some("COMPACT") | Some("LOG_COMPACT") if self.skip_compaction => {
@@ -149,8 +167,8 @@ impl HudiSource {
             _ => {}
         }
         let mut touched = BTreeSet::new();
-        for (p, fg, _) in md.writes() {
-            touched.insert((p.to_string(), fg.to_string()));
+        for (p, w) in md.writes() {
+            touched.insert((p.to_string(), w.file_id.clone().unwrap_or_default()));
         }
         touched.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
         unit.splits = touched.iter().map(|(p, fg)| split_spec(p, fg)).collect();
@@ -262,6 +280,43 @@ impl HudiSource {
         Ok(shared.then_some(winners))
     }
 
+    /// Every file a change unit needs must still be there: the files the instant wrote, and the
+    /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
+    fn verify_inputs(&self, unit: &Unit, md: &CommitMetadata) -> Result<(), SourceError> {
+        let mut listings: BTreeMap<&str, PartitionFiles> = BTreeMap::new();
+        let gone = |what: String| {
+            cleaned_hint(SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() }, unit)
+        };
+        for (p, w) in md.writes() {
+            if let Some(path) = &w.path {
+                if !self.table.path.join(path).exists() {
+                    return Err(gone(self.table.path.join(path).display().to_string()));
+                }
+            }
+            let prev = w.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null");
+            let (Some(prev), Some(fg)) = (prev, w.file_id.as_deref()) else { continue };
+            if !listings.contains_key(p) {
+                listings.insert(p, list_partition(&self.table.path, p)?);
+            }
+            let files = &listings[p];
+            let has_prev = files.base.get(fg).is_some_and(|b| b.iter().any(|f| f.instant == prev))
+                || (self.table.is_mor() && files.logs.get(fg).is_some_and(|l| !l.is_empty()));
+            if !has_prev {
+                return Err(gone(format!("{}/{fg}_*_{prev}.parquet (previous slice of file group {fg})", join_path(p, ""))));
+            }
+        }
+        for (p, fg) in md.replaced() {
+            if !listings.contains_key(p) {
+                listings.insert(p, list_partition(&self.table.path, p)?);
+            }
+            let files = &listings[p];
+            if !files.base.contains_key(fg) && !files.logs.contains_key(fg) {
+                return Err(gone(format!("{} (every file of replaced file group {fg})", join_path(p, fg))));
+            }
+        }
+        Ok(())
+    }
+
     fn key_columns(&self, schema: &SchemaRef) -> Result<(Vec<usize>, Option<usize>), SourceError> {
         let keys = self
             .info
@@ -333,7 +388,7 @@ impl Source for HudiSource {
     }
 
     fn poll(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
-        let tl = Timeline::load(&self.table)?;
+        let tl = self.timeline()?;
         let mut candidates: Vec<&Instant> = match after {
             Some(p) => tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect(),
             None => match &self.start {
@@ -371,7 +426,7 @@ impl Source for HudiSource {
     }
 
     fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
-        let tl = Timeline::load(&self.table)?;
+        let tl = self.timeline()?;
         let i = tl.get(&position.instant).ok_or_else(|| SourceError::Unreadable {
             message: format!(
                 "the interrupted instant {} is no longer on the active timeline (archived, or rolled back by a \
@@ -391,7 +446,7 @@ impl Source for HudiSource {
         if unit.splits.is_empty() {
             return Ok(());
         }
-        let tl = Timeline::load(&self.table)?;
+        let tl = self.timeline()?;
         if !unit.snapshot && tl.get(&unit.position.instant).is_none() {
             return Err(SourceError::Unreadable {
                 message: format!(
@@ -404,7 +459,8 @@ impl Source for HudiSource {
         let replaced = if unit.snapshot {
             self.replaced_up_to(&tl, unit.position.order_key())?
         } else {
-            let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").file)?;
+            let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
+            self.verify_inputs(unit, &md)?;
             md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
         };
         if unit.snapshot {

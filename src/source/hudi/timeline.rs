@@ -68,12 +68,21 @@ impl TableConfig {
     }
 }
 
+/// Where an instant's metadata lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaSource {
+    /// The completed instant file on the active timeline.
+    File(PathBuf),
+    /// Commit metadata bytes from the archived timeline.
+    Archived(std::sync::Arc<[u8]>),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instant {
     pub requested: String,
     pub completed: Option<String>,
     pub action: String,
-    pub file: PathBuf,
+    pub meta: MetaSource,
 }
 
 impl Instant {
@@ -109,7 +118,7 @@ impl Timeline {
             match parsed {
                 Parsed::Completed { requested, completed: c, action } => {
                     seen_states.insert(requested.clone(), true);
-                    completed.push(Instant { requested, completed: c, action, file: e.path() });
+                    completed.push(Instant { requested, completed: c, action, meta: MetaSource::File(e.path()) });
                 }
                 Parsed::Pending { requested } => {
                     seen_states.entry(requested).or_insert(false);
@@ -121,6 +130,26 @@ impl Timeline {
         let pending = seen_states.iter().filter(|(_, c)| !**c).map(|(r, _)| r.clone()).collect();
         let first_active = seen_states.keys().next().cloned();
         Ok(Self { completed, pending, by_requested, first_active })
+    }
+
+    /// Add archived instants (those not also on the active timeline), keeping timeline order.
+    pub fn with_archived(mut self, archived: Vec<Instant>) -> Self {
+        if archived.is_empty() {
+            return self;
+        }
+        if let Some(first) = archived.iter().map(|i| i.requested.clone()).min() {
+            if self.first_active.as_ref().is_none_or(|f| first < *f) {
+                self.first_active = Some(first);
+            }
+        }
+        for i in archived {
+            if !self.by_requested.contains_key(&i.requested) && !self.pending.contains(&i.requested) {
+                self.completed.push(i);
+            }
+        }
+        self.completed.sort_by(|a, b| a.order_key().cmp(b.order_key()).then(a.requested.cmp(&b.requested)));
+        self.by_requested = self.completed.iter().enumerate().map(|(i, x)| (x.requested.clone(), i)).collect();
+        self
     }
 
     pub fn get(&self, requested: &str) -> Option<&Instant> {
@@ -194,11 +223,20 @@ pub struct WriteStat {
     pub file_id: Option<String>,
     #[serde(default)]
     pub path: Option<String>,
+    /// Base instant of the file group's previous slice (`"null"` for a new group).
+    #[serde(rename = "prevCommit", default)]
+    pub prev_commit: Option<String>,
 }
 
 impl CommitMetadata {
-    pub fn load(file: &Path) -> Result<Self, SourceError> {
-        let bytes = std::fs::read(file).map_err(SourceError::io(file))?;
+    pub fn load(source: &MetaSource) -> Result<Self, SourceError> {
+        match source {
+            MetaSource::File(file) => Self::parse(&std::fs::read(file).map_err(SourceError::io(file))?, file),
+            MetaSource::Archived(bytes) => Self::parse(bytes, Path::new("(archived timeline)")),
+        }
+    }
+
+    fn parse(bytes: &[u8], file: &Path) -> Result<Self, SourceError> {
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             return Ok(Self::default());
         }
@@ -219,11 +257,12 @@ impl CommitMetadata {
         serde_json::from_value(json).map_err(|e| SourceError::format(file, format!("unexpected commit metadata: {e}")))
     }
 
-    /// (partition, file id, path) of every write.
-    pub fn writes(&self) -> impl Iterator<Item = (&str, &str, Option<&str>)> {
-        self.write_stats.iter().flatten().flat_map(|(p, stats)| {
-            stats.iter().flatten().filter_map(move |s| Some((p.as_str(), s.file_id.as_deref()?, s.path.as_deref())))
-        })
+    /// (partition, write stat) of every write that names its file group.
+    pub fn writes(&self) -> impl Iterator<Item = (&str, &WriteStat)> {
+        self.write_stats
+            .iter()
+            .flatten()
+            .flat_map(|(p, stats)| stats.iter().flatten().filter(|s| s.file_id.is_some()).map(move |s| (p.as_str(), s)))
     }
 
     /// (partition, file id) of every file group replaced (insert overwrite, clustering).
