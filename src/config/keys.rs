@@ -15,6 +15,8 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("read.commits.limit", "(none)", "at most this many instants per poll"),
     ("read.streaming.skip_compaction", "true", "do not read compaction commits (they change no rows)"),
     ("read.streaming.skip_clustering", "true", "do not read clustering commits (they change no rows)"),
+    ("read.memory.budget", "256MiB", "decoded log records kept in memory per file-slice merge; beyond it they spill to disk (bytes, or KiB/MiB/GiB)"),
+    ("read.spill.dir", "(system temp dir)", "directory for spilled log records"),
     ("tombstones.on.delete", "true", "follow each `d` event with a null-value tombstone for compaction"),
     ("transaction.boundary", "instant", "`instant`: one transaction per instant; `interval`: every `transaction.interval.ms`"),
     ("transaction.interval.ms", "1000", "commit interval with `transaction.boundary=interval`"),

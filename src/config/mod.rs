@@ -75,6 +75,8 @@ pub struct ConnectorConfig {
     pub transaction_timeout_ms: u64,
     pub task_id: u32,
     pub metrics_port: Option<u16>,
+    pub memory_budget: usize,
+    pub spill_dir: PathBuf,
     pub topic_partitions: i32,
     pub replication_factor: i32,
     /// librdkafka settings from `producer.override.*` (and `kafka.*`), passed through verbatim.
@@ -269,6 +271,13 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,
         task_id,
         metrics_port: v.get("metrics.port").map(|_| v.u64_or("metrics.port", 0)).transpose()?.map(|p| p as u16),
+        memory_budget: match v.get("read.memory.budget") {
+            None => 256 << 20,
+            Some(s) => parse_size(&s).ok_or_else(|| {
+                v.invalid("read.memory.budget", format!("`{s}` is not a size (bytes, or a number with KiB/MiB/GiB)"))
+            })?,
+        },
+        spill_dir: v.get("read.spill.dir").map(PathBuf::from).unwrap_or_else(std::env::temp_dir),
         topic_partitions: v.u64_or("topic.creation.default.partitions", 1)?.clamp(1, 10_000) as i32,
         replication_factor: v.u64_or("topic.creation.default.replication.factor", 1)?.clamp(1, 16) as i32,
         producer_overrides,
@@ -335,6 +344,22 @@ impl Validator<'_> {
             }),
         }
     }
+}
+
+/// `1048576`, `512KiB`, `64MiB`, `1GiB` (also `k`/`m`/`g`, `KB`/`MB`/`GB` as binary units).
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().ok()?;
+    let mul: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mul)
 }
 
 /// `60` (seconds, as Flink's option), `500ms`, `10s`, `2m`, `1h`.

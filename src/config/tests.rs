@@ -85,4 +85,7 @@ fn durations() {
     assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
     assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
     assert_eq!(parse_duration("x"), None);
+    assert_eq!(parse_size("64MiB"), Some(64 << 20));
+    assert_eq!(parse_size("512k"), Some(512 << 10));
+    assert_eq!(parse_size("12 parsecs"), None);
 }

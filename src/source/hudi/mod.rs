@@ -9,6 +9,7 @@ pub mod archive;
 pub mod files;
 pub mod log;
 pub mod slice;
+pub mod spill;
 pub mod timeline;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -33,6 +34,7 @@ pub struct HudiSource {
     skip_compaction: bool,
     skip_clustering: bool,
     merge: MergeConfig,
+    spill: spill::SpillConfig,
     connector: String,
     /// Archived instants by history version.
     archived: std::sync::Mutex<Option<(Option<u64>, Arc<Vec<Instant>>)>>,
@@ -53,6 +55,7 @@ impl HudiSource {
             skip_compaction: cfg.skip_compaction,
             skip_clustering: cfg.skip_clustering,
             merge: MergeConfig::from_table(&table),
+            spill: spill::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
             connector: cfg.name.clone(),
             archived: Default::default(),
             table,
@@ -189,7 +192,7 @@ impl HudiSource {
         let at = unit.position.order_key();
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
-        let reader = SliceReader { table: &self.table, timeline: tl, merge: &self.merge, cache, connector: &self.connector };
+        let reader = SliceReader { spill: self.spill.clone(), table: &self.table, timeline: tl, merge: &self.merge, cache, connector: &self.connector };
         for (s, sp) in splits.iter().enumerate() {
             if !listings.contains_key(&sp.partition) {
                 listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);

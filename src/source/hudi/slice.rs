@@ -9,12 +9,13 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
 use super::files::{base_as_of, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
 use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
 use super::timeline::{TableConfig, Timeline};
+use super::spill::{SpillConfig, Sources};
 use crate::source::rows::{conform, nullable, RowKeys};
 use crate::source::SourceError;
 
@@ -61,8 +62,8 @@ impl MergeConfig {
     }
 }
 
-/// One merged file slice: rows in deterministic order (surviving base rows in file order, then
-/// log records in the order they were first written).
+/// One merged file slice: the winning rows in deterministic order (by source: base batches,
+/// then log batches in commit order).
 pub struct SliceState {
     pub batches: Vec<RecordBatch>,
     /// The newest file that contributed (for `source.file`).
@@ -106,6 +107,7 @@ impl FileCache {
 }
 
 pub struct SliceReader<'a> {
+    pub spill: SpillConfig,
     pub table: &'a TableConfig,
     pub timeline: &'a Timeline,
     pub merge: &'a MergeConfig,
@@ -159,13 +161,11 @@ impl SliceReader<'_> {
         let dir = partition_dir(&self.table.path, partition);
         let base = base_as_of(base_files, self.timeline, at, inclusive);
         let logs = self.slice_logs(base, log_files);
-        let mut raw: Vec<RecordBatch> = Vec::new();
+        let mut base_raw: Vec<RecordBatch> = Vec::new();
         let mut state = SliceState { batches: Vec::new(), file: None, rows_read: 0, bytes_read: 0 };
-        let mut base_batches = 0;
         if let Some(b) = base {
             let (_, batches, size) = &*self.cache.base(&dir.join(&b.name))?;
-            raw.extend(batches.iter().cloned());
-            base_batches = raw.len();
+            base_raw.extend(batches.iter().cloned());
             state.bytes_read += size;
             state.file = Some(b.name.clone());
         }
@@ -204,63 +204,92 @@ impl SliceReader<'_> {
         if base.is_none() && blocks.is_empty() {
             return Ok(None);
         }
-        // decode data blocks; a delete block becomes a marker with its keys
-        enum Step {
-            Data(std::ops::Range<usize>),
-            Delete(Vec<log::DeletedKey>),
-        }
-        let mut steps = Vec::new();
-        for (_, _, b, path) in &blocks {
+        // the newest writer schema is the slice's schema (layout columns left out)
+        let decode = |b: &LogBlock, path: &Path| -> Result<Vec<RecordBatch>, SourceError> {
             let batches = match b.block_type {
                 BlockType::AvroData => log::avro_block_batches(b, path)?,
                 BlockType::ParquetData => log::parquet_block_batches(b, path)?,
-                BlockType::Delete => {
-                    steps.push(Step::Delete(log::delete_block_keys(b, path)?));
-                    continue;
-                }
-                BlockType::Corrupt => continue,
                 other => {
                     return Err(SourceError::Unsupported {
                         message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
                     })
                 }
             };
-            let start = raw.len();
-            raw.extend(batches);
-            steps.push(Step::Data(start..raw.len()));
-        }
-        if raw.is_empty() {
-            return Ok(Some(state));
-        }
+            if self.merge.virtual_keys {
+                return batches.iter().map(|x| with_virtual_keys(x, &self.merge.key_fields, partition)).collect();
+            }
+            Ok(batches)
+        };
+        let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
+        let last_data = blocks.iter().rposition(|(_, _, b, _)| is_data(b));
+        let mut last_batches = match last_data {
+            Some(i) => Some(decode(blocks[i].2, blocks[i].3)?),
+            None => None,
+        };
+        let mut base_raw = base_raw;
         if self.merge.virtual_keys {
-            raw = raw.iter().map(|b| with_virtual_keys(b, &self.merge.key_fields, partition)).collect::<Result<_, _>>()?;
+            base_raw = base_raw.iter().map(|x| with_virtual_keys(x, &self.merge.key_fields, partition)).collect::<Result<_, _>>()?;
         }
-        // one schema for all sources: the newest writer schema, layout columns left out
-        let target = nullable(&raw[raw.len() - 1].schema(), LAYOUT_META_COLUMNS);
-        let conformed: Vec<RecordBatch> = raw.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
-        state.rows_read = conformed.iter().map(|b| b.num_rows() as u64).sum();
+        let newest = last_batches.as_ref().and_then(|v| v.first()).or(base_raw.first());
+        let Some(newest) = newest else { return Ok(Some(state)) };
+        let target = nullable(&newest.schema(), LAYOUT_META_COLUMNS);
         let key_idx = target.index_of("_hoodie_record_key").map_err(|_| SourceError::Unreadable {
             message: format!("{}: file group in `{partition}` has no _hoodie_record_key column", self.table.path.display()),
         })?;
-        let ord_idx: Vec<usize> = self.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
-        let ord_rows = if self.merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
-            let conv = RowKeys::new(&target, Some(ord_idx))?;
-            Some(conformed.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
+        let ord_idx: Vec<usize> = if self.merge.mode == MergeMode::EventTime {
+            self.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect()
         } else {
-            None
+            Vec::new()
         };
-        let keys: Vec<&StringArray> = conformed
+        let del_idx = target.index_of("_hoodie_is_deleted").ok();
+        let mut merge_cols = vec![key_idx];
+        merge_cols.extend(&ord_idx);
+        merge_cols.extend(del_idx);
+        let mut sources = Sources::new(self.spill.clone(), merge_cols);
+        for b in &base_raw {
+            sources.push(conform(b, &target)?, false)?;
+        }
+        let base_sources = sources.len();
+        // log records in commit order; a delete block is a marker with its keys
+        enum Step {
+            Data(std::ops::Range<usize>),
+            Delete(Vec<log::DeletedKey>),
+        }
+        let mut steps = Vec::new();
+        for (i, (_, _, b, path)) in blocks.iter().enumerate() {
+            match b.block_type {
+                BlockType::Delete => steps.push(Step::Delete(log::delete_block_keys(b, path)?)),
+                BlockType::Corrupt => {}
+                _ => {
+                    let batches = if Some(i) == last_data { last_batches.take().unwrap_or_default() } else { decode(b, path)? };
+                    let start = sources.len();
+                    for x in batches {
+                        sources.push(conform(&x, &target)?, true)?;
+                    }
+                    steps.push(Step::Data(start..sources.len()));
+                }
+            }
+        }
+        state.rows_read = sources.rows();
+        let proj = sources.merge_batches();
+        let ord_rows = if ord_idx.is_empty() {
+            None
+        } else {
+            let conv = RowKeys::new(&proj[0].schema(), Some((1..=ord_idx.len()).collect()))?;
+            Some(proj.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
+        };
+        let keys: Vec<&StringArray> = proj
             .iter()
-            .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>())
+            .map(|b| b.column(0).as_any().downcast_ref::<StringArray>())
             .collect::<Option<_>>()
             .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })?;
-        let deleted_col: Vec<Option<&BooleanArray>> = conformed
+        let deleted_col: Vec<Option<&BooleanArray>> = proj
             .iter()
-            .map(|b| b.column_by_name("_hoodie_is_deleted").and_then(|c| c.as_any().downcast_ref::<BooleanArray>()))
+            .map(|b| del_idx.and_then(|_| b.column(b.num_columns() - 1).as_any().downcast_ref::<BooleanArray>()))
             .collect();
-        let mut m = Merger { keys, ord_rows, deleted_col, winners: HashMap::new(), first_seen: Vec::new() };
-        for b in 0..base_batches {
-            for r in 0..conformed[b].num_rows() {
+        let mut m = Merger { keys, ord_rows, deleted_col, winners: HashMap::new() };
+        for b in 0..base_sources {
+            for r in 0..proj[b].num_rows() {
                 m.offer((b, r));
             }
         }
@@ -268,7 +297,7 @@ impl SliceReader<'_> {
             match step {
                 Step::Data(range) => {
                     for b in range.clone() {
-                        for r in 0..conformed[b].num_rows() {
+                        for r in 0..proj[b].num_rows() {
                             m.offer((b, r));
                         }
                     }
@@ -280,15 +309,17 @@ impl SliceReader<'_> {
                 }
             }
         }
-        let (winners, first_seen) = (m.winners, m.first_seen);
-        let picks: Vec<Src> = first_seen
-            .iter()
-            .filter_map(|k| match winners.get(k) {
-                Some(Winner::Row(src)) => Some(*src),
+        let mut picks: Vec<Src> = m
+            .winners
+            .values()
+            .filter_map(|w| match w {
+                Winner::Row(src) => Some(*src),
                 _ => None,
             })
             .collect();
-        state.batches = take_rows(&conformed, &picks)?;
+        // output in source order: deterministic, and spilled batches are read back one at a time
+        picks.sort_unstable();
+        state.batches = sources.take(&picks)?;
         Ok(Some(state))
     }
 }
@@ -298,7 +329,6 @@ struct Merger<'k> {
     ord_rows: Option<Vec<arrow::row::Rows>>,
     deleted_col: Vec<Option<&'k BooleanArray>>,
     winners: HashMap<&'k str, Winner>,
-    first_seen: Vec<&'k str>,
 }
 
 impl<'k> Merger<'k> {
@@ -313,9 +343,6 @@ impl<'k> Merger<'k> {
             _ => true,
         };
         if wins {
-            if !self.winners.contains_key(k) {
-                self.first_seen.push(k);
-            }
             let soft = self.deleted_col[b].map(|c| c.is_valid(r) && c.value(r)).unwrap_or(false);
             self.winners.insert(k, if soft { Winner::SoftDeleted(src) } else { Winner::Row(src) });
         }
@@ -332,18 +359,3 @@ fn log_version(name: &str) -> u64 {
     name.split(".log.").nth(1).and_then(|v| v.split('_').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
-/// Gather rows from several batches of one schema into batches of at most 8192 rows.
-fn take_rows(batches: &[RecordBatch], picks: &[Src]) -> Result<Vec<RecordBatch>, SourceError> {
-    let Some(first) = batches.first() else { return Ok(Vec::new()) };
-    let schema = first.schema();
-    let mut out = Vec::new();
-    for chunk in picks.chunks(8192) {
-        let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-        for c in 0..schema.fields().len() {
-            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
-            cols.push(arrow::compute::interleave(&arrays, chunk).map_err(SourceError::arrow("merging file slice"))?);
-        }
-        out.push(RecordBatch::try_new(schema.clone(), cols).map_err(SourceError::arrow("merging file slice"))?);
-    }
-    Ok(out)
-}
