@@ -108,6 +108,7 @@ fn main() {
         update_fraction: 0.1,
         delete_fraction: 0.01,
         insert_fraction: 0.01,
+        compact_every: 0,
         seed: 7,
     })
     .expect("generate");

@@ -68,7 +68,8 @@ enum OffsetsCommand {
 
 #[derive(Subcommand)]
 enum GenerateCommand {
-    /// A Hudi table (table version 6): a bulk insert, then upsert/delete commits.
+    /// A Hudi table (table version 6): a bulk insert, then upsert/delete commits (MOR: in log
+    /// files, with optional compaction).
     Hudi {
         #[arg(long = "type", value_enum, default_value = "cow")]
         table_type: TableType,
@@ -94,6 +95,9 @@ enum GenerateCommand {
         /// Share of new rows each commit inserts (of the initial row count).
         #[arg(long, default_value_t = 0.05)]
         insert_fraction: f64,
+        /// MOR: compact after every this many commits (0: never).
+        #[arg(long, default_value_t = 0)]
+        compact_every: usize,
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
@@ -170,8 +174,35 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Generate { format: GenerateCommand::Hudi { table_type, path, rows, partitions, commits, interval, update_fraction, delete_fraction, insert_fraction, seed } } => {
-            let opts = GenerateOptions { table_type, path, rows, partitions, commits, interval, update_fraction, delete_fraction, insert_fraction, seed };
+        Command::Generate {
+            format:
+                GenerateCommand::Hudi {
+                    table_type,
+                    path,
+                    rows,
+                    partitions,
+                    commits,
+                    interval,
+                    update_fraction,
+                    delete_fraction,
+                    insert_fraction,
+                    compact_every,
+                    seed,
+                },
+        } => {
+            let opts = GenerateOptions {
+                table_type,
+                path,
+                rows,
+                partitions,
+                commits,
+                interval,
+                update_fraction,
+                delete_fraction,
+                insert_fraction,
+                compact_every,
+                seed,
+            };
             match generate::hudi(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

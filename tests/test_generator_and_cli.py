@@ -40,6 +40,34 @@ def test_generated_table_reads_with_hudi_rs_and_streams_to_its_state(env, regist
     assert ops == {"r", "c", "u", "d"}, ops
 
 
+def test_generated_mor_table_with_logs_and_compaction_streams_to_hudi_rs_state(env, registry, tmp_path):
+    table = tmp_path / "genmor"
+    r = run("generate", "hudi", "--type", "mor", "--path", table, "--rows", "2000", "--partitions", "2",
+            "--commits", "5", "--compact-every", "3", "--update-fraction", "0.2", "--delete-fraction", "0.05",
+            "--insert-fraction", "0.05")
+    assert r.returncode == 0, r.stderr
+    logs = [p for p in table.rglob(".*.log.*")]
+    assert logs, "merge-on-read writes log files"
+    oracle = testkit.hudi_rs_oracle(table)
+    actions = [i["action"] for i in oracle["instants"]]
+    assert actions.count("deltacommit") == 6 and actions.count("commit") == 1, actions
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    topic = "genmor-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
+                                    **{"read.start-commit": oracle["instants"][0]["requested"]})
+    replay, consumed = testkit.Replay(registry), 0
+    for step, inst in enumerate(oracle["instants"]):
+        revealed.reveal_through(inst["requested"])
+        testkit.run_once(props)
+        records = testkit.consume_all(env, topic)
+        replay.apply(records[consumed:])
+        if inst["action"] == "commit":
+            assert len(records) == consumed, "compaction emitted records"
+        consumed = len(records)
+        testkit.compare(oracle, inst["rows"], replay, f"generated MOR step {step}")
+    assert {e["op"] for e in replay.events} == {"c", "u", "d"}
+
+
 def test_generate_refuses_a_non_empty_directory(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "f").write_text("keep me")

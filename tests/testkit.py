@@ -98,7 +98,9 @@ def hudi_rs_oracle(table: Path):
     props = dict(l.split("=", 1) for l in (table / ".hoodie" / "hoodie.properties").read_text().splitlines()
                  if "=" in l and not l.startswith("#"))
     instants = []
-    for i in t.get_timeline().get_completed_commits():
+    timeline = t.get_timeline()
+    done = sorted(timeline.get_completed_commits() + timeline.get_completed_deltacommits(), key=lambda i: i.timestamp)
+    for i in done:
         batches = t.read(hudi.HudiReadOptions().with_as_of_timestamp(i.timestamp))
         rows = pa.Table.from_batches(batches).to_pylist() if batches else []
         for r in rows:  # layout columns are left out, as in the fixture oracles

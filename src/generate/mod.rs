@@ -1,7 +1,11 @@
-//! Demo and benchmark tables: a Hudi copy-on-write table (table version 6, timeline layout 1),
-//! written the way Hudi's bulk-insert and upsert paths leave it: `hoodie.properties`, requested /
-//! inflight / completed instant files with JSON commit metadata, `_hoodie_*` meta columns, one
-//! file group per partition rewritten by every commit that touches it.
+//! Demo and benchmark tables: Hudi copy-on-write or merge-on-read tables (table version 6,
+//! timeline layout 1), written the way Hudi's bulk-insert and upsert paths leave them:
+//! `hoodie.properties`, requested / inflight / completed instant files with JSON commit metadata,
+//! `_hoodie_*` meta columns, one file group per partition. Copy-on-write rewrites a file group on
+//! every commit that touches it; merge-on-read appends a log file (an Avro data block with the
+//! upserted rows, a delete block with the deleted keys) and compacts every `--compact-every` commits.
+
+mod writer;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -9,14 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
+
+use writer::{GroupWrite, Writer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TableType {
@@ -34,6 +35,8 @@ pub struct GenerateOptions {
     pub update_fraction: f64,
     pub delete_fraction: f64,
     pub insert_fraction: f64,
+    /// MOR: compact after every this many upsert commits (0: never).
+    pub compact_every: usize,
     pub seed: u64,
 }
 
@@ -55,12 +58,12 @@ impl GenerateError {
     }
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GenerateError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GenerateError + '_ {
     move |source| GenerateError::Io { path: path.into(), source }
 }
 
 #[derive(Clone)]
-struct Row {
+pub(crate) struct Row {
     commit_time: String,
     ts: i64,
     round: i32,
@@ -69,14 +72,17 @@ struct Row {
     tag: String,
 }
 
-struct Partition {
+pub(crate) struct Partition {
     name: String,
     file_id: String,
+    /// Instant of the current base file.
     last_commit: Option<String>,
+    /// Log files written on the current base file (MOR).
+    log_version: u32,
     rows: BTreeMap<String, Row>,
 }
 
-fn schema() -> Arc<Schema> {
+pub(crate) fn schema() -> Arc<Schema> {
     let s = |n: &str| Field::new(n, DataType::Utf8, true);
     Arc::new(Schema::new(vec![
         s("_hoodie_commit_time"),
@@ -94,102 +100,7 @@ fn schema() -> Arc<Schema> {
     ]))
 }
 
-const AVRO_SCHEMA: &str = r#"{"type":"record","name":"demo_record","namespace":"hoodie.demo","fields":[{"name":"id","type":["null","string"],"default":null},{"name":"part","type":["null","string"],"default":null},{"name":"ts","type":["null","long"],"default":null},{"name":"round","type":["null","int"],"default":null},{"name":"v1","type":["null","long"],"default":null},{"name":"v2","type":["null","double"],"default":null},{"name":"tag","type":["null","string"],"default":null}]}"#;
-
-struct Writer {
-    path: PathBuf,
-    last_instant: String,
-}
-
-impl Writer {
-    fn next_instant(&mut self) -> String {
-        loop {
-            let t = chrono::Utc::now().format("%Y%m%d%H%M%S%3f").to_string();
-            if t > self.last_instant {
-                self.last_instant = t.clone();
-                return t;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn hoodie(&self) -> PathBuf {
-        self.path.join(".hoodie")
-    }
-
-    fn write_file(&self, rel: &Path, body: &[u8]) -> Result<(), GenerateError> {
-        let p = self.hoodie().join(rel);
-        fs::write(&p, body).map_err(io(&p))
-    }
-
-    fn write_slice(&self, p: &Partition, instant: &str, seq: usize) -> Result<(String, u64, usize), GenerateError> {
-        let name = format!("{}_0-{seq}-{seq}_{instant}.parquet", p.file_id);
-        let rel = format!("{}/{name}", p.name);
-        let n = p.rows.len();
-        let key_col: Vec<&str> = p.rows.keys().map(String::as_str).collect();
-        let rows: Vec<&Row> = p.rows.values().collect();
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.commit_time.as_str()))),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().enumerate().map(|(i, r)| format!("{}_{seq}_{i}", r.commit_time)),
-            )),
-            Arc::new(StringArray::from_iter_values(key_col.iter().copied())),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(p.name.as_str(), n))),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(name.as_str(), n))),
-            Arc::new(StringArray::from_iter_values(key_col.iter().copied())),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(&p.name["part=".len()..], n))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.ts))),
-            Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.round))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.v1))),
-            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.v2))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.tag.as_str()))),
-        ];
-        let batch = RecordBatch::try_new(schema(), cols)?;
-        let path = self.path.join(&rel);
-        let file = fs::File::create(&path).map_err(io(&path))?;
-        let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-        let mut w = ArrowWriter::try_new(file, schema(), Some(props))?;
-        w.write(&batch)?;
-        w.close()?;
-        let size = fs::metadata(&path).map_err(io(&path))?.len();
-        Ok((rel, size, n))
-    }
-
-    /// Write the touched partitions' new file slices and complete the instant.
-    fn commit(&mut self, parts: &mut [Partition], touched: &[usize], op: &str, seq: usize, stats: &[(usize, usize, usize)]) -> Result<String, GenerateError> {
-        let instant = self.next_instant();
-        self.write_file(Path::new(&format!("{instant}.commit.requested")), b"")?;
-        self.write_file(Path::new(&format!("{instant}.inflight")), b"")?;
-        let mut by_part = serde_json::Map::new();
-        for (k, &pi) in touched.iter().enumerate() {
-            let p = &mut parts[pi];
-            for r in p.rows.values_mut().filter(|r| r.commit_time.is_empty()) {
-                r.commit_time = instant.clone();
-            }
-            let (rel, size, n) = self.write_slice(p, &instant, seq)?;
-            let (ins, upd, del) = stats.get(k).copied().unwrap_or((n, 0, 0));
-            by_part.insert(
-                p.name.clone(),
-                json!([{
-                    "fileId": p.file_id, "path": rel, "prevCommit": p.last_commit.clone().unwrap_or_else(|| "null".into()),
-                    "numWrites": n, "numDeletes": del, "numUpdateWrites": upd, "numInserts": ins,
-                    "totalWriteBytes": size, "totalWriteErrors": 0, "partitionPath": p.name, "fileSizeInBytes": size,
-                }]),
-            );
-            p.last_commit = Some(instant.clone());
-        }
-        let md = json!({
-            "partitionToWriteStats": by_part, "compacted": false,
-            "extraMetadata": {"schema": AVRO_SCHEMA}, "operationType": op,
-        });
-        // the completed instant file appears last: readers never see a half-written commit
-        let tmp = self.hoodie().join(format!(".{instant}.commit.tmp"));
-        fs::write(&tmp, serde_json::to_vec_pretty(&md).unwrap_or_default()).map_err(io(&tmp))?;
-        let done = self.hoodie().join(format!("{instant}.commit"));
-        fs::rename(&tmp, &done).map_err(io(&done))?;
-        Ok(instant)
-    }
-}
+pub(crate) const AVRO_SCHEMA: &str = r#"{"type":"record","name":"demo_record","namespace":"hoodie.demo","fields":[{"name":"id","type":["null","string"],"default":null},{"name":"part","type":["null","string"],"default":null},{"name":"ts","type":["null","long"],"default":null},{"name":"round","type":["null","int"],"default":null},{"name":"v1","type":["null","long"],"default":null},{"name":"v2","type":["null","double"],"default":null},{"name":"tag","type":["null","string"],"default":null}]}"#;
 
 fn value(rng: &mut StdRng, round: i32) -> Row {
     Row {
@@ -203,25 +114,25 @@ fn value(rng: &mut StdRng, round: i32) -> Row {
 }
 
 pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
-    if o.table_type == TableType::Mor {
-        return Err(GenerateError::Input("--type mor is not available yet; use --type cow".into()));
-    }
     if o.partitions == 0 || o.rows == 0 {
         return Err(GenerateError::Input("--rows and --partitions must be at least 1".into()));
     }
     if o.path.exists() && fs::read_dir(&o.path).map_err(io(&o.path))?.next().is_some() {
         return Err(GenerateError::Input(format!("{}: exists and is not empty", o.path.display())));
     }
+    let mor = o.table_type == TableType::Mor;
     let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "demo".into());
-    let mut w = Writer { path: o.path.clone(), last_instant: String::new() };
+    let mut w = Writer::new(o.path.clone(), mor);
     fs::create_dir_all(w.hoodie().join("archived")).map_err(io(&o.path))?;
     let props = format!(
-        "hoodie.table.name={name}\nhoodie.table.type=COPY_ON_WRITE\nhoodie.table.version=6\n\
+        "hoodie.table.name={name}\nhoodie.table.type={}\nhoodie.table.version=6\n\
          hoodie.timeline.layout.version=1\nhoodie.table.recordkey.fields=id\nhoodie.table.partition.fields=part\n\
          hoodie.table.precombine.field=ts\nhoodie.datasource.write.hive_style_partitioning=true\n\
          hoodie.table.keygenerator.class=org.apache.hudi.keygen.SimpleKeyGenerator\n\
-         hoodie.table.base.file.format=PARQUET\nhoodie.archivelog.folder=archived\nhoodie.populate.meta.fields=true\n\
-         hoodie.table.create.schema={}\n",
+         hoodie.compaction.payload.class=org.apache.hudi.common.model.OverwriteWithLatestAvroPayload\n\
+         hoodie.table.base.file.format=PARQUET\nhoodie.table.log.file.format=HOODIE_LOG\n\
+         hoodie.archivelog.folder=archived\nhoodie.populate.meta.fields=true\nhoodie.table.create.schema={}\n",
+        if mor { "MERGE_ON_READ" } else { "COPY_ON_WRITE" },
         AVRO_SCHEMA.replace(':', "\\:")
     );
     w.write_file(Path::new("hoodie.properties"), props.as_bytes())?;
@@ -231,6 +142,7 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
             name: format!("part=p{i}"),
             file_id: format!("{:08x}-0000-4000-8000-{:012x}-0", rng.random::<u32>(), i),
             last_commit: None,
+            log_version: 0,
             rows: BTreeMap::new(),
         })
         .collect();
@@ -240,40 +152,53 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
         fs::write(dir.join(".hoodie_partition_metadata"), "#partition metadata\npartitionDepth=1\n").map_err(io(&dir))?;
     }
     let mut next_key = 0usize;
+    let mut writes: Vec<GroupWrite> = (0..o.partitions)
+        .map(|i| GroupWrite { partition: i, inserts: 0, upserts: Vec::new(), deletes: Vec::new() })
+        .collect();
     for _ in 0..o.rows {
-        let row = value(&mut rng, 0);
-        parts[next_key % o.partitions].rows.insert(format!("k{next_key:09}"), row);
+        let key = format!("k{next_key:09}");
+        let w = &mut writes[next_key % o.partitions];
+        parts[w.partition].rows.insert(key.clone(), value(&mut rng, 0));
+        w.inserts += 1;
+        w.upserts.push(key);
         next_key += 1;
     }
-    let all: Vec<usize> = (0..o.partitions).collect();
-    let instant = w.commit(&mut parts, &all, "BULK_INSERT", 0, &[])?;
+    let instant = w.write(&mut parts, &writes, "BULK_INSERT", 0)?;
     tracing::info!(%instant, rows = o.rows, "bulk insert committed");
     for round in 1..=o.commits {
         std::thread::sleep(o.interval);
-        let mut stats = vec![(0usize, 0usize, 0usize); o.partitions];
+        let mut writes: Vec<GroupWrite> = (0..o.partitions)
+            .map(|i| GroupWrite { partition: i, inserts: 0, upserts: Vec::new(), deletes: Vec::new() })
+            .collect();
         for (pi, p) in parts.iter_mut().enumerate() {
             let keys: Vec<String> = p.rows.keys().cloned().collect();
             for k in keys {
                 let x: f64 = rng.random();
                 if x < o.delete_fraction {
                     p.rows.remove(&k);
-                    stats[pi].2 += 1;
+                    writes[pi].deletes.push(k);
                 } else if x < o.delete_fraction + o.update_fraction {
-                    p.rows.insert(k, value(&mut rng, round as i32));
-                    stats[pi].1 += 1;
+                    p.rows.insert(k.clone(), value(&mut rng, round as i32));
+                    writes[pi].upserts.push(k);
                 }
             }
         }
         for _ in 0..((o.rows as f64 * o.insert_fraction) as usize) {
-            let pi = next_key % o.partitions;
-            parts[pi].rows.insert(format!("k{next_key:09}"), value(&mut rng, round as i32));
-            stats[pi].0 += 1;
+            let key = format!("k{next_key:09}");
+            let w = &mut writes[next_key % o.partitions];
+            parts[w.partition].rows.insert(key.clone(), value(&mut rng, round as i32));
+            w.inserts += 1;
+            w.upserts.push(key);
             next_key += 1;
         }
-        let touched: Vec<usize> = (0..o.partitions).filter(|i| stats[*i] != (0, 0, 0)).collect();
-        let st: Vec<_> = touched.iter().map(|i| stats[*i]).collect();
-        let instant = w.commit(&mut parts, &touched, "UPSERT", round, &st)?;
+        writes.retain(|w| !w.upserts.is_empty() || !w.deletes.is_empty());
+        let instant = w.write(&mut parts, &writes, "UPSERT", round)?;
         tracing::info!(%instant, round, "upsert committed");
+        if mor && o.compact_every > 0 && round % o.compact_every == 0 {
+            if let Some(c) = w.compact(&mut parts, round)? {
+                tracing::info!(instant = %c, round, "compaction committed");
+            }
+        }
     }
     Ok(())
 }

@@ -1,0 +1,240 @@
+//! The file-level side of the generator: instants, base file slices, log files with Avro data
+//! blocks and delete blocks, and commit metadata, in Hudi's table-version-6 layout.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use serde_json::json;
+
+use super::{io, schema, GenerateError, Partition, Row, AVRO_SCHEMA};
+use crate::changelog::avro::{record, write_bytes, write_long, RowEncoder};
+
+pub struct Writer {
+    pub path: PathBuf,
+    pub mor: bool,
+    last_instant: String,
+}
+
+/// What one instant did to one partition's file group.
+pub struct GroupWrite {
+    pub partition: usize,
+    pub inserts: usize,
+    /// Keys inserted or updated (their rows are in the partition's state).
+    pub upserts: Vec<String>,
+    pub deletes: Vec<String>,
+}
+
+impl Writer {
+    pub fn new(path: PathBuf, mor: bool) -> Self {
+        Self { path, mor, last_instant: String::new() }
+    }
+
+    fn next_instant(&mut self) -> String {
+        loop {
+            let t = chrono::Utc::now().format("%Y%m%d%H%M%S%3f").to_string();
+            if t > self.last_instant {
+                self.last_instant = t.clone();
+                return t;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    pub fn hoodie(&self) -> PathBuf {
+        self.path.join(".hoodie")
+    }
+
+    pub fn write_file(&self, rel: &Path, body: &[u8]) -> Result<(), GenerateError> {
+        let p = self.hoodie().join(rel);
+        fs::write(&p, body).map_err(io(&p))
+    }
+
+    /// Rows as an Arrow batch with Hudi's meta columns.
+    fn batch(p: &Partition, rows: &[(&str, &Row)], file_name: &str, seq: usize) -> Result<RecordBatch, GenerateError> {
+        let n = rows.len();
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r)| r.commit_time.as_str()))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().enumerate().map(|(i, (_, r))| format!("{}_{seq}_{i}", r.commit_time)),
+            )),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| *k))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(p.name.as_str(), n))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(file_name, n))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| *k))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(&p.name["part=".len()..], n))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.ts))),
+            Arc::new(Int32Array::from_iter_values(rows.iter().map(|(_, r)| r.round))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.v1))),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, r)| r.v2))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r)| r.tag.as_str()))),
+        ];
+        Ok(RecordBatch::try_new(schema(), cols)?)
+    }
+
+    /// A new base file with the partition's current rows.
+    fn write_base(&self, p: &Partition, instant: &str, seq: usize) -> Result<(String, u64, usize), GenerateError> {
+        let name = format!("{}_0-{seq}-{seq}_{instant}.parquet", p.file_id);
+        let rel = format!("{}/{name}", p.name);
+        let rows: Vec<(&str, &Row)> = p.rows.iter().map(|(k, r)| (k.as_str(), r)).collect();
+        let batch = Self::batch(p, &rows, &name, seq)?;
+        let path = self.path.join(&rel);
+        let file = fs::File::create(&path).map_err(io(&path))?;
+        let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let mut w = ArrowWriter::try_new(file, schema(), Some(props))?;
+        w.write(&batch)?;
+        w.close()?;
+        let size = fs::metadata(&path).map_err(io(&path))?.len();
+        Ok((rel, size, rows.len()))
+    }
+
+    /// A log file with an Avro data block of the changed rows and a delete block of the deleted keys.
+    fn write_log(&self, p: &mut Partition, w: &GroupWrite, instant: &str, seq: usize) -> Result<(String, u64), GenerateError> {
+        let base = p.last_commit.clone().unwrap_or_default();
+        p.log_version += 1;
+        let name = format!(".{}_{base}.log.{}_0-{seq}-{seq}", p.file_id, p.log_version);
+        let rel = format!("{}/{name}", p.name);
+        let mut out = Vec::new();
+        let changed: Vec<(&str, &Row)> = w.upserts.iter().filter_map(|k| p.rows.get_key_value(k)).map(|(k, r)| (k.as_str(), r)).collect();
+        if !changed.is_empty() {
+            let batch = Self::batch(p, &changed, &name, seq)?;
+            let schema = record("demo_record", batch.schema().fields(), "demo_record")
+                .map_err(|e| GenerateError::Input(e.to_string()))?
+                .to_string();
+            let enc = RowEncoder::new(&batch, &(0..batch.num_columns()).collect::<Vec<_>>())
+                .map_err(|e| GenerateError::Input(e.to_string()))?;
+            let mut content = Vec::new();
+            content.extend_from_slice(&3i32.to_be_bytes());
+            content.extend_from_slice(&(changed.len() as i32).to_be_bytes());
+            let mut datum = Vec::new();
+            for i in 0..batch.num_rows() {
+                datum.clear();
+                enc.write(i, &mut datum);
+                content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
+                content.extend_from_slice(&datum);
+            }
+            write_block(&mut out, 3, &[(0, instant), (2, &schema)], &content);
+        }
+        if !w.deletes.is_empty() {
+            let mut datum = Vec::new();
+            write_long(&mut datum, w.deletes.len() as i64);
+            for k in &w.deletes {
+                datum.push(2);
+                write_bytes(&mut datum, k.as_bytes());
+                datum.push(2);
+                write_bytes(&mut datum, p.name.as_bytes());
+                datum.push(0); // orderingVal: null
+            }
+            datum.push(0);
+            let mut content = Vec::new();
+            content.extend_from_slice(&3i32.to_be_bytes());
+            content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
+            content.extend_from_slice(&datum);
+            write_block(&mut out, 1, &[(0, instant)], &content);
+        }
+        let path = self.path.join(&rel);
+        fs::write(&path, &out).map_err(io(&path))?;
+        Ok((rel, out.len() as u64))
+    }
+
+    /// One write instant: COW rewrites the touched file groups; MOR appends log files (or, on its
+    /// first write, base files).
+    pub fn write(&mut self, parts: &mut [Partition], writes: &[GroupWrite], op: &str, seq: usize) -> Result<String, GenerateError> {
+        let instant = self.next_instant();
+        let action = if self.mor { "deltacommit" } else { "commit" };
+        self.write_file(Path::new(&format!("{instant}.{action}.requested")), b"")?;
+        self.write_file(Path::new(&format!("{instant}.{action}.inflight")), b"")?;
+        let mut by_part = serde_json::Map::new();
+        for w in writes {
+            let p = &mut parts[w.partition];
+            for r in p.rows.values_mut().filter(|r| r.commit_time.is_empty()) {
+                r.commit_time = instant.clone();
+            }
+            let prev = p.last_commit.clone().unwrap_or_else(|| "null".into());
+            let (rel, size) = if self.mor && p.last_commit.is_some() {
+                self.write_log(p, w, &instant, seq)?
+            } else {
+                let (rel, size, _) = self.write_base(p, &instant, seq)?;
+                p.last_commit = Some(instant.clone());
+                p.log_version = 0;
+                (rel, size)
+            };
+            by_part.insert(
+                p.name.clone(),
+                json!([{
+                    "fileId": p.file_id, "path": rel, "prevCommit": prev,
+                    "numWrites": w.upserts.len(), "numDeletes": w.deletes.len(),
+                    "numUpdateWrites": w.upserts.len().saturating_sub(w.inserts), "numInserts": w.inserts,
+                    "totalWriteBytes": size, "totalWriteErrors": 0, "partitionPath": p.name, "fileSizeInBytes": size,
+                }]),
+            );
+        }
+        self.complete(&instant, action, &by_part, op)?;
+        Ok(instant)
+    }
+
+    /// MOR compaction: new base files with the merged rows (commit times kept).
+    pub fn compact(&mut self, parts: &mut [Partition], seq: usize) -> Result<Option<String>, GenerateError> {
+        let due: Vec<usize> = (0..parts.len()).filter(|i| parts[*i].log_version > 0).collect();
+        if due.is_empty() {
+            return Ok(None);
+        }
+        let instant = self.next_instant();
+        self.write_file(Path::new(&format!("{instant}.compaction.requested")), b"")?;
+        self.write_file(Path::new(&format!("{instant}.compaction.inflight")), b"")?;
+        let mut by_part = serde_json::Map::new();
+        for i in due {
+            let p = &mut parts[i];
+            let prev = p.last_commit.clone().unwrap_or_else(|| "null".into());
+            let (rel, size, n) = self.write_base(p, &instant, seq)?;
+            p.last_commit = Some(instant.clone());
+            p.log_version = 0;
+            by_part.insert(
+                p.name.clone(),
+                json!([{"fileId": p.file_id, "path": rel, "prevCommit": prev, "numWrites": n, "numDeletes": 0,
+                        "numUpdateWrites": 0, "numInserts": 0, "totalWriteBytes": size, "totalWriteErrors": 0,
+                        "partitionPath": p.name, "fileSizeInBytes": size}]),
+            );
+        }
+        self.complete(&instant, "commit", &by_part, "COMPACT")?;
+        Ok(Some(instant))
+    }
+
+    fn complete(&self, instant: &str, action: &str, by_part: &serde_json::Map<String, serde_json::Value>, op: &str) -> Result<(), GenerateError> {
+        let md = json!({
+            "partitionToWriteStats": by_part, "compacted": op == "COMPACT",
+            "extraMetadata": {"schema": AVRO_SCHEMA}, "operationType": op,
+        });
+        // the completed instant file appears last: readers never see a half-written commit
+        let tmp = self.hoodie().join(format!(".{instant}.{action}.tmp"));
+        fs::write(&tmp, serde_json::to_vec_pretty(&md).unwrap_or_default()).map_err(io(&tmp))?;
+        let done = self.hoodie().join(format!("{instant}.{action}"));
+        fs::rename(&tmp, &done).map_err(io(&done))
+    }
+}
+
+/// A log block: magic, size, format version 1, type, header, content, empty footer, trailing length.
+fn write_block(out: &mut Vec<u8>, block_type: i32, header: &[(i32, &str)], content: &[u8]) {
+    let mut inner = Vec::with_capacity(content.len() + 256);
+    inner.extend_from_slice(&1i32.to_be_bytes());
+    inner.extend_from_slice(&block_type.to_be_bytes());
+    inner.extend_from_slice(&(header.len() as i32).to_be_bytes());
+    for (k, v) in header {
+        inner.extend_from_slice(&k.to_be_bytes());
+        inner.extend_from_slice(&(v.len() as i32).to_be_bytes());
+        inner.extend_from_slice(v.as_bytes());
+    }
+    inner.extend_from_slice(&(content.len() as i64).to_be_bytes());
+    inner.extend_from_slice(content);
+    inner.extend_from_slice(&0i32.to_be_bytes());
+    let size = inner.len() + 8;
+    inner.extend_from_slice(&((size + 6) as i64).to_be_bytes());
+    out.extend_from_slice(b"#HUDI#");
+    out.extend_from_slice(&(size as i64).to_be_bytes());
+    out.extend_from_slice(&inner);
+}
