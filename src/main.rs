@@ -1,10 +1,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use lakestream::config::{load_connector, ConnectorConfig};
-use lakestream::generate::{self, GenerateOptions, TableType};
+use lakestream::generate::{self, GenerateOptions};
 use lakestream::runtime::{run_connector, show_offsets, RunOptions};
 
 #[derive(Parser)]
@@ -70,41 +69,7 @@ enum OffsetsCommand {
 enum GenerateCommand {
     /// A Hudi table (table version 6): a bulk insert, then upsert/delete commits (MOR: in log
     /// files, with optional compaction).
-    Hudi {
-        #[arg(long = "type", value_enum, default_value = "cow")]
-        table_type: TableType,
-        #[arg(long)]
-        path: PathBuf,
-        /// Rows of the initial bulk insert.
-        #[arg(long, default_value_t = 1000)]
-        rows: usize,
-        #[arg(long, default_value_t = 4)]
-        partitions: usize,
-        /// Upsert/delete commits after the bulk insert.
-        #[arg(long, default_value_t = 0)]
-        commits: usize,
-        /// Pause between commits (e.g. 2s, 500ms).
-        #[arg(long, default_value = "0s", value_parser = parse_duration)]
-        interval: Duration,
-        /// Share of live rows each commit updates.
-        #[arg(long, default_value_t = 0.1)]
-        update_fraction: f64,
-        /// Share of live rows each commit deletes.
-        #[arg(long, default_value_t = 0.02)]
-        delete_fraction: f64,
-        /// Share of new rows each commit inserts (of the initial row count).
-        #[arg(long, default_value_t = 0.05)]
-        insert_fraction: f64,
-        /// MOR: compact after every this many commits (0: never).
-        #[arg(long, default_value_t = 0)]
-        compact_every: usize,
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-    },
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    lakestream::config::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 500ms, 2s, 1m)"))
+    Hudi(GenerateOptions),
 }
 
 fn init_logging(format: LogFormat) {
@@ -174,35 +139,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Generate {
-            format:
-                GenerateCommand::Hudi {
-                    table_type,
-                    path,
-                    rows,
-                    partitions,
-                    commits,
-                    interval,
-                    update_fraction,
-                    delete_fraction,
-                    insert_fraction,
-                    compact_every,
-                    seed,
-                },
-        } => {
-            let opts = GenerateOptions {
-                table_type,
-                path,
-                rows,
-                partitions,
-                commits,
-                interval,
-                update_fraction,
-                delete_fraction,
-                insert_fraction,
-                compact_every,
-                seed,
-            };
+        Command::Generate { format: GenerateCommand::Hudi(opts) } => {
             match generate::hudi(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

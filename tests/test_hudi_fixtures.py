@@ -35,22 +35,11 @@ def replay_stepwise(env, registry, tmp_path, name, start, **props_extra):
     if start == "first" and instants:
         extra["read.start-commit"] = oracle["instants"][0]["requested"]
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
-    replay = testkit.Replay(registry)
     if not instants:
         testkit.run_once(props)
         assert testkit.consume_all(env, topic) == []
-        return replay
-    consumed = 0
-    for step, inst in enumerate(instants):
-        order = testkit.instant_order(inst)
-        revealed.reveal_through(order)
-        testkit.run_once(props)
-        records = testkit.consume_all(env, topic)
-        replay.apply(records[consumed:])
-        if inst.get("operation") in ("COMPACT", "CLUSTER"):
-            assert len(records) == consumed, f"{inst['operation']} {inst['requested']} emitted records"
-        consumed = len(records)
-        testkit.compare(oracle, inst["rows"], replay, f"{name} step {step} ({inst['action']} {inst['requested']})")
+        return testkit.Replay(registry)
+    replay, consumed = testkit.replay_steps(env, registry, revealed, oracle, instants, props, topic, name)
     # the rest of the timeline (non-data instants) emits nothing
     if others:
         revealed.reveal_through("99999999999999999999")

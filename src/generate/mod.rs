@@ -25,19 +25,41 @@ pub enum TableType {
     Mor,
 }
 
+#[derive(Debug, Clone, clap::Args)]
 pub struct GenerateOptions {
+    #[arg(long = "type", value_enum, default_value = "cow")]
     pub table_type: TableType,
+    #[arg(long)]
     pub path: PathBuf,
+    /// Rows of the initial bulk insert.
+    #[arg(long, default_value_t = 1000)]
     pub rows: usize,
+    #[arg(long, default_value_t = 4)]
     pub partitions: usize,
+    /// Upsert/delete commits after the bulk insert.
+    #[arg(long, default_value_t = 0)]
     pub commits: usize,
+    /// Pause between commits (e.g. 2s, 500ms).
+    #[arg(long, default_value = "0s", value_parser = duration_arg)]
     pub interval: Duration,
+    /// Share of live rows each commit updates.
+    #[arg(long, default_value_t = 0.1)]
     pub update_fraction: f64,
+    /// Share of live rows each commit deletes.
+    #[arg(long, default_value_t = 0.02)]
     pub delete_fraction: f64,
+    /// Share of new rows each commit inserts (of the initial row count).
+    #[arg(long, default_value_t = 0.05)]
     pub insert_fraction: f64,
     /// MOR: compact after every this many upsert commits (0: never).
+    #[arg(long, default_value_t = 0)]
     pub compact_every: usize,
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    crate::config::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 500ms, 2s, 1m)"))
 }
 
 #[derive(Debug, thiserror::Error)]

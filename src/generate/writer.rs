@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::{io, schema, GenerateError, Partition, Row, AVRO_SCHEMA};
 use crate::changelog::avro::{record, write_bytes, write_long, RowEncoder};
+use crate::source::hudi::log::{encode_block, INSTANT_TIME, SCHEMA};
 
 pub struct Writer {
     pub path: PathBuf,
@@ -118,7 +119,7 @@ impl Writer {
                 content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
                 content.extend_from_slice(&datum);
             }
-            write_block(&mut out, 3, &[(0, instant), (2, &schema)], &content);
+            out.extend(encode_block(3, &[(INSTANT_TIME, instant), (SCHEMA, &schema)], &content));
         }
         if !w.deletes.is_empty() {
             let mut datum = Vec::new();
@@ -135,7 +136,7 @@ impl Writer {
             content.extend_from_slice(&3i32.to_be_bytes());
             content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
             content.extend_from_slice(&datum);
-            write_block(&mut out, 1, &[(0, instant)], &content);
+            out.extend(encode_block(1, &[(INSTANT_TIME, instant)], &content));
         }
         let path = self.path.join(&rel);
         fs::write(&path, &out).map_err(io(&path))?;
@@ -216,25 +217,4 @@ impl Writer {
         let done = self.hoodie().join(format!("{instant}.{action}"));
         fs::rename(&tmp, &done).map_err(io(&done))
     }
-}
-
-/// A log block: magic, size, format version 1, type, header, content, empty footer, trailing length.
-fn write_block(out: &mut Vec<u8>, block_type: i32, header: &[(i32, &str)], content: &[u8]) {
-    let mut inner = Vec::with_capacity(content.len() + 256);
-    inner.extend_from_slice(&1i32.to_be_bytes());
-    inner.extend_from_slice(&block_type.to_be_bytes());
-    inner.extend_from_slice(&(header.len() as i32).to_be_bytes());
-    for (k, v) in header {
-        inner.extend_from_slice(&k.to_be_bytes());
-        inner.extend_from_slice(&(v.len() as i32).to_be_bytes());
-        inner.extend_from_slice(v.as_bytes());
-    }
-    inner.extend_from_slice(&(content.len() as i64).to_be_bytes());
-    inner.extend_from_slice(content);
-    inner.extend_from_slice(&0i32.to_be_bytes());
-    let size = inner.len() + 8;
-    inner.extend_from_slice(&((size + 6) as i64).to_be_bytes());
-    out.extend_from_slice(b"#HUDI#");
-    out.extend_from_slice(&(size as i64).to_be_bytes());
-    out.extend_from_slice(&inner);
 }

@@ -203,6 +203,30 @@ pub fn parquet_block_batches(block: &LogBlock, path: &Path) -> Result<Vec<Record
         .map_err(|e| SourceError::format(path, format!("Parquet data block at offset {}: {e}", block.offset)))
 }
 
+/// Encode one block (format version 1, empty footer), as Hudi's writer lays it out.
+pub fn encode_block(block_type: i32, header: &[(i32, &str)], content: &[u8]) -> Vec<u8> {
+    let mut inner = Vec::with_capacity(content.len() + 256);
+    inner.extend_from_slice(&1i32.to_be_bytes());
+    inner.extend_from_slice(&block_type.to_be_bytes());
+    inner.extend_from_slice(&(header.len() as i32).to_be_bytes());
+    for (k, v) in header {
+        inner.extend_from_slice(&k.to_be_bytes());
+        inner.extend_from_slice(&(v.len() as i32).to_be_bytes());
+        inner.extend_from_slice(v.as_bytes());
+    }
+    inner.extend_from_slice(&(content.len() as i64).to_be_bytes());
+    inner.extend_from_slice(content);
+    inner.extend_from_slice(&0i32.to_be_bytes());
+    // the size field counts what follows it; the trailing length, what precedes the trailer
+    let size = inner.len() + 8;
+    inner.extend_from_slice(&((size + MAGIC.len()) as i64).to_be_bytes());
+    let mut out = Vec::with_capacity(size + 14);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(size as i64).to_be_bytes());
+    out.extend_from_slice(&inner);
+    out
+}
+
 /// A key deleted by a delete block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeletedKey {
@@ -275,30 +299,10 @@ const DELETE_RECORD_LIST_SCHEMA: &str = r#"{"type":"record","name":"HoodieDelete
 mod tests {
     use super::*;
 
-    fn block(block_type: i32, header: &[(i32, &str)], content: &[u8]) -> Vec<u8> {
-        let mut inner = Vec::new();
-        inner.extend_from_slice(&1i32.to_be_bytes());
-        inner.extend_from_slice(&block_type.to_be_bytes());
-        inner.extend_from_slice(&(header.len() as i32).to_be_bytes());
-        for (k, v) in header {
-            inner.extend_from_slice(&k.to_be_bytes());
-            inner.extend_from_slice(&(v.len() as i32).to_be_bytes());
-            inner.extend_from_slice(v.as_bytes());
-        }
-        inner.extend_from_slice(&(content.len() as i64).to_be_bytes());
-        inner.extend_from_slice(content);
-        inner.extend_from_slice(&0i32.to_be_bytes());
-        inner.extend_from_slice(&((inner.len() + 8 + 14) as i64).to_be_bytes());
-        let mut out = MAGIC.to_vec();
-        out.extend_from_slice(&(inner.len() as i64).to_be_bytes());
-        out.extend_from_slice(&inner);
-        out
-    }
-
     #[test]
     fn damaged_stretches_are_skipped_and_counted() {
-        let rollback = block(0, &[(INSTANT_TIME, "2"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "1")], b"");
-        let other = block(0, &[(INSTANT_TIME, "3"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "2")], b"");
+        let rollback = encode_block(0, &[(INSTANT_TIME, "2"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "1")], b"");
+        let other = encode_block(0, &[(INSTANT_TIME, "3"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "2")], b"");
         let mut file = b"garbage#HU".to_vec();
         file.extend_from_slice(&rollback);
         file.extend_from_slice(b"\x00\x01#HUDI#\xff");
