@@ -30,7 +30,14 @@ pub fn record(name: &str, fields: &[impl AsRef<Field>], path: &str) -> Result<Va
         .map(|f| {
             let f = f.as_ref();
             let p = format!("{path}_{}", avro_name(f.name()));
-            Ok(json!({"name": avro_name(f.name()), "type": field_type(f, &p)?}))
+            let t = field_type(f, &p)?;
+            // nullable fields default to null, so a column added later is a backward-compatible
+            // schema change under the registry's default compatibility
+            Ok(if t.is_array() {
+                json!({"name": avro_name(f.name()), "type": t, "default": null})
+            } else {
+                json!({"name": avro_name(f.name()), "type": t})
+            })
         })
         .collect::<Result<Vec<_>, ChangelogError>>()?;
     Ok(json!({"type": "record", "name": name, "fields": fs}))

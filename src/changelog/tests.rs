@@ -42,6 +42,16 @@ fn batch() -> RecordBatch {
 }
 
 #[test]
+fn nullable_fields_default_to_null_so_added_columns_stay_compatible() {
+    let b = batch();
+    let schema_json = record("Value", b.schema().fields(), "Value").unwrap();
+    for f in schema_json["fields"].as_array().unwrap() {
+        assert_eq!(f["default"], serde_json::Value::Null, "{f}");
+        assert!(f.get("default").is_some(), "{f}");
+    }
+}
+
+#[test]
 fn encoded_rows_decode_with_an_independent_avro_reader() {
     let b = batch();
     let schema_json = record("Value", b.schema().fields(), "Value").unwrap();
