@@ -53,6 +53,32 @@ def test_generated_mor_table_with_logs_and_compaction_streams_to_hudi_rs_state(e
     assert {e["op"] for e in replay.events} == {"c", "u", "d"}
 
 
+def test_changelog_mode_emits_every_operation_in_order(env, registry, tmp_path):
+    """A MOR table with `_hoodie_operation` whose updates pass through an intermediate version in
+    the same instant: changelog mode emits both changes, in order, chained before → after."""
+    table = tmp_path / "genlog"
+    r = run("generate", "hudi", "--type", "mor", "--path", table, "--rows", "300", "--partitions", "2",
+            "--commits", "4", "--compact-every", "2", "--operation-field", "--repeat-updates",
+            "--update-fraction", "0.2", "--delete-fraction", "0.05", "--insert-fraction", "0.05")
+    assert r.returncode == 0, r.stderr
+    oracle = testkit.hudi_rs_oracle(table)
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    topic = "genlog-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{
+        "read.start-commit": oracle["instants"][0]["requested"], "changelog.enabled": "true"})
+    replay, _ = testkit.replay_steps(env, registry, revealed, oracle, oracle["instants"], props, topic,
+                                     "changelog", changelog=True)
+    by_key_instant = {}
+    for e in replay.events:
+        by_key_instant.setdefault((e["_key"], e["source"]["instant"]), []).append(e)
+    repeated = [evs for evs in by_key_instant.values() if len(evs) > 1]
+    assert repeated, "intermediate versions must appear as their own events"
+    for evs in repeated:
+        assert [e["op"] for e in evs] == ["u", "u"], [e["op"] for e in evs]
+        assert evs[0]["after"] == evs[1]["before"], "the second change starts where the first ended"
+        assert evs[0]["before"] != evs[0]["after"]
+
+
 def test_generate_refuses_a_non_empty_directory(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "f").write_text("keep me")

@@ -54,6 +54,12 @@ pub struct GenerateOptions {
     /// MOR: compact after every this many upsert commits (0: never).
     #[arg(long, default_value_t = 0)]
     pub compact_every: usize,
+    /// MOR: write Hudi's `_hoodie_operation` column, updates as `-U`/`U` pairs (changelog tables).
+    #[arg(long)]
+    pub operation_field: bool,
+    /// MOR with --operation-field: write each update through an intermediate version first.
+    #[arg(long)]
+    pub repeat_updates: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 }
@@ -104,14 +110,20 @@ pub(crate) struct Partition {
     rows: BTreeMap<String, Row>,
 }
 
-pub(crate) fn schema() -> Arc<Schema> {
+/// The demo table's schema; with `operation`, Hudi's `_hoodie_operation` meta column too.
+pub(crate) fn schema(operation: bool) -> Arc<Schema> {
     let s = |n: &str| Field::new(n, DataType::Utf8, true);
-    Arc::new(Schema::new(vec![
+    let mut meta = vec![
         s("_hoodie_commit_time"),
         s("_hoodie_commit_seqno"),
         s("_hoodie_record_key"),
         s("_hoodie_partition_path"),
         s("_hoodie_file_name"),
+    ];
+    if operation {
+        meta.push(s("_hoodie_operation"));
+    }
+    Arc::new(Schema::new([meta, vec![
         s("id"),
         s("part"),
         Field::new("ts", DataType::Int64, true),
@@ -119,7 +131,7 @@ pub(crate) fn schema() -> Arc<Schema> {
         Field::new("v1", DataType::Int64, true),
         Field::new("v2", DataType::Float64, true),
         s("tag"),
-    ]))
+    ]].concat()))
 }
 
 pub(crate) const AVRO_SCHEMA: &str = r#"{"type":"record","name":"demo_record","namespace":"hoodie.demo","fields":[{"name":"id","type":["null","string"],"default":null},{"name":"part","type":["null","string"],"default":null},{"name":"ts","type":["null","long"],"default":null},{"name":"round","type":["null","int"],"default":null},{"name":"v1","type":["null","long"],"default":null},{"name":"v2","type":["null","double"],"default":null},{"name":"tag","type":["null","string"],"default":null}]}"#;
@@ -144,7 +156,7 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     }
     let mor = o.table_type == TableType::Mor;
     let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "demo".into());
-    let mut w = Writer::new(o.path.clone(), mor);
+    let mut w = Writer::new(o.path.clone(), mor, o.operation_field);
     fs::create_dir_all(w.hoodie().join("archived")).map_err(io(&o.path))?;
     let props = format!(
         "hoodie.table.name={name}\nhoodie.table.type={}\nhoodie.table.version=6\n\
@@ -153,9 +165,11 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
          hoodie.table.keygenerator.class=org.apache.hudi.keygen.SimpleKeyGenerator\n\
          hoodie.compaction.payload.class=org.apache.hudi.common.model.OverwriteWithLatestAvroPayload\n\
          hoodie.table.base.file.format=PARQUET\nhoodie.table.log.file.format=HOODIE_LOG\n\
-         hoodie.archivelog.folder=archived\nhoodie.populate.meta.fields=true\nhoodie.table.create.schema={}\n",
+         hoodie.archivelog.folder=archived\nhoodie.populate.meta.fields=true\nhoodie.table.create.schema={}\n\
+         hoodie.allow.operation.metadata.field={}\n",
         if mor { "MERGE_ON_READ" } else { "COPY_ON_WRITE" },
-        AVRO_SCHEMA.replace(':', "\\:")
+        AVRO_SCHEMA.replace(':', "\\:"),
+        o.operation_field
     );
     w.write_file(Path::new("hoodie.properties"), props.as_bytes())?;
     let mut rng = StdRng::seed_from_u64(o.seed);
@@ -175,7 +189,7 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     }
     let mut next_key = 0usize;
     let mut writes: Vec<GroupWrite> = (0..o.partitions)
-        .map(|i| GroupWrite { partition: i, inserts: 0, upserts: Vec::new(), deletes: Vec::new() })
+        .map(|i| GroupWrite { partition: i, ..Default::default() })
         .collect();
     for _ in 0..o.rows {
         let key = format!("k{next_key:09}");
@@ -190,7 +204,7 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     for round in 1..=o.commits {
         std::thread::sleep(o.interval);
         let mut writes: Vec<GroupWrite> = (0..o.partitions)
-            .map(|i| GroupWrite { partition: i, inserts: 0, upserts: Vec::new(), deletes: Vec::new() })
+            .map(|i| GroupWrite { partition: i, ..Default::default() })
             .collect();
         for (pi, p) in parts.iter_mut().enumerate() {
             let keys: Vec<String> = p.rows.keys().cloned().collect();
@@ -200,7 +214,11 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
                     p.rows.remove(&k);
                     writes[pi].deletes.push(k);
                 } else if x < o.delete_fraction + o.update_fraction {
-                    p.rows.insert(k.clone(), value(&mut rng, round as i32));
+                    if o.repeat_updates {
+                        writes[pi].intermediate.insert(k.clone(), value(&mut rng, round as i32));
+                    }
+                    let old = p.rows.insert(k.clone(), value(&mut rng, round as i32));
+                    writes[pi].before.extend(old.map(|r| (k.clone(), r)));
                     writes[pi].upserts.push(k);
                 }
             }

@@ -19,21 +19,28 @@ use crate::source::hudi::log::{encode_block, INSTANT_TIME, SCHEMA};
 pub struct Writer {
     pub path: PathBuf,
     pub mor: bool,
+    /// Write `_hoodie_operation` (changelog tables).
+    operation: bool,
     last_instant: String,
 }
 
 /// What one instant did to one partition's file group.
+#[derive(Default)]
 pub struct GroupWrite {
     pub partition: usize,
     pub inserts: usize,
     /// Keys inserted or updated (their rows are in the partition's state).
     pub upserts: Vec<String>,
     pub deletes: Vec<String>,
+    /// Rows of updated keys before the instant (their `-U` images).
+    pub before: std::collections::HashMap<String, Row>,
+    /// Versions written (and overwritten) within the instant before the final one.
+    pub intermediate: std::collections::HashMap<String, Row>,
 }
 
 impl Writer {
-    pub fn new(path: PathBuf, mor: bool) -> Self {
-        Self { path, mor, last_instant: String::new() }
+    pub fn new(path: PathBuf, mor: bool, operation: bool) -> Self {
+        Self { path, mor, operation, last_instant: String::new() }
     }
 
     fn next_instant(&mut self) -> String {
@@ -56,38 +63,43 @@ impl Writer {
         fs::write(&p, body).map_err(io(&p))
     }
 
-    /// Rows as an Arrow batch with Hudi's meta columns.
-    fn batch(p: &Partition, rows: &[(&str, &Row)], file_name: &str, seq: usize) -> Result<RecordBatch, GenerateError> {
+    /// Rows (key, row, `_hoodie_operation`) as an Arrow batch with Hudi's meta columns.
+    fn batch(&self, p: &Partition, rows: &[(&str, &Row, &str)], file_name: &str, seq: usize) -> Result<RecordBatch, GenerateError> {
         let n = rows.len();
-        let cols: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r)| r.commit_time.as_str()))),
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r, _)| r.commit_time.as_str()))),
             Arc::new(StringArray::from_iter_values(
-                rows.iter().enumerate().map(|(i, (_, r))| format!("{}_{seq}_{i}", r.commit_time)),
+                rows.iter().enumerate().map(|(i, (_, r, _))| format!("{}_{seq}_{i}", r.commit_time)),
             )),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| *k))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _, _)| *k))),
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(p.name.as_str(), n))),
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(file_name, n))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| *k))),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(&p.name["part=".len()..], n))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.ts))),
-            Arc::new(Int32Array::from_iter_values(rows.iter().map(|(_, r)| r.round))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r)| r.v1))),
-            Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, r)| r.v2))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r)| r.tag.as_str()))),
         ];
-        Ok(RecordBatch::try_new(schema(), cols)?)
+        if self.operation {
+            cols.push(Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, _, op)| *op))));
+        }
+        cols.extend::<Vec<ArrayRef>>(vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _, _)| *k))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(&p.name["part=".len()..], n))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r, _)| r.ts))),
+            Arc::new(Int32Array::from_iter_values(rows.iter().map(|(_, r, _)| r.round))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r, _)| r.v1))),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, r, _)| r.v2))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r, _)| r.tag.as_str()))),
+        ]);
+        Ok(RecordBatch::try_new(schema(self.operation), cols)?)
     }
 
     /// A new base file with the partition's current rows.
     fn write_base(&self, p: &Partition, instant: &str, seq: usize) -> Result<(String, u64, usize), GenerateError> {
         let name = format!("{}_0-{seq}-{seq}_{instant}.parquet", p.file_id);
         let rel = format!("{}/{name}", p.name);
-        let rows: Vec<(&str, &Row)> = p.rows.iter().map(|(k, r)| (k.as_str(), r)).collect();
-        let batch = Self::batch(p, &rows, &name, seq)?;
+        let rows: Vec<(&str, &Row, &str)> = p.rows.iter().map(|(k, r)| (k.as_str(), r, "I")).collect();
+        let batch = self.batch(p, &rows, &name, seq)?;
         let path = self.path.join(&rel);
         let file = fs::File::create(&path).map_err(io(&path))?;
         let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-        let mut w = ArrowWriter::try_new(file, schema(), Some(props))?;
+        let mut w = ArrowWriter::try_new(file, schema(self.operation), Some(props))?;
         w.write(&batch)?;
         w.close()?;
         let size = fs::metadata(&path).map_err(io(&path))?.len();
@@ -101,9 +113,28 @@ impl Writer {
         let name = format!(".{}_{base}.log.{}_0-{seq}-{seq}", p.file_id, p.log_version);
         let rel = format!("{}/{name}", p.name);
         let mut out = Vec::new();
-        let changed: Vec<(&str, &Row)> = w.upserts.iter().filter_map(|k| p.rows.get_key_value(k)).map(|(k, r)| (k.as_str(), r)).collect();
+        // with the operation column: updates as `-U` (before) / `U` (after) pairs, inserts as `I`
+        let mids: std::collections::HashMap<&String, Row> = w
+            .intermediate
+            .iter()
+            .map(|(k, r)| (k, Row { commit_time: instant.to_string(), ..r.clone() }))
+            .collect();
+        let mut changed: Vec<(&str, &Row, &str)> = Vec::new();
+        for (k, r) in w.upserts.iter().filter_map(|k| p.rows.get_key_value(k)) {
+            match w.before.get(k).filter(|_| self.operation) {
+                Some(before) => {
+                    changed.push((k, before, "-U"));
+                    if let Some(mid) = mids.get(k) {
+                        changed.push((k, mid, "U"));
+                        changed.push((k, mid, "-U"));
+                    }
+                    changed.push((k, r, "U"));
+                }
+                None => changed.push((k, r, if w.before.contains_key(k) { "U" } else { "I" })),
+            }
+        }
         if !changed.is_empty() {
-            let batch = Self::batch(p, &changed, &name, seq)?;
+            let batch = self.batch(p, &changed, &name, seq)?;
             let schema = record("demo_record", batch.schema().fields(), "demo_record")
                 .map_err(|e| GenerateError::Input(e.to_string()))?
                 .to_string();

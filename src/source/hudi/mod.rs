@@ -6,6 +6,7 @@
 //! compaction/clustering output (same rows, new files) emits nothing.
 
 pub mod archive;
+pub mod changelog;
 pub mod files;
 pub mod log;
 pub mod slice;
@@ -34,6 +35,8 @@ pub struct HudiSource {
     skip_compaction: bool,
     skip_clustering: bool,
     merge: MergeConfig,
+    /// `changelog.enabled`: every log record of an instant, not its net change.
+    changelog: bool,
     spill: spill::SpillConfig,
     connector: String,
     /// Archived instants by history version.
@@ -55,6 +58,7 @@ impl HudiSource {
             skip_compaction: cfg.skip_compaction,
             skip_clustering: cfg.skip_clustering,
             merge: MergeConfig::from_table(&table),
+            changelog: cfg.changelog,
             spill: spill::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
             connector: cfg.name.clone(),
             archived: Default::default(),
@@ -283,6 +287,45 @@ impl HudiSource {
         Ok(shared.then_some(winners))
     }
 
+    /// Changelog mode: the log records each touched file group got, one event each; file groups
+    /// the instant wrote a base file for (inserts, compaction) are diffed.
+    fn read_changelog(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let cache = FileCache::default();
+        let reader = SliceReader { spill: self.spill.clone(), table: &self.table, timeline: tl, merge: &self.merge, cache: &cache, connector: &self.connector };
+        let at = unit.position.order_key();
+        for sp in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
+            let files = list_partition(&self.table.path, &sp.partition)?;
+            let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let wrote_base = base.iter().any(|b| b.instant == unit.position.instant);
+            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
+            let (batches, rows, file) = if wrote_base || is_replaced {
+                let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
+                let Some(first) = sides.batches.first() else { continue };
+                let (keys, order) = self.key_columns(&first.schema())?;
+                let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
+                (sides.batches, rows, sides.file[0].clone())
+            } else {
+                let old = reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))?;
+                let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
+                let old_batches = old.map(|o| o.batches).unwrap_or_default();
+                let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge)?;
+                let file = logs.iter().rfind(|l| l.instant <= unit.position.instant).map(|l| join_path(&sp.partition, &l.name));
+                (batches, rows, file.unwrap_or_default())
+            };
+            let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
+            emit(SplitChanges { split: sp.clone(), file, batches: Arc::new(batches), rows, rows_read, bytes_read: 0 })?;
+        }
+        Ok(())
+    }
+
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
     /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
     fn verify_inputs(&self, unit: &Unit, md: &CommitMetadata) -> Result<(), SourceError> {
@@ -493,6 +536,9 @@ impl Source for HudiSource {
                 })?;
             }
             return Ok(());
+        }
+        if self.changelog && self.table.is_mor() {
+            return self.read_changelog(unit, &tl, &replaced, done, emit);
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched
         let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default())?;

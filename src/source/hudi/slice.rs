@@ -149,6 +149,62 @@ impl SliceReader<'_> {
         out
     }
 
+    /// A data block's records as Arrow (virtual keys derived), `_hoodie_operation` kept.
+    fn decode(&self, b: &LogBlock, path: &Path, partition: &str) -> Result<Vec<RecordBatch>, SourceError> {
+        let batches = match b.block_type {
+            BlockType::AvroData => log::avro_block_batches(b, path)?,
+            BlockType::ParquetData => log::parquet_block_batches(b, path)?,
+            other => {
+                return Err(SourceError::Unsupported {
+                    message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
+                })
+            }
+        };
+        if self.merge.virtual_keys {
+            return batches.iter().map(|x| with_virtual_keys(x, &self.merge.key_fields, partition)).collect();
+        }
+        Ok(batches)
+    }
+
+    /// The log blocks one instant wrote to a file group, in write order (changelog mode).
+    pub fn instant_blocks(
+        &self,
+        partition: &str,
+        base_files: &[BaseFile],
+        log_files: &[LogFile],
+        at: &str,
+        instant: &str,
+    ) -> Result<Vec<InstantBlock>, SourceError> {
+        let dir = partition_dir(&self.table.path, partition);
+        let base = base_as_of(base_files, self.timeline, at, true);
+        let mut out = Vec::new();
+        let mut rolled_back = HashSet::new();
+        let mut files = Vec::new();
+        for l in self.slice_logs(base, log_files) {
+            let path = dir.join(&l.name);
+            let blocks = self.cache.log(&path, self.connector)?;
+            for b in &blocks.0 {
+                if b.block_type == BlockType::Command {
+                    rolled_back.extend(b.header.get(&TARGET_INSTANT_TIME).cloned());
+                }
+            }
+            files.push((blocks, path));
+        }
+        if rolled_back.contains(instant) {
+            return Ok(out);
+        }
+        for (blocks, path) in &files {
+            for b in blocks.0.iter().filter(|b| b.instant() == Some(instant)) {
+                match b.block_type {
+                    BlockType::Delete => out.push(InstantBlock::Delete(log::delete_block_keys(b, path)?)),
+                    BlockType::Corrupt | BlockType::Command => {}
+                    _ => out.push(InstantBlock::Data(self.decode(b, path, partition)?)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The merged state of one file group as of `at` (inclusive or not). `None`: no visible slice.
     pub fn state(
         &self,
@@ -204,22 +260,7 @@ impl SliceReader<'_> {
         if base.is_none() && blocks.is_empty() {
             return Ok(None);
         }
-        // the newest writer schema is the slice's schema (layout columns left out)
-        let decode = |b: &LogBlock, path: &Path| -> Result<Vec<RecordBatch>, SourceError> {
-            let batches = match b.block_type {
-                BlockType::AvroData => log::avro_block_batches(b, path)?,
-                BlockType::ParquetData => log::parquet_block_batches(b, path)?,
-                other => {
-                    return Err(SourceError::Unsupported {
-                        message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
-                    })
-                }
-            };
-            if self.merge.virtual_keys {
-                return batches.iter().map(|x| with_virtual_keys(x, &self.merge.key_fields, partition)).collect();
-            }
-            Ok(batches)
-        };
+        let decode = |b: &LogBlock, path: &Path| self.decode(b, path, partition);
         let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
         let last_data = blocks.iter().rposition(|(_, _, b, _)| is_data(b));
         let mut last_batches = match last_data {
@@ -262,11 +303,16 @@ impl SliceReader<'_> {
                 BlockType::Corrupt => {}
                 _ => {
                     let batches = if Some(i) == last_data { last_batches.take().unwrap_or_default() } else { decode(b, path)? };
-                    let start = sources.len();
                     for x in batches {
-                        sources.push(conform(&x, &target)?, true)?;
+                        // changelog-mode records: before-images take no part, `D` deletes
+                        let (upserts, deletes) = split_operations(&x)?;
+                        let start = sources.len();
+                        sources.push(conform(&upserts, &target)?, true)?;
+                        steps.push(Step::Data(start..sources.len()));
+                        if !deletes.is_empty() {
+                            steps.push(Step::Delete(deletes));
+                        }
                     }
-                    steps.push(Step::Data(start..sources.len()));
                 }
             }
         }
@@ -322,6 +368,35 @@ impl SliceReader<'_> {
         state.batches = sources.take(&picks)?;
         Ok(Some(state))
     }
+}
+
+/// A block one instant wrote (changelog mode): records with their `_hoodie_operation`, or keys.
+pub enum InstantBlock {
+    Data(Vec<RecordBatch>),
+    Delete(Vec<log::DeletedKey>),
+}
+
+/// Split log records by `_hoodie_operation`: upserts (`I`, `U`, none) and the keys of `D` records;
+/// `-U` before-images are dropped.
+fn split_operations(batch: &RecordBatch) -> Result<(RecordBatch, Vec<log::DeletedKey>), SourceError> {
+    let Some(ops) = batch.column_by_name("_hoodie_operation").and_then(|c| c.as_any().downcast_ref::<StringArray>()) else {
+        return Ok((batch.clone(), Vec::new()));
+    };
+    let keys = batch.column_by_name("_hoodie_record_key").and_then(|c| c.as_any().downcast_ref::<StringArray>());
+    let mut deletes = Vec::new();
+    let keep: BooleanArray = (0..batch.num_rows())
+        .map(|i| {
+            let op = if ops.is_valid(i) { ops.value(i) } else { "" };
+            if op == "D" {
+                if let Some(k) = keys.filter(|k| k.is_valid(i)) {
+                    deletes.push(log::DeletedKey { record_key: k.value(i).to_string(), partition_path: None });
+                }
+            }
+            Some(op != "-U" && op != "D")
+        })
+        .collect();
+    let kept = arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))?;
+    Ok((kept, deletes))
 }
 
 struct Merger<'k> {

@@ -1,0 +1,133 @@
+//! Changelog mode (`changelog.enabled=true`): instead of the net change of an instant, every log
+//! record it wrote becomes an event, in write order, with the op its `_hoodie_operation` gives:
+//! `I` → `c`, `U` → `u` (paired with a preceding `-U` before-image of the same key, else with the
+//! key's current row), `D` → `d`; delete-block keys → `d`. A record that loses the table's
+//! event-time ordering changes nothing and emits nothing, so replaying still yields the merged
+//! table.
+
+use std::collections::HashMap;
+
+use arrow_array::{Array, RecordBatch, StringArray};
+
+use super::slice::{InstantBlock, MergeConfig, MergeMode};
+use crate::source::rows::{conform, nullable, RowKeys};
+use crate::source::{ChangeRow, Op, RowRef, SourceError};
+use super::files::LAYOUT_META_COLUMNS;
+
+/// The change rows of one file group for one instant: (batches, rows). `old` is the merged
+/// slice before the instant.
+pub fn changelog_rows(
+    old: &[RecordBatch],
+    blocks: &[InstantBlock],
+    merge: &MergeConfig,
+) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>), SourceError> {
+    let newest = blocks
+        .iter()
+        .rev()
+        .find_map(|b| match b {
+            InstantBlock::Data(v) => v.first(),
+            InstantBlock::Delete(_) => None,
+        })
+        .or(old.first());
+    let Some(newest) = newest else { return Ok((Vec::new(), Vec::new())) };
+    let target = nullable(&newest.schema(), LAYOUT_META_COLUMNS);
+    let mut batches: Vec<RecordBatch> = old.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
+    let old_count = batches.len();
+    // per block: operations of each of its batches (by batch index), or deleted keys
+    let mut ops: HashMap<usize, Option<StringArray>> = HashMap::new();
+    for b in blocks {
+        if let InstantBlock::Data(v) = b {
+            for raw in v {
+                ops.insert(
+                    batches.len(),
+                    raw.column_by_name("_hoodie_operation").and_then(|c| c.as_any().downcast_ref::<StringArray>()).cloned(),
+                );
+                batches.push(conform(raw, &target)?);
+            }
+        }
+    }
+    let key_idx = target
+        .index_of("_hoodie_record_key")
+        .map_err(|_| SourceError::Unreadable { message: "changelog mode needs _hoodie_record_key".into() })?;
+    let keys: Vec<StringArray> = batches
+        .iter()
+        .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>().cloned())
+        .collect::<Option<_>>()
+        .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })?;
+    let ord_idx: Vec<usize> = merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
+    let ord = if merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
+        let conv = RowKeys::new(&target, Some(ord_idx))?;
+        Some(batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
+    } else {
+        None
+    };
+    let deleted_flag: Vec<Option<arrow_array::BooleanArray>> = batches
+        .iter()
+        .map(|b| b.column_by_name("_hoodie_is_deleted").and_then(|c| c.as_any().downcast_ref().cloned()))
+        .collect();
+    let mut current: HashMap<String, RowRef> = HashMap::new();
+    for (b, k) in keys.iter().enumerate().take(old_count) {
+        for r in 0..k.len() {
+            if k.is_valid(r) {
+                current.insert(k.value(r).to_string(), RowRef { batch: b as u32, row: r as u32 });
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    let mut before_image: HashMap<String, RowRef> = HashMap::new();
+    let mut next = old_count;
+    for block in blocks {
+        match block {
+            InstantBlock::Delete(deleted) => {
+                for d in deleted {
+                    if let Some(before) = current.remove(&d.record_key) {
+                        rows.push(ChangeRow { op: Op::Delete, before: Some(before), after: None });
+                    }
+                }
+            }
+            InstantBlock::Data(v) => {
+                for _ in v {
+                    let b = next;
+                    next += 1;
+                    for r in 0..batches[b].num_rows() {
+                        if !keys[b].is_valid(r) {
+                            continue;
+                        }
+                        let key = keys[b].value(r);
+                        let this = RowRef { batch: b as u32, row: r as u32 };
+                        let mut op = ops[&b].as_ref().filter(|o| o.is_valid(r)).map(|o| o.value(r)).unwrap_or("U");
+                        if deleted_flag[b].as_ref().is_some_and(|d| d.is_valid(r) && d.value(r)) {
+                            op = "D"; // a soft delete
+                        }
+                        match op {
+                            "-U" => {
+                                before_image.insert(key.to_string(), this);
+                            }
+                            "D" => {
+                                before_image.remove(key);
+                                if let Some(before) = current.remove(key) {
+                                    rows.push(ChangeRow { op: Op::Delete, before: Some(before), after: None });
+                                }
+                            }
+                            _ => {
+                                let cur = current.get(key).copied();
+                                if let (Some(ord), Some(c)) = (&ord, cur) {
+                                    if ord[b].row(r) < ord[c.batch as usize].row(c.row as usize) {
+                                        before_image.remove(key);
+                                        continue; // a late record loses: the table does not change
+                                    }
+                                }
+                                let before = before_image.remove(key).or(cur);
+                                let op = if cur.is_some() { Op::Update } else { Op::Create };
+                                let before = if op == Op::Create { None } else { before };
+                                rows.push(ChangeRow { op, before, after: Some(this) });
+                                current.insert(key.to_string(), this);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((batches, rows))
+}
