@@ -1,0 +1,182 @@
+//! The Hudi monitor: the timeline (active and archived instants) turned into units in timeline
+//! order: a full scan, or one change unit per completed instant with the file groups it touched.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::files::{list_partition, list_partitions};
+use super::timeline::{instant_millis, CommitMetadata, Instant, MetaSource, Timeline};
+use super::{archive, split_spec, HudiSource};
+use crate::config::StartCommit;
+use crate::source::{Position, SourceError, Unit};
+
+impl HudiSource {
+    fn ts_ms(i: &Instant) -> i64 {
+        let mtime = match &i.meta {
+            MetaSource::File(f) => std::fs::metadata(f)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64),
+            MetaSource::Archived(_) => None,
+        };
+        mtime.or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested))).unwrap_or(0)
+    }
+
+    /// The active timeline, with the archived one added (read again only when archival ran).
+    pub(super) fn timeline(&self) -> Result<Timeline, SourceError> {
+        let active = Timeline::load(&self.table)?;
+        let version = archive::history_version(&self.table);
+        let mut cache = self.archived.lock().expect("archive cache lock");
+        if cache.as_ref().map(|(v, _)| *v) != Some(version) {
+            *cache = Some((version, Arc::new(archive::load_archived(&self.table)?)));
+        }
+        let archived = cache.as_ref().map(|(_, a)| a.as_ref().clone()).unwrap_or_default();
+        Ok(active.with_archived(archived))
+    }
+
+    fn position(i: &Instant) -> Position {
+        Position { instant: i.requested.clone(), completed: i.completed.clone() }
+    }
+
+    fn snapshot_unit(&self, tl: &Timeline, at: &Instant) -> Result<Unit, SourceError> {
+        let replaced = self.replaced_up_to(tl, at.order_key())?;
+        let mut splits = Vec::new();
+        for p in list_partitions(&self.table.path)? {
+            let files = list_partition(&self.table.path, &p)?;
+            let groups: BTreeSet<&String> = files.base.keys().chain(files.logs.keys()).collect();
+            for fg in groups {
+                if replaced.contains(&(p.clone(), fg.clone())) {
+                    continue;
+                }
+                let visible = |i: &str| tl.completed_order(i).is_some_and(|o| o.as_str() <= at.order_key());
+                let base_visible = files.base.get(fg).is_some_and(|b| b.iter().any(|f| visible(&f.instant)));
+                // log file names carry an instant that may differ from their blocks' (layout 1)
+                let logs_present = files.logs.get(fg).is_some_and(|l| !l.is_empty());
+                if base_visible || logs_present {
+                    splits.push(split_spec(&p, fg));
+                }
+            }
+        }
+        Ok(Unit {
+            position: Self::position(at),
+            action: at.action.clone(),
+            operation: None,
+            snapshot: true,
+            ts_ms: Self::ts_ms(at),
+            splits,
+            skipped: None,
+        })
+    }
+
+    /// File groups replaced by completed replacecommits up to `at` (inclusive).
+    pub(super) fn replaced_up_to(&self, tl: &Timeline, at: &str) -> Result<BTreeSet<(String, String)>, SourceError> {
+        let mut out = BTreeSet::new();
+        for i in tl.completed.iter().filter(|i| i.action == "replacecommit" && i.order_key() <= at) {
+            let md = CommitMetadata::load(&i.meta)?;
+            out.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
+        }
+        Ok(out)
+    }
+
+    fn change_unit(&self, i: &Instant) -> Result<Unit, SourceError> {
+        let mut unit = Unit {
+            position: Self::position(i),
+            action: i.action.clone(),
+            operation: None,
+            snapshot: false,
+            ts_ms: Self::ts_ms(i),
+            splits: Vec::new(),
+            skipped: None,
+        };
+        match i.action.as_str() {
+            "commit" | "deltacommit" | "replacecommit" => {}
+            "restore" => {
+                return Err(SourceError::Unreadable {
+                    message: format!(
+                        "instant {} is a restore: it rewinds committed data, which a changelog cannot follow; \
+                         restart the connector with a new name and read.start-commit=earliest (full rescan)",
+                        i.requested
+                    ),
+                })
+            }
+            _ => {
+                unit.skipped = Some("no data change");
+                return Ok(unit);
+            }
+        }
+        let md = CommitMetadata::load(&i.meta)?;
+        unit.operation = md.operation.clone();
+        match md.operation.as_deref() {
+            Some("COMPACT") | Some("LOG_COMPACT") if self.skip_compaction => {
+                unit.skipped = Some("compaction (read.streaming.skip_compaction)");
+                return Ok(unit);
+            }
+            Some("CLUSTER") if self.skip_clustering => {
+                unit.skipped = Some("clustering (read.streaming.skip_clustering)");
+                return Ok(unit);
+            }
+            _ => {}
+        }
+        let mut touched = BTreeSet::new();
+        for (p, w) in md.writes() {
+            touched.insert((p.to_string(), w.file_id.clone().unwrap_or_default()));
+        }
+        touched.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
+        unit.splits = touched.iter().map(|(p, fg)| split_spec(p, fg)).collect();
+        Ok(unit)
+    }
+
+    /// Read the given slices of each split, conform to one schema, return (batches, per split
+    /// batch indexes, file names, rows read, bytes read).
+
+    pub(super) fn plan(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
+        let tl = self.timeline()?;
+        let mut candidates: Vec<&Instant> = match after {
+            Some(p) => tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect(),
+            None => match &self.start {
+                StartCommit::Earliest => {
+                    return match tl.latest() {
+                        Some(l) => Ok(vec![self.snapshot_unit(&tl, l)?]),
+                        None => Ok(Vec::new()),
+                    }
+                }
+                StartCommit::Latest => {
+                    return Ok(tl
+                        .latest()
+                        .map(|l| Unit {
+                            position: Self::position(l),
+                            action: l.action.clone(),
+                            operation: None,
+                            snapshot: false,
+                            ts_ms: Self::ts_ms(l),
+                            splits: Vec::new(),
+                            skipped: Some("start at latest"),
+                        })
+                        .into_iter()
+                        .collect())
+                }
+                StartCommit::Instant(x) => tl.completed.iter().filter(|i| i.requested.as_str() >= x.as_str()).collect(),
+            },
+        };
+        if let Some(end) = &self.end_commit {
+            candidates.retain(|i| i.requested.as_str() <= end.as_str());
+        }
+        if let Some(limit) = self.commits_limit {
+            candidates.truncate(limit);
+        }
+        candidates.into_iter().map(|i| self.change_unit(i)).collect()
+    }
+
+    pub(super) fn plan_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
+        let tl = self.timeline()?;
+        let i = tl.get(&position.instant).ok_or_else(|| SourceError::Unreadable {
+            message: format!(
+                "the interrupted instant {} is no longer on the active timeline (archived, or rolled back by a \
+                 restore); restart with read.start-commit=latest or earliest under a new connector name",
+                position.instant
+            ),
+        })?;
+        if snapshot { self.snapshot_unit(&tl, i) } else { self.change_unit(i) }
+    }
+}

@@ -1,0 +1,333 @@
+//! The Hudi reader: a unit's file slices (merged base + log files) as change rows: a full scan
+//! split by split, a change unit as one keyed diff over every file group it touched, or in
+//! changelog mode the log records themselves.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::SchemaRef;
+
+use super::files::{list_partition, PartitionFiles};
+use super::slice::{FileCache, SliceReader};
+use super::timeline::{CommitMetadata, Timeline};
+use super::{changelog, join_path, HudiSource};
+use crate::source::rows::{conform, diff, nullable, snapshot_rows, RowKeys};
+use crate::source::{SourceError, SplitChanges, SplitSpec, Unit};
+
+impl HudiSource {
+    fn load_sides(
+        &self,
+        splits: &[SplitSpec],
+        tl: &Timeline,
+        unit: &Unit,
+        replaced: &BTreeSet<(String, String)>,
+        cache: &FileCache,
+    ) -> Result<Sides, SourceError> {
+        let mut listings: BTreeMap<String, PartitionFiles> = BTreeMap::new();
+        let at = unit.position.order_key();
+        let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
+        let mut sides = Sides::new(splits.len());
+        let reader = SliceReader { spill: self.spill.clone(), table: &self.table, timeline: tl, merge: &self.merge, cache, connector: &self.connector };
+        for (s, sp) in splits.iter().enumerate() {
+            if !listings.contains_key(&sp.partition) {
+                listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);
+            }
+            let files = &listings[&sp.partition];
+            let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
+            let old = if unit.snapshot { None } else { reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))? };
+            let new = if is_replaced { None } else { reader.state(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? };
+            for (is_new, st) in [(false, old), (true, new)] {
+                let Some(st) = st else { continue };
+                sides.rows_read[s] += st.rows_read;
+                sides.bytes_read[s] += st.bytes_read;
+                if let Some(f) = &st.file {
+                    if is_new || sides.file[s].is_empty() {
+                        sides.file[s] = join_path(&sp.partition, f);
+                    }
+                }
+                if let Some(first) = st.batches.first() {
+                    raw.push((s, is_new, first.schema(), st.batches));
+                }
+            }
+        }
+        // the unit's value schema: the newest file's, every column nullable
+        let target = raw
+            .iter()
+            .rev()
+            .find(|r| r.1)
+            .or(raw.last())
+            .map(|r| nullable(&r.2, &[]));
+        // (state batches are already conformed per slice; this aligns slices of different ages)
+        if let Some(target) = target {
+            for (s, is_new, _, batches) in raw {
+                for b in batches {
+                    let idx = sides.batches.len() as u32;
+                    sides.batches.push(conform(&b, &target)?);
+                    if is_new { sides.new[s].push(idx) } else { sides.old[s].push(idx) }
+                }
+            }
+        }
+        Ok(sides)
+    }
+
+    /// Key pre-pass of a full scan (key, commit time and merge columns only): the split holding
+    /// the newest version of each key. `None` when no key is held by two file groups.
+    #[allow(clippy::type_complexity)]
+    fn snapshot_winners(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+    ) -> Result<Option<HashMap<Vec<u8>, (usize, Option<String>)>>, SourceError> {
+        let mut only: Vec<String> = ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        only.extend(self.info.key_fields.iter().cloned());
+        only.extend(self.merge.ordering.iter().cloned());
+        let mut winners: HashMap<Vec<u8>, (usize, Option<String>)> = HashMap::new();
+        let mut shared = false;
+        for (s, sp) in unit.splits.iter().enumerate() {
+            let cache = FileCache::projected(only.clone());
+            let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
+            let Some(first) = sides.batches.first() else { continue };
+            let (keys, order) = self.key_columns(&first.schema())?;
+            let conv = RowKeys::new(&first.schema(), Some(keys))?;
+            for b in &sides.batches {
+                let rows = conv.rows(b)?;
+                let commits = order.and_then(|o| b.column(o).as_any().downcast_ref::<arrow_array::StringArray>());
+                for i in 0..b.num_rows() {
+                    let commit = commits.and_then(|c| c.is_valid(i).then(|| c.value(i).to_string()));
+                    match winners.get_mut(rows.row(i).as_ref()) {
+                        Some(w) if w.0 == s => {}
+                        Some(w) => {
+                            shared = true;
+                            if commit >= w.1 {
+                                *w = (s, commit);
+                            }
+                        }
+                        None => {
+                            winners.insert(rows.row(i).as_ref().to_vec(), (s, commit));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(shared.then_some(winners))
+    }
+
+    /// Changelog mode: the log records each touched file group got, one event each; file groups
+    /// the instant wrote a base file for (inserts, compaction) are diffed.
+    fn read_changelog(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let cache = FileCache::default();
+        let reader = SliceReader { spill: self.spill.clone(), table: &self.table, timeline: tl, merge: &self.merge, cache: &cache, connector: &self.connector };
+        let at = unit.position.order_key();
+        for sp in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
+            let files = list_partition(&self.table.path, &sp.partition)?;
+            let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let wrote_base = base.iter().any(|b| b.instant == unit.position.instant);
+            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
+            let (batches, rows, file) = if wrote_base || is_replaced {
+                let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
+                let Some(first) = sides.batches.first() else { continue };
+                let (keys, order) = self.key_columns(&first.schema())?;
+                let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
+                (sides.batches, rows, sides.file[0].clone())
+            } else {
+                let old = reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))?;
+                let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
+                let old_batches = old.map(|o| o.batches).unwrap_or_default();
+                let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge)?;
+                let file = logs.iter().rfind(|l| l.instant <= unit.position.instant).map(|l| join_path(&sp.partition, &l.name));
+                (batches, rows, file.unwrap_or_default())
+            };
+            let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
+            emit(SplitChanges { split: sp.clone(), file, batches: Arc::new(batches), rows, rows_read, bytes_read: 0 })?;
+        }
+        Ok(())
+    }
+
+    /// Every file a change unit needs must still be there: the files the instant wrote, and the
+    /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
+    fn verify_inputs(&self, unit: &Unit, md: &CommitMetadata) -> Result<(), SourceError> {
+        let mut listings: BTreeMap<&str, PartitionFiles> = BTreeMap::new();
+        let gone = |what: String| {
+            cleaned_hint(SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() }, unit)
+        };
+        for (p, w) in md.writes() {
+            if let Some(path) = &w.path {
+                if !self.table.path.join(path).exists() {
+                    return Err(gone(self.table.path.join(path).display().to_string()));
+                }
+            }
+            let prev = w.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null");
+            let (Some(prev), Some(fg)) = (prev, w.file_id.as_deref()) else { continue };
+            if !listings.contains_key(p) {
+                listings.insert(p, list_partition(&self.table.path, p)?);
+            }
+            let files = &listings[p];
+            let has_prev = files.base.get(fg).is_some_and(|b| b.iter().any(|f| f.instant == prev))
+                || (self.table.is_mor() && files.logs.get(fg).is_some_and(|l| !l.is_empty()));
+            if !has_prev {
+                return Err(gone(format!("{}/{fg}_*_{prev}.parquet (previous slice of file group {fg})", join_path(p, ""))));
+            }
+        }
+        for (p, fg) in md.replaced() {
+            if !listings.contains_key(p) {
+                listings.insert(p, list_partition(&self.table.path, p)?);
+            }
+            let files = &listings[p];
+            if !files.base.contains_key(fg) && !files.logs.contains_key(fg) {
+                return Err(gone(format!("{} (every file of replaced file group {fg})", join_path(p, fg))));
+            }
+        }
+        Ok(())
+    }
+
+    fn key_columns(&self, schema: &SchemaRef) -> Result<(Vec<usize>, Option<usize>), SourceError> {
+        let keys = self
+            .info
+            .key_fields
+            .iter()
+            .map(|k| {
+                schema.index_of(k).map_err(|_| SourceError::Unreadable {
+                    message: format!(
+                        "table {}: record key field `{k}` (hoodie.table.recordkey.fields) is not a column of the data files",
+                        self.table.path.display()
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((keys, schema.index_of("_hoodie_commit_time").ok()))
+    }
+
+    pub(super) fn read(
+        &self,
+        unit: &Unit,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        if unit.splits.is_empty() {
+            return Ok(());
+        }
+        let tl = self.timeline()?;
+        if !unit.snapshot && tl.get(&unit.position.instant).is_none() {
+            return Err(SourceError::Unreadable {
+                message: format!(
+                    "instant {} is no longer on the active timeline (archived or rolled back) and its files cannot \
+                     be planned; restart from read.start-commit=latest or earliest",
+                    unit.position.instant
+                ),
+            });
+        }
+        let replaced = if unit.snapshot {
+            self.replaced_up_to(&tl, unit.position.order_key())?
+        } else {
+            let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
+            self.verify_inputs(unit, &md)?;
+            md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
+        };
+        if unit.snapshot {
+            let winners = self.snapshot_winners(unit, &tl, &replaced)?;
+            // one split at a time: a full scan never holds more than one file slice
+            for (s, sp) in unit.splits.iter().enumerate().filter(|(_, s)| !done.contains(&s.id)) {
+                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced, &FileCache::default())?;
+                let Some(first) = sides.batches.first() else { continue };
+                let (keys, order) = self.key_columns(&first.schema())?;
+                let mut rows = snapshot_rows(&sides.batches, &keys, order)?;
+                if let Some(winners) = &winners {
+                    // a key held by several file groups is emitted once, from the newest commit
+                    let conv = RowKeys::new(&first.schema(), Some(keys))?;
+                    let key_rows = sides.batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?;
+                    rows.retain(|r| {
+                        let a = r.after.expect("snapshot rows have after");
+                        winners.get(key_rows[a.batch as usize].row(a.row as usize).as_ref()).map(|w| w.0) == Some(s)
+                    });
+                }
+                emit(SplitChanges {
+                    split: sp.clone(),
+                    file: sides.file[0].clone(),
+                    rows,
+                    rows_read: sides.rows_read[0],
+                    bytes_read: sides.bytes_read[0],
+                    batches: Arc::new(sides.batches),
+                })?;
+            }
+            return Ok(());
+        }
+        if self.changelog && self.table.is_mor() {
+            return self.read_changelog(unit, &tl, &replaced, done, emit);
+        }
+        // a change unit is diffed as a whole: keys may move between the file groups it touched
+        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default())?;
+        let Some(first) = sides.batches.first() else { return Ok(()) };
+        let (keys, order) = self.key_columns(&first.schema())?;
+        let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
+        let batches = Arc::new(sides.batches);
+        for (s, rows) in per_split.into_iter().enumerate() {
+            let sp = &unit.splits[s];
+            if done.contains(&sp.id) {
+                continue;
+            }
+            emit(SplitChanges {
+                split: sp.clone(),
+                file: sides.file[s].clone(),
+                batches: batches.clone(),
+                rows,
+                rows_read: sides.rows_read[s],
+                bytes_read: sides.bytes_read[s],
+            })?;
+        }
+        Ok(())
+    }
+}
+
+struct Sides {
+    batches: Vec<RecordBatch>,
+    old: Vec<Vec<u32>>,
+    new: Vec<Vec<u32>>,
+    file: Vec<String>,
+    rows_read: Vec<u64>,
+    bytes_read: Vec<u64>,
+}
+
+impl Sides {
+    fn new(n: usize) -> Self {
+        Self {
+            batches: Vec::new(),
+            old: vec![Vec::new(); n],
+            new: vec![Vec::new(); n],
+            file: vec![String::new(); n],
+            rows_read: vec![0; n],
+            bytes_read: vec![0; n],
+        }
+    }
+}
+
+/// A file the unit needs has gone (cleaned): say which, and the way out.
+fn cleaned_hint(e: SourceError, unit: &Unit) -> SourceError {
+    match e {
+        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
+            message: format!(
+                "instant {}: file {} is gone (cleaned or archived away before it was read); the changelog cannot \
+                 be continued exactly. Ways out: restart with a new connector name and read.start-commit=latest \
+                 (skip the gap), or read.start-commit=earliest (full rescan); keep the cleaner's retention longer \
+                 than the connector's lag",
+                unit.position.instant,
+                path.display()
+            ),
+        },
+        other => other,
+    }
+}
