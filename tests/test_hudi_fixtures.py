@@ -20,7 +20,7 @@ def _cases():
     return out
 
 
-def replay_stepwise(env, registry, tmp_path, name, start, **props_extra):
+def replay_stepwise(env, registry, tmp_path, name, start, changelog=False, **props_extra):
     require_fixtures()
     oracle = testkit.load_oracle(name)
     table = testkit.extract(name, tmp_path / "t")
@@ -39,7 +39,7 @@ def replay_stepwise(env, registry, tmp_path, name, start, **props_extra):
         testkit.run_once(props)
         assert testkit.consume_all(env, topic) == []
         return testkit.Replay(registry)
-    replay, consumed = testkit.replay_steps(env, registry, revealed, oracle, instants, props, topic, name)
+    replay, consumed = testkit.replay_steps(env, registry, revealed, oracle, instants, props, topic, name, changelog)
     # the rest of the timeline (non-data instants) emits nothing
     if others:
         revealed.reveal_through("99999999999999999999")
@@ -73,3 +73,32 @@ def test_compaction_and_clustering_read_but_emit_nothing(env, registry, tmp_path
     """With skip_compaction/skip_clustering off, their output is read and diffed: no row twice."""
     replay_stepwise(env, registry, tmp_path, name, "first", **{
         "read.streaming.skip_compaction": "false", "read.streaming.skip_clustering": "false"})
+
+
+def _mor_cases():
+    if not (testkit.FIXTURES / "hudi").is_dir():
+        return ["(fixtures absent)"]
+    return [n for n in _cases() if testkit.load_oracle(n)["table_type"] == "MERGE_ON_READ"]
+
+
+@pytest.mark.parametrize("name", _mor_cases())
+def test_changelog_mode_replays_to_oracle(env, registry, tmp_path, name):
+    """Every log record as its own event (late records that lose ordering emit nothing)."""
+    replay_stepwise(env, registry, tmp_path, name, "first", changelog=True, **{"changelog.enabled": "true"})
+
+
+def test_skip_merge_emits_late_records_unmerged(env, registry, tmp_path):
+    """skip_merge does not apply event-time ordering: the fixture's out-of-order updates (lower
+    `ts`, which a merge rejects) are published as they were written."""
+    require_fixtures()
+    name = "generated/long_history_mor_v8"
+    oracle = testkit.load_oracle(name)
+    table = testkit.extract(name, tmp_path / "t")
+    topic = "skip-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{
+        "read.start-commit": oracle["instants"][0]["requested"], "hoodie.datasource.merge.type": "skip_merge"})
+    testkit.run_once(props)
+    replay = testkit.Replay(registry, changelog=True)
+    replay.apply(testkit.consume_all(env, topic))
+    late = [e for e in replay.events if e["op"] == "u" and e["after"]["ts"] < e["before"]["ts"]]
+    assert late, "skip_merge must publish the out-of-order updates"

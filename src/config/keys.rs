@@ -18,6 +18,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("read.memory.budget", "256MiB", "decoded log records kept in memory per file-slice merge; beyond it they spill to disk (bytes, or KiB/MiB/GiB)"),
     ("read.spill.dir", "(system temp dir)", "directory for spilled log records"),
     ("changelog.enabled", "false", "merge-on-read: emit every log record of an instant (op from `_hoodie_operation`, `-U`/`U` paired into one `u`) instead of its net change"),
+    ("hoodie.datasource.merge.type", "payload_combine", "`skip_merge`: like changelog mode, but log records are emitted without event-time ordering (Flink's skip_merge)"),
     ("tombstones.on.delete", "true", "follow each `d` event with a null-value tombstone for compaction"),
     ("transaction.boundary", "instant", "`instant`: one transaction per instant; `interval`: every `transaction.interval.ms`"),
     ("transaction.interval.ms", "1000", "commit interval with `transaction.boundary=interval`"),

@@ -71,6 +71,8 @@ pub struct ConnectorConfig {
     pub skip_clustering: bool,
     pub tombstones_on_delete: bool,
     pub changelog: bool,
+    /// `hoodie.datasource.merge.type=skip_merge`.
+    pub skip_merge: bool,
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub transaction_timeout_ms: u64,
@@ -268,6 +270,13 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
         tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
         changelog: v.bool_or("changelog.enabled", false)?,
+        skip_merge: match v.get("hoodie.datasource.merge.type").as_deref() {
+            None | Some("payload_combine") => false,
+            Some("skip_merge") => true,
+            Some(s) => {
+                return Err(v.invalid("hoodie.datasource.merge.type", format!("`{s}` is not one of: payload_combine, skip_merge")))
+            }
+        },
         boundary,
         max_txn_records: v.u64_or("transaction.max.records", 100_000)?.max(1) as usize,
         transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,

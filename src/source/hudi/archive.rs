@@ -1,7 +1,10 @@
 //! The archived timeline, so a reader that lags behind archival keeps going instead of failing:
 //! table versions 8/9 keep archived instants in an LSM history under `.hoodie/timeline/history/`
 //! (`_version_` names the live `manifest_N`, which lists Parquet files with `instantTime,
-//! completionTime, action, metadata`; `metadata` is the instant's Avro commit metadata).
+//! completionTime, action, metadata`; `metadata` is the instant's Avro commit metadata); table
+//! version 6 keeps them in `.hoodie/archived/.commits_.archive.N_*`, log files whose Avro data
+//! blocks hold `HoodieArchivedMetaEntry` records (`commitTime`, `actionType`, `actionState`,
+//! `hoodieCommitMetadata` / `hoodieReplaceCommitMetadata`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Deserialize;
 
+use super::log;
 use super::timeline::{Instant, MetaSource, TableConfig};
 use crate::source::SourceError;
 
@@ -26,23 +30,46 @@ struct ManifestFile {
 }
 
 /// The version of the live history manifest (`None` when there is no history).
-pub fn history_version(table: &TableConfig) -> Option<u64> {
+fn history_version(table: &TableConfig) -> Option<u64> {
     let dir = table.timeline_dir.join("history");
     std::fs::read_to_string(dir.join("_version_")).ok()?.trim().parse().ok()
+}
+
+fn v6_archive_dir(table: &TableConfig) -> std::path::PathBuf {
+    table.path.join(".hoodie").join(table.props.get("hoodie.archivelog.folder").map(String::as_str).unwrap_or("archived"))
+}
+
+/// Archive files of table version 6, oldest first.
+fn v6_archive_files(table: &TableConfig) -> Vec<(u64, std::path::PathBuf)> {
+    let mut out: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(v6_archive_dir(table))
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let name = e.file_name().to_string_lossy().into_owned();
+                let n = name.strip_prefix(".commits_.archive.")?.split('_').next()?.parse().ok()?;
+                Some((n, e.path()))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Changes whenever archival rewrites the archived timeline (cache key).
+pub fn fingerprint(table: &TableConfig) -> Option<String> {
+    if table.layout >= 2 {
+        return history_version(table).map(|v| v.to_string());
+    }
+    let files = v6_archive_files(table);
+    let size: u64 = files.iter().filter_map(|(_, p)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+    (!files.is_empty()).then(|| format!("{}:{size}", files.len()))
 }
 
 /// Completed instants of the archived timeline, in no particular order.
 pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
     if table.layout < 2 {
-        let dir = table.path.join(".hoodie").join("archived");
-        let has_archive = std::fs::read_dir(&dir)
-            .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".commits_.archive"))))
-            .unwrap_or(false);
-        if has_archive {
-            tracing::warn!(dir = %dir.display(), "archived timeline of table version 6 is not read by this build; \
-                instants before the active timeline are treated as completed but cannot be emitted as changes");
-        }
-        return Ok(Vec::new());
+        return load_v6(table);
     }
     let Some(version) = history_version(table) else { return Ok(Vec::new()) };
     let dir = table.timeline_dir.join("history");
@@ -83,4 +110,33 @@ fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceEr
         }
     }
     Ok(())
+}
+
+fn load_v6(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
+    let mut out = Vec::new();
+    for (_, path) in v6_archive_files(table) {
+        for block in log::read_blocks(&path, &table.name)? {
+            if block.block_type != log::BlockType::AvroData {
+                continue;
+            }
+            for rec in log::avro_block_json(&block, &path)? {
+                // older archives hold completed instants only; newer ones say which state
+                if rec["actionState"].as_str().is_some_and(|s| s != "COMPLETED") {
+                    continue;
+                }
+                let (Some(time), Some(action)) = (rec["commitTime"].as_str(), rec["actionType"].as_str()) else { continue };
+                let meta = match action {
+                    "replacecommit" => rec["hoodieReplaceCommitMetadata"].clone(),
+                    _ => rec["hoodieCommitMetadata"].clone(),
+                };
+                out.push(Instant {
+                    requested: time.to_string(),
+                    completed: None,
+                    action: action.to_string(),
+                    meta: MetaSource::Json(Arc::new(meta)),
+                });
+            }
+        }
+    }
+    Ok(out)
 }

@@ -3,7 +3,7 @@
 //! `I` → `c`, `U` → `u` (paired with a preceding `-U` before-image of the same key, else with the
 //! key's current row), `D` → `d`; delete-block keys → `d`. A record that loses the table's
 //! event-time ordering changes nothing and emits nothing, so replaying still yields the merged
-//! table.
+//! table. `skip_merge` emits the records as written, ordering ignored (Flink's skip_merge).
 
 use std::collections::HashMap;
 
@@ -20,6 +20,7 @@ pub fn changelog_rows(
     old: &[RecordBatch],
     blocks: &[InstantBlock],
     merge: &MergeConfig,
+    ordered: bool,
 ) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>), SourceError> {
     let newest = blocks
         .iter()
@@ -55,7 +56,7 @@ pub fn changelog_rows(
         .collect::<Option<_>>()
         .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })?;
     let ord_idx: Vec<usize> = merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
-    let ord = if merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
+    let ord = if ordered && merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
         let conv = RowKeys::new(&target, Some(ord_idx))?;
         Some(batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
     } else {
@@ -130,4 +131,45 @@ pub fn changelog_rows(
         }
     }
     Ok((batches, rows))
+}
+
+/// A key that left one file group and arrived in another within the instant (a partition move
+/// under a global index, an insert overwrite) is one update: the arrival's `c` takes the
+/// departure's row as `before`, and the departure's `d` goes. Without this, the two events would
+/// race across splits.
+pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>]) {
+    let keys: Vec<Option<&StringArray>> = batches
+        .iter()
+        .map(|b| b.column_by_name("_hoodie_record_key").and_then(|c| c.as_any().downcast_ref::<StringArray>()))
+        .collect();
+    let key_of = |r: RowRef| -> Option<&str> {
+        let k = keys[r.batch as usize]?;
+        k.is_valid(r.row as usize).then(|| k.value(r.row as usize))
+    };
+    let mut departures: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (s, rows) in per_split.iter().enumerate() {
+        for (i, c) in rows.iter().enumerate() {
+            if let (Op::Delete, Some(k)) = (c.op, c.before.and_then(key_of)) {
+                departures.insert(k, (s, i));
+            }
+        }
+    }
+    let mut gone: Vec<(usize, usize)> = Vec::new();
+    for s in 0..per_split.len() {
+        for i in 0..per_split[s].len() {
+            let c = per_split[s][i];
+            let Some(k) = (c.op == Op::Create).then_some(c.after).flatten().and_then(key_of) else { continue };
+            if let Some(&(ds, di)) = departures.get(k) {
+                if ds != s {
+                    per_split[s][i] = ChangeRow { op: Op::Update, before: per_split[ds][di].before, after: c.after };
+                    departures.remove(k);
+                    gone.push((ds, di));
+                }
+            }
+        }
+    }
+    gone.sort_unstable_by(|a, b| b.cmp(a));
+    for (s, i) in gone {
+        per_split[s].remove(i);
+    }
 }

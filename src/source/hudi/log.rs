@@ -151,8 +151,8 @@ pub fn read_blocks(path: &Path, connector: &str) -> Result<Vec<LogBlock>, Source
     Ok(out)
 }
 
-/// Records of an Avro data block as Arrow, decoded with the block's writer schema.
-pub fn avro_block_batches(block: &LogBlock, path: &Path) -> Result<Vec<RecordBatch>, SourceError> {
+/// The writer schema and the record datums of an Avro data block.
+fn avro_block_records<'b>(block: &'b LogBlock, path: &Path) -> Result<(&'b str, Vec<&'b [u8]>), SourceError> {
     let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
     let schema = block.header.get(&SCHEMA).ok_or_else(|| bad("no SCHEMA header".into()))?;
     let mut c = Cur { b: &block.content, pos: 0 };
@@ -163,6 +163,27 @@ pub fn avro_block_batches(block: &LogBlock, path: &Path) -> Result<Vec<RecordBat
         let len = c.i32().and_then(|l| usize::try_from(l).ok()).ok_or_else(|| bad("bad record length".into()))?;
         records.push(c.take(len).ok_or_else(|| bad("record past the block end".into()))?);
     }
+    Ok((schema, records))
+}
+
+/// Records of an Avro data block as JSON values (small metadata blocks: the archived timeline).
+pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::Value>, SourceError> {
+    let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
+    let (schema, records) = avro_block_records(block, path)?;
+    let schema = apache_avro::Schema::parse_str(schema).map_err(|e| bad(format!("schema: {e}")))?;
+    records
+        .into_iter()
+        .map(|r| {
+            let v = apache_avro::from_avro_datum(&schema, &mut &r[..], None).map_err(|e| bad(e.to_string()))?;
+            serde_json::Value::try_from(v).map_err(|e| bad(e.to_string()))
+        })
+        .collect()
+}
+
+/// Records of an Avro data block as Arrow, decoded with the block's writer schema.
+pub fn avro_block_batches(block: &LogBlock, path: &Path) -> Result<Vec<RecordBatch>, SourceError> {
+    let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
+    let (schema, records) = avro_block_records(block, path)?;
     if records.is_empty() {
         return Ok(Vec::new());
     }

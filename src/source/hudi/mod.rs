@@ -34,10 +34,12 @@ pub struct HudiSource {
     merge: MergeConfig,
     /// `changelog.enabled`: every log record of an instant, not its net change.
     changelog: bool,
+    /// `skip_merge`: log records emitted as written, without event-time ordering.
+    skip_merge: bool,
     spill: spill::SpillConfig,
     connector: String,
     /// Archived instants by history version.
-    archived: std::sync::Mutex<Option<(Option<u64>, Arc<Vec<Instant>>)>>,
+    archived: std::sync::Mutex<Option<(Option<String>, Arc<Vec<Instant>>)>>,
 }
 
 impl HudiSource {
@@ -56,6 +58,7 @@ impl HudiSource {
             skip_clustering: cfg.skip_clustering,
             merge: MergeConfig::from_table(&table),
             changelog: cfg.changelog,
+            skip_merge: cfg.skip_merge,
             spill: spill::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
             connector: cfg.name.clone(),
             archived: Default::default(),

@@ -18,7 +18,7 @@ impl HudiSource {
                 .ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_millis() as i64),
-            MetaSource::Archived(_) => None,
+            MetaSource::Archived(_) | MetaSource::Json(_) => None,
         };
         mtime.or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested))).unwrap_or(0)
     }
@@ -26,9 +26,9 @@ impl HudiSource {
     /// The active timeline, with the archived one added (read again only when archival ran).
     pub(super) fn timeline(&self) -> Result<Timeline, SourceError> {
         let active = Timeline::load(&self.table)?;
-        let version = archive::history_version(&self.table);
+        let version = archive::fingerprint(&self.table);
         let mut cache = self.archived.lock().expect("archive cache lock");
-        if cache.as_ref().map(|(v, _)| *v) != Some(version) {
+        if cache.as_ref().map(|(v, _)| v) != Some(&version) {
             *cache = Some((version, Arc::new(archive::load_archived(&self.table)?)));
         }
         let archived = cache.as_ref().map(|(_, a)| a.as_ref().clone()).unwrap_or_default();

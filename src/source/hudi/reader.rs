@@ -13,9 +13,13 @@ use super::slice::{FileCache, SliceReader};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
 use crate::source::rows::{conform, diff, nullable, snapshot_rows, RowKeys};
-use crate::source::{SourceError, SplitChanges, SplitSpec, Unit};
+use crate::source::{ChangeRow, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl HudiSource {
+    fn slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
+        SliceReader { spill: self.spill.clone(), table: &self.table, timeline, merge: &self.merge, cache, connector: &self.connector }
+    }
+
     fn load_sides(
         &self,
         splits: &[SplitSpec],
@@ -28,7 +32,7 @@ impl HudiSource {
         let at = unit.position.order_key();
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
-        let reader = SliceReader { spill: self.spill.clone(), table: &self.table, timeline: tl, merge: &self.merge, cache, connector: &self.connector };
+        let reader = self.slice_reader(tl, cache);
         for (s, sp) in splits.iter().enumerate() {
             if !listings.contains_key(&sp.partition) {
                 listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);
@@ -130,9 +134,13 @@ impl HudiSource {
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         let cache = FileCache::default();
-        let reader = SliceReader { spill: self.spill.clone(), table: &self.table, timeline: tl, merge: &self.merge, cache: &cache, connector: &self.connector };
+        let reader = self.slice_reader(tl, &cache);
         let at = unit.position.order_key();
-        for sp in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
+        // every split is read (done ones too): keys moving between file groups pair across splits
+        let mut all: Vec<RecordBatch> = Vec::new();
+        let mut per_split: Vec<Vec<ChangeRow>> = Vec::new();
+        let mut files_out: Vec<String> = Vec::new();
+        for sp in &unit.splits {
             let files = list_partition(&self.table.path, &sp.partition)?;
             let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
             let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
@@ -140,20 +148,40 @@ impl HudiSource {
             let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
             let (batches, rows, file) = if wrote_base || is_replaced {
                 let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
-                let Some(first) = sides.batches.first() else { continue };
-                let (keys, order) = self.key_columns(&first.schema())?;
-                let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
-                (sides.batches, rows, sides.file[0].clone())
+                match sides.batches.first() {
+                    None => (Vec::new(), Vec::new(), String::new()),
+                    Some(first) => {
+                        let (keys, order) = self.key_columns(&first.schema())?;
+                        let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
+                        (sides.batches, rows, sides.file[0].clone())
+                    }
+                }
             } else {
                 let old = reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))?;
                 let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
                 let old_batches = old.map(|o| o.batches).unwrap_or_default();
-                let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge)?;
+                let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.skip_merge)?;
                 let file = logs.iter().rfind(|l| l.instant <= unit.position.instant).map(|l| join_path(&sp.partition, &l.name));
                 (batches, rows, file.unwrap_or_default())
             };
-            let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
-            emit(SplitChanges { split: sp.clone(), file, batches: Arc::new(batches), rows, rows_read, bytes_read: 0 })?;
+            let offset = all.len() as u32;
+            let shift = |r: Option<RowRef>| r.map(|r| RowRef { batch: r.batch + offset, row: r.row });
+            per_split.push(rows.into_iter().map(|c| ChangeRow { op: c.op, before: shift(c.before), after: shift(c.after) }).collect());
+            all.extend(batches);
+            files_out.push(file);
+        }
+        // one schema for the unit, so a moved key's before and after share it
+        let Some(newest) = all.last() else { return Ok(()) };
+        let target = nullable(&newest.schema(), &[]);
+        let all: Vec<RecordBatch> = all.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
+        changelog::pair_moves(&all, &mut per_split);
+        let all = Arc::new(all);
+        for ((sp, rows), file) in unit.splits.iter().zip(per_split).zip(files_out) {
+            if done.contains(&sp.id) {
+                continue;
+            }
+            let rows_read = rows.len() as u64;
+            emit(SplitChanges { split: sp.clone(), file, batches: all.clone(), rows, rows_read, bytes_read: 0 })?;
         }
         Ok(())
     }
@@ -266,7 +294,7 @@ impl HudiSource {
             }
             return Ok(());
         }
-        if self.changelog && self.table.is_mor() {
+        if (self.changelog || self.skip_merge) && self.table.is_mor() {
             return self.read_changelog(unit, &tl, &replaced, done, emit);
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched

@@ -73,8 +73,10 @@ impl TableConfig {
 pub enum MetaSource {
     /// The completed instant file on the active timeline.
     File(PathBuf),
-    /// Commit metadata bytes from the archived timeline.
+    /// Commit metadata bytes from the archived timeline (table versions 8/9).
     Archived(std::sync::Arc<[u8]>),
+    /// Commit metadata decoded from a version-6 archive entry.
+    Json(std::sync::Arc<serde_json::Value>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +235,9 @@ impl CommitMetadata {
         match source {
             MetaSource::File(file) => Self::parse(&std::fs::read(file).map_err(SourceError::io(file))?, file),
             MetaSource::Archived(bytes) => Self::parse(bytes, Path::new("(archived timeline)")),
+            MetaSource::Json(v) if v.is_null() => Ok(Self::default()),
+            MetaSource::Json(v) => serde_json::from_value(v.as_ref().clone())
+                .map_err(|e| SourceError::format("(archived timeline)", format!("unexpected commit metadata: {e}"))),
         }
     }
 
