@@ -102,3 +102,13 @@ def test_skip_merge_emits_late_records_unmerged(env, registry, tmp_path):
     replay.apply(testkit.consume_all(env, topic))
     late = [e for e in replay.events if e["op"] == "u" and e["after"]["ts"] < e["before"]["ts"]]
     assert late, "skip_merge must publish the out-of-order updates"
+
+
+@pytest.mark.parametrize("name", ["sample_table/cow/v9_txns_simple_meta", "sample_table/mor/avro/v9_txns_simple_meta"])
+def test_interval_transaction_boundary_replays_to_oracle(env, registry, tmp_path, name):
+    """transaction.boundary=interval groups instants into transactions by time, and small
+    transaction.max.records splits them: the replay is the same."""
+    if not (testkit.FIXTURES / "hudi").is_dir():
+        pytest.skip("fixtures absent")
+    replay_stepwise(env, registry, tmp_path, name, "first", **{
+        "transaction.boundary": "interval", "transaction.interval.ms": "60000", "transaction.max.records": "3"})
