@@ -77,6 +77,38 @@ pub fn list_partition(table: &Path, partition: &str) -> Result<PartitionFiles, S
     Ok(out)
 }
 
+/// Partition listings of one unit: each partition is listed once, however many of its file
+/// groups (splits) the unit reads.
+pub struct Listings {
+    table: PathBuf,
+    map: std::sync::Mutex<BTreeMap<String, Arc<PartitionFiles>>>,
+}
+
+impl Listings {
+    pub fn new(table: &Path) -> Self {
+        Self { table: table.into(), map: Default::default() }
+    }
+
+    pub fn partition(&self, partition: &str) -> Result<Arc<PartitionFiles>, SourceError> {
+        if let Some(f) = self.map.lock().expect("listings lock").get(partition) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(list_partition(&self.table, partition)?);
+        self.map.lock().expect("listings lock").insert(partition.into(), f.clone());
+        Ok(f)
+    }
+}
+
+impl PartitionFiles {
+    /// The base and log files of one file group.
+    pub fn group(&self, file_group: &str) -> (&[BaseFile], &[LogFile]) {
+        (
+            self.base.get(file_group).map(Vec::as_slice).unwrap_or(&[]),
+            self.logs.get(file_group).map(Vec::as_slice).unwrap_or(&[]),
+        )
+    }
+}
+
 pub fn partition_dir(table: &Path, partition: &str) -> PathBuf {
     if partition.is_empty() {
         table.to_path_buf()

@@ -2,13 +2,13 @@
 //! split by split, a change unit as one keyed diff over every file group it touched, or in
 //! changelog mode the log records themselves.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::SchemaRef;
 
-use super::files::{list_partition, PartitionFiles};
+use super::files::Listings;
 use super::slice::{FileCache, SliceReader};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
@@ -27,19 +27,15 @@ impl HudiSource {
         unit: &Unit,
         replaced: &BTreeSet<(String, String)>,
         cache: &FileCache,
+        listings: &Listings,
     ) -> Result<Sides, SourceError> {
-        let mut listings: BTreeMap<String, PartitionFiles> = BTreeMap::new();
         let at = unit.position.order_key();
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
         let reader = self.slice_reader(tl, cache);
         for (s, sp) in splits.iter().enumerate() {
-            if !listings.contains_key(&sp.partition) {
-                listings.insert(sp.partition.clone(), list_partition(&self.table.path, &sp.partition)?);
-            }
-            let files = &listings[&sp.partition];
-            let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
-            let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let files = listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
             let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
             let old = if unit.snapshot { None } else { reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))? };
             let new = if is_replaced { None } else { reader.state(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? };
@@ -85,6 +81,7 @@ impl HudiSource {
         unit: &Unit,
         tl: &Timeline,
         replaced: &BTreeSet<(String, String)>,
+        listings: &Listings,
     ) -> Result<Option<HashMap<Vec<u8>, (usize, Option<String>)>>, SourceError> {
         let mut only: Vec<String> = ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"]
             .iter()
@@ -96,7 +93,7 @@ impl HudiSource {
         let mut shared = false;
         for (s, sp) in unit.splits.iter().enumerate() {
             let cache = FileCache::projected(only.clone());
-            let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
+            let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache, listings)?;
             let Some(first) = sides.batches.first() else { continue };
             let (keys, order) = self.key_columns(&first.schema())?;
             let conv = RowKeys::new(&first.schema(), Some(keys))?;
@@ -130,6 +127,7 @@ impl HudiSource {
         unit: &Unit,
         tl: &Timeline,
         replaced: &BTreeSet<(String, String)>,
+        listings: &Listings,
         done: &HashSet<String>,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
@@ -141,13 +139,12 @@ impl HudiSource {
         let mut per_split: Vec<Vec<ChangeRow>> = Vec::new();
         let mut files_out: Vec<String> = Vec::new();
         for sp in &unit.splits {
-            let files = list_partition(&self.table.path, &sp.partition)?;
-            let base = files.base.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
-            let logs = files.logs.get(&sp.file_group).map(Vec::as_slice).unwrap_or(&[]);
+            let files = listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
             let wrote_base = base.iter().any(|b| b.instant == unit.position.instant);
             let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
             let (batches, rows, file) = if wrote_base || is_replaced {
-                let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache)?;
+                let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache, listings)?;
                 match sides.batches.first() {
                     None => (Vec::new(), Vec::new(), String::new()),
                     Some(first) => {
@@ -188,8 +185,7 @@ impl HudiSource {
 
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
     /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
-    fn verify_inputs(&self, unit: &Unit, md: &CommitMetadata) -> Result<(), SourceError> {
-        let mut listings: BTreeMap<&str, PartitionFiles> = BTreeMap::new();
+    fn verify_inputs(&self, unit: &Unit, md: &CommitMetadata, listings: &Listings) -> Result<(), SourceError> {
         let gone = |what: String| {
             cleaned_hint(SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() }, unit)
         };
@@ -201,10 +197,7 @@ impl HudiSource {
             }
             let prev = w.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null");
             let (Some(prev), Some(fg)) = (prev, w.file_id.as_deref()) else { continue };
-            if !listings.contains_key(p) {
-                listings.insert(p, list_partition(&self.table.path, p)?);
-            }
-            let files = &listings[p];
+            let files = listings.partition(p)?;
             let has_prev = files.base.get(fg).is_some_and(|b| b.iter().any(|f| f.instant == prev))
                 || (self.table.is_mor() && files.logs.get(fg).is_some_and(|l| !l.is_empty()));
             if !has_prev {
@@ -212,10 +205,7 @@ impl HudiSource {
             }
         }
         for (p, fg) in md.replaced() {
-            if !listings.contains_key(p) {
-                listings.insert(p, list_partition(&self.table.path, p)?);
-            }
-            let files = &listings[p];
+            let files = listings.partition(p)?;
             if !files.base.contains_key(fg) && !files.logs.contains_key(fg) {
                 return Err(gone(format!("{} (every file of replaced file group {fg})", join_path(p, fg))));
             }
@@ -250,6 +240,7 @@ impl HudiSource {
             return Ok(());
         }
         let tl = self.timeline()?;
+        let listings = Listings::new(&self.table.path);
         if !unit.snapshot && tl.get(&unit.position.instant).is_none() {
             return Err(SourceError::Unreadable {
                 message: format!(
@@ -263,14 +254,14 @@ impl HudiSource {
             self.replaced_up_to(&tl, unit.position.order_key())?
         } else {
             let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
-            self.verify_inputs(unit, &md)?;
+            self.verify_inputs(unit, &md, &listings)?;
             md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
         };
         if unit.snapshot {
-            let winners = self.snapshot_winners(unit, &tl, &replaced)?;
+            let winners = self.snapshot_winners(unit, &tl, &replaced, &listings)?;
             // one split at a time: a full scan never holds more than one file slice
             for (s, sp) in unit.splits.iter().enumerate().filter(|(_, s)| !done.contains(&s.id)) {
-                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced, &FileCache::default())?;
+                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced, &FileCache::default(), &listings)?;
                 let Some(first) = sides.batches.first() else { continue };
                 let (keys, order) = self.key_columns(&first.schema())?;
                 let mut rows = snapshot_rows(&sides.batches, &keys, order)?;
@@ -295,10 +286,10 @@ impl HudiSource {
             return Ok(());
         }
         if (self.changelog || self.skip_merge) && self.table.is_mor() {
-            return self.read_changelog(unit, &tl, &replaced, done, emit);
+            return self.read_changelog(unit, &tl, &replaced, &listings, done, emit);
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched
-        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default())?;
+        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default(), &listings)?;
         let Some(first) = sides.batches.first() else { return Ok(()) };
         let (keys, order) = self.key_columns(&first.schema())?;
         let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
