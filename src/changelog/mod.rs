@@ -138,7 +138,7 @@ impl ChangelogEncoder {
         }
         let mut source = Vec::with_capacity(128);
         write_bytes(&mut source, env!("CARGO_PKG_VERSION").as_bytes());
-        write_bytes(&mut source, b"hudi");
+        write_bytes(&mut source, self.table.connector.as_bytes());
         write_bytes(&mut source, self.connector.as_bytes());
         write_long(&mut source, unit.ts_ms);
         write_bytes(&mut source, if unit.snapshot { b"true" as &[u8] } else { b"false" });
@@ -151,10 +151,20 @@ impl ChangelogEncoder {
             }
             None => source.push(0),
         }
-        write_bytes(&mut source, split.split.partition.as_bytes());
-        write_bytes(&mut source, split.file.as_bytes());
+        // (partition, file) per batch when the split read several files
+        let suffix = |partition: &str, file: &str| {
+            let mut s = Vec::with_capacity(partition.len() + file.len() + 8);
+            write_bytes(&mut s, partition.as_bytes());
+            write_bytes(&mut s, file.as_bytes());
+            s
+        };
+        let sources: Vec<Vec<u8>> = if split.batch_files.is_empty() {
+            vec![[source.as_slice(), &suffix(&split.split.partition, &split.file)].concat()]
+        } else {
+            split.batch_files.iter().map(|(p, f)| [source.as_slice(), &suffix(p, f)].concat()).collect()
+        };
         Ok(SplitEncoder {
-            inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, source }),
+            inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, sources }),
             tombstones: self.tombstones,
         })
     }
@@ -165,7 +175,8 @@ struct Inner {
     value_id: u32,
     values: Vec<RowEncoder>,
     keys: Vec<RowEncoder>,
-    source: Vec<u8>,
+    /// The encoded `source` record: one for the split, or one per batch.
+    sources: Vec<Vec<u8>>,
 }
 
 pub struct SplitEncoder {
@@ -197,7 +208,8 @@ impl SplitEncoder {
                 None => value.push(0),
             }
         }
-        value.extend_from_slice(&e.source);
+        let source = e.sources.get(key_row.batch as usize).unwrap_or(&e.sources[0]);
+        value.extend_from_slice(source);
         write_bytes(&mut value, row.op.code().as_bytes());
         value.push(2);
         write_long(&mut value, ts_ms);

@@ -3,6 +3,7 @@
 //! against the table of known keys below (unknown or malformed keys name the file, line and the
 //! allowed values).
 
+mod iceberg;
 mod keys;
 
 use std::collections::BTreeMap;
@@ -10,6 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use iceberg::{IcebergOptions, StartingStrategy, TableLocation};
 pub use keys::{is_secret_key, KEYS};
 
 /// A configuration problem. Always maps to exit code 2.
@@ -58,7 +60,12 @@ pub struct ConnectorConfig {
     pub file: PathBuf,
     pub name: String,
     pub kind: ConnectorKind,
+    /// Hudi: the table base path; Iceberg: the table path when it has one.
     pub table_path: PathBuf,
+    /// The table's stable name in offsets keys (the path, or the catalog identifier).
+    pub table_id: String,
+    /// Iceberg table location and read options (`connector.class=iceberg`).
+    pub iceberg: Option<IcebergOptions>,
     pub topic: String,
     pub bootstrap_servers: String,
     pub schema_registry_url: String,
@@ -102,7 +109,7 @@ impl fmt::Debug for ConnectorConfig {
 impl ConnectorConfig {
     /// The offsets-record key: `["<name>", {"table": ..., "task": ...}]` (Kafka Connect's shape).
     pub fn offsets_key(&self) -> String {
-        serde_json::json!([self.name, {"table": self.table_path.display().to_string(), "task": self.task_id}])
+        serde_json::json!([self.name, {"table": self.table_id, "task": self.task_id}])
             .to_string()
     }
 
@@ -200,15 +207,31 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         "iceberg" | "lakestream.iceberg" | "io.lakestream.iceberg" => ConnectorKind::Iceberg,
         other => return Err(v.invalid("connector.class", format!("`{other}` is not one of: hudi, iceberg"))),
     };
-    if kind == ConnectorKind::Iceberg {
-        return Err(v.invalid("connector.class", "iceberg is not implemented yet in this build".into()));
-    }
     let name = v.required("name", "the connector's unique name")?;
     if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
         return Err(v.invalid("name", "must be non-empty and contain no whitespace".into()));
     }
-    let raw_path = v.required("table.path", "a local path or file:// URI of the table")?;
-    let table_path = parse_table_path(&raw_path).map_err(|m| v.invalid("table.path", m))?;
+    let iceberg = match kind {
+        ConnectorKind::Iceberg => Some(iceberg::load(&v)?),
+        ConnectorKind::Hudi => {
+            if let Some(k) = iceberg::ICEBERG_KEYS.iter().find(|k| v.get(k).is_some()) {
+                return Err(v.invalid(k, "is an Iceberg option; this connector is `connector.class=hudi`".into()));
+            }
+            None
+        }
+    };
+    let (table_path, table_id) = match &iceberg {
+        Some(o) => match &o.location {
+            TableLocation::Path(p) => (p.clone(), o.table_id()),
+            _ => (PathBuf::new(), o.table_id()),
+        },
+        None => {
+            let raw_path = v.required("table.path", "a local path or file:// URI of the table")?;
+            let p = parse_table_path(&raw_path).map_err(|m| v.invalid("table.path", m))?;
+            let id = p.display().to_string();
+            (p, id)
+        }
+    };
     let registry = match v.get("schema.registry.url").or_else(|| v.get("value.converter.schema.registry.url")) {
         Some(u) => u,
         None => {
@@ -258,13 +281,19 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         name,
         kind,
         table_path,
+        table_id,
+        iceberg,
         topic: v.required("topic", "the Kafka topic for change events")?,
         bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
         schema_registry_url: registry.trim_end_matches('/').to_string(),
         offsets_topic: v.get("offsets.storage.topic").unwrap_or_else(|| "lakestream-offsets".into()),
         start,
         end_commit,
-        check_interval: v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?,
+        check_interval: if v.get("monitor-interval").is_some() {
+            v.duration_or("monitor-interval", Duration::from_secs(60))?
+        } else {
+            v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?
+        },
         commits_limit: v.get("read.commits.limit").map(|_| v.u64_or("read.commits.limit", 0)).transpose()?.map(|n| n as usize).filter(|n| *n > 0),
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
@@ -298,6 +327,15 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
 }
 
 fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
+    let p = local_path(raw)?;
+    if !p.is_dir() {
+        return Err(format!("`{}` is not a directory", p.display()));
+    }
+    Ok(p)
+}
+
+/// A local path from `/path`, `file:/path` or `file:///path`.
+fn local_path(raw: &str) -> Result<PathBuf, String> {
     let p = if let Some(rest) = raw.strip_prefix("file://") {
         PathBuf::from(rest)
     } else if let Some(rest) = raw.strip_prefix("file:") {
@@ -307,9 +345,6 @@ fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
     } else {
         PathBuf::from(raw)
     };
-    if !p.is_dir() {
-        return Err(format!("`{}` is not a directory", p.display()));
-    }
     Ok(p)
 }
 

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
-use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
+use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
 use crate::metrics;
 use crate::sink::offsets::{read_offsets, InFlight, Offsets};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
+use crate::source::iceberg::IcebergSource;
 use crate::source::{Source, SourceError, SplitChanges, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +86,14 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
 async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
     let source: Arc<dyn Source> = {
         let c = cfg.clone();
-        Arc::new(tokio::task::spawn_blocking(move || HudiSource::open(&c)).await.expect("open panicked")?)
+        tokio::task::spawn_blocking(move || -> Result<Arc<dyn Source>, SourceError> {
+            Ok(match c.kind {
+                ConnectorKind::Hudi => Arc::new(HudiSource::open(&c)?),
+                ConnectorKind::Iceberg => Arc::new(IcebergSource::open(&c)?),
+            })
+        })
+        .await
+        .expect("open panicked")?
     };
     let sink = TxnSink::start(&cfg).await?;
     let state = {
@@ -134,17 +142,14 @@ impl Task {
     }
 
     fn end_reached(&self) -> bool {
-        match (&self.cfg.end_commit, &self.state.issued) {
-            (Some(end), Some(p)) => p.instant.as_str() >= end.as_str(),
-            _ => false,
-        }
+        self.state.issued.as_ref().is_some_and(|p| self.source.reached_end(p))
     }
 
     /// One poll and everything it found. `Stop` when done (`--once`, end commit, shutdown).
     async fn cycle(&mut self) -> Result<Flow, RuntimeError> {
         loop {
             if self.end_reached() {
-                tracing::info!(connector = %self.cfg.name, "read.end-commit reached");
+                tracing::info!(connector = %self.cfg.name, "configured end reached (read.end-commit / end-snapshot-id)");
                 return Ok(Flow::Stop);
             }
             let started = Instant::now();

@@ -7,6 +7,8 @@
 //! the records it already committed.
 
 pub mod hudi;
+pub mod iceberg;
+pub mod par;
 pub mod rows;
 
 use std::collections::HashSet;
@@ -126,6 +128,9 @@ pub struct SplitChanges {
     /// The file the rows were read from (new slice, or old one for pure deletes).
     pub file: String,
     pub batches: std::sync::Arc<Vec<RecordBatch>>,
+    /// (partition, file) of each batch when a split reads several files; empty: the split's
+    /// partition and `file` for every batch.
+    pub batch_files: Vec<(String, String)>,
     pub rows: Vec<ChangeRow>,
     /// Rows read from storage for this split (metrics).
     pub rows_read: u64,
@@ -138,6 +143,8 @@ pub struct TableInfo {
     pub name: String,
     /// Record-key columns: the Kafka key.
     pub key_fields: Vec<String>,
+    /// `source.connector` of the events: `hudi` or `iceberg`.
+    pub connector: &'static str,
 }
 
 pub trait Source: Send + Sync {
@@ -158,4 +165,7 @@ pub trait Source: Send + Sync {
         done: &HashSet<String>,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError>;
+
+    /// Whether the configured end (`read.end-commit`, `end-snapshot-id`) has been emitted.
+    fn reached_end(&self, issued: &Position) -> bool;
 }

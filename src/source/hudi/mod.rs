@@ -50,7 +50,7 @@ impl HudiSource {
             key_fields.push("_hoodie_record_key".into());
         }
         Ok(Self {
-            info: TableInfo { name: table.name.clone(), key_fields },
+            info: TableInfo { name: table.name.clone(), key_fields, connector: "hudi" },
             start: cfg.start.clone(),
             end_commit: cfg.end_commit.clone(),
             commits_limit: cfg.commits_limit,
@@ -95,5 +95,9 @@ impl Source for HudiSource {
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         self.read(unit, done, emit)
+    }
+
+    fn reached_end(&self, issued: &Position) -> bool {
+        self.end_commit.as_ref().is_some_and(|end| issued.instant.as_str() >= end.as_str())
     }
 }

@@ -178,7 +178,7 @@ impl HudiSource {
                 continue;
             }
             let rows_read = rows.len() as u64;
-            emit(SplitChanges { split: sp.clone(), file, batches: all.clone(), rows, rows_read, bytes_read: 0 })?;
+            emit(SplitChanges { split: sp.clone(), file, batches: all.clone(), batch_files: Vec::new(), rows, rows_read, bytes_read: 0 })?;
         }
         Ok(())
     }
@@ -281,6 +281,7 @@ impl HudiSource {
                     rows_read: sides.rows_read[0],
                     bytes_read: sides.bytes_read[0],
                     batches: Arc::new(sides.batches),
+                    batch_files: Vec::new(),
                 })?;
             }
             return Ok(());
@@ -303,6 +304,7 @@ impl HudiSource {
                 split: sp.clone(),
                 file: sides.file[s].clone(),
                 batches: batches.clone(),
+                batch_files: Vec::new(),
                 rows,
                 rows_read: sides.rows_read[s],
                 bytes_read: sides.bytes_read[s],

@@ -1,0 +1,214 @@
+//! Iceberg options: where the table is (a path, or a catalog) and how the monitor starts and plans
+//! splits. Names follow the Flink IcebergSource where it has one (`starting-strategy`,
+//! `start-snapshot-id`, `split-size`, ...).
+
+use std::path::PathBuf;
+
+use super::{parse_size, ConfigError, Validator};
+
+/// Keys only an Iceberg connector accepts.
+pub const ICEBERG_KEYS: &[&str] = &[
+    "catalog.type",
+    "catalog.uri",
+    "catalog.warehouse",
+    "catalog.name",
+    "catalog.token",
+    "table.identifier",
+    "starting-strategy",
+    "start-snapshot-id",
+    "start-snapshot-timestamp",
+    "end-snapshot-id",
+    "max-planning-snapshot-count",
+    "monitor-interval",
+    "split-size",
+    "split-lookback",
+    "split-file-open-cost",
+    "key.fields",
+];
+
+/// Keys only a Hudi connector accepts, with the Iceberg key to use instead.
+pub const HUDI_ONLY_KEYS: &[(&str, &str)] = &[
+    ("read.start-commit", "starting-strategy / start-snapshot-id"),
+    ("read.end-commit", "end-snapshot-id"),
+    ("read.commits.limit", "max-planning-snapshot-count"),
+    ("read.streaming.skip_compaction", "(replace snapshots never emit)"),
+    ("read.streaming.skip_clustering", "(replace snapshots never emit)"),
+    ("changelog.enabled", "(Iceberg changes are always net per snapshot)"),
+    ("hoodie.datasource.merge.type", "(none)"),
+    ("read.memory.budget", "(none)"),
+    ("read.spill.dir", "(none)"),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableLocation {
+    /// A table directory (Hadoop layout: `metadata/version-hint.text` or the newest
+    /// `metadata/*.metadata.json`), or one metadata file (that version only).
+    Path(PathBuf),
+    /// pyiceberg's / JDBC `SqlCatalog` over sqlite: `iceberg_tables.metadata_location`.
+    Sql { db: PathBuf, catalog: String, namespace: Vec<String>, table: String },
+    /// Iceberg REST catalog: `GET {uri}/v1/{prefix}/namespaces/{ns}/tables/{table}`.
+    Rest { uri: String, warehouse: Option<String>, token: Option<String>, namespace: Vec<String>, table: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartingStrategy {
+    /// Full scan of the current snapshot (`r`), then every later snapshot.
+    TableScanThenIncremental,
+    /// The current snapshot's own changes, then every later snapshot (Flink: inclusive).
+    IncrementalFromLatest,
+    /// Only snapshots committed after start.
+    IncrementalFromLatestExclusive,
+    /// Every snapshot from the oldest ancestor still in the metadata.
+    IncrementalFromEarliest,
+    /// Every snapshot from this one (inclusive).
+    FromSnapshotId(i64),
+    /// Every snapshot from the first one committed at or after this epoch-ms time.
+    FromTimestamp(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcebergOptions {
+    pub location: TableLocation,
+    pub start: StartingStrategy,
+    pub end_snapshot_id: Option<i64>,
+    pub max_planning_snapshots: Option<usize>,
+    pub split_size: u64,
+    pub split_lookback: usize,
+    pub split_open_cost: u64,
+    /// Kafka key columns when the schema declares no identifier fields.
+    pub key_fields: Vec<String>,
+}
+
+impl IcebergOptions {
+    /// A stable name of the table for offsets keys.
+    pub fn table_id(&self) -> String {
+        match &self.location {
+            TableLocation::Path(p) => p.display().to_string(),
+            TableLocation::Sql { catalog, namespace, table, .. } => format!("sql:{catalog}.{}.{table}", namespace.join(".")),
+            TableLocation::Rest { uri, namespace, table, .. } => format!("rest:{uri}#{}.{table}", namespace.join(".")),
+        }
+    }
+}
+
+fn identifier(v: &Validator<'_>) -> Result<(Vec<String>, String), ConfigError> {
+    let id = v.required("table.identifier", "namespace.table, e.g. db.events")?;
+    let mut parts: Vec<String> = id.split('.').map(str::to_string).collect();
+    let table = parts.pop().filter(|t| !t.is_empty());
+    match table {
+        Some(t) if !parts.is_empty() && parts.iter().all(|p| !p.is_empty()) => Ok((parts, t)),
+        _ => Err(v.invalid("table.identifier", format!("`{id}` is not `namespace.table`"))),
+    }
+}
+
+fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
+    let kind = v.get("catalog.type").unwrap_or_else(|| "hadoop".into()).to_ascii_lowercase();
+    match kind.as_str() {
+        "hadoop" | "path" => {
+            let raw = v.required("table.path", "the table directory or a metadata.json file")?;
+            let p = super::local_path(&raw).map_err(|m| v.invalid("table.path", m))?;
+            if !p.exists() {
+                return Err(v.invalid("table.path", format!("`{}` does not exist", p.display())));
+            }
+            Ok(TableLocation::Path(p))
+        }
+        "sql" | "jdbc" => {
+            let uri = v.required("catalog.uri", "sqlite:///path/to/catalog.db")?;
+            // sqlite:///rel/or/abs, sqlite:////abs (SQLAlchemy), jdbc:sqlite:/abs
+            let rest = uri
+                .strip_prefix("jdbc:sqlite:")
+                .or_else(|| uri.strip_prefix("sqlite:///"))
+                .ok_or_else(|| v.invalid("catalog.uri", format!("`{uri}`: only sqlite catalogs (sqlite:///path) are supported")))?;
+            let db = PathBuf::from(format!("/{}", rest.trim_start_matches('/')));
+            if !db.is_file() {
+                return Err(v.invalid("catalog.uri", format!("`{}` is not a file", db.display())));
+            }
+            let (namespace, table) = identifier(v)?;
+            Ok(TableLocation::Sql { db, catalog: v.get("catalog.name").unwrap_or_else(|| "default".into()), namespace, table })
+        }
+        "rest" => {
+            let uri = v.required("catalog.uri", "the REST catalog base URL")?;
+            if !(uri.starts_with("http://") || uri.starts_with("https://")) {
+                return Err(v.invalid("catalog.uri", format!("`{uri}` is not an http(s) URL")));
+            }
+            let (namespace, table) = identifier(v)?;
+            Ok(TableLocation::Rest {
+                uri: uri.trim_end_matches('/').to_string(),
+                warehouse: v.get("catalog.warehouse"),
+                token: v.get("catalog.token"),
+                namespace,
+                table,
+            })
+        }
+        other => Err(v.invalid("catalog.type", format!("`{other}` is not one of: hadoop, sql, rest"))),
+    }
+}
+
+fn i64_key(v: &Validator<'_>, key: &str) -> Result<Option<i64>, ConfigError> {
+    v.get(key)
+        .map(|s| s.parse::<i64>().map_err(|_| v.invalid(key, format!("`{s}` is not an integer"))))
+        .transpose()
+}
+
+fn size_key(v: &Validator<'_>, key: &str, default: u64) -> Result<u64, ConfigError> {
+    match v.get(key) {
+        None => Ok(default),
+        Some(s) => parse_size(&s)
+            .map(|n| n as u64)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| v.invalid(key, format!("`{s}` is not a positive size (bytes, or KiB/MiB/GiB)"))),
+    }
+}
+
+pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
+    for (key, instead) in HUDI_ONLY_KEYS {
+        if v.get(key).is_some() {
+            return Err(v.invalid(key, format!("is a Hudi option; for Iceberg use {instead}")));
+        }
+    }
+    let start_id = i64_key(v, "start-snapshot-id")?;
+    let start_ts = i64_key(v, "start-snapshot-timestamp")?;
+    let strategy = v.get("starting-strategy").map(|s| s.to_ascii_uppercase());
+    let start = match strategy.as_deref() {
+        None if start_id.is_some() => StartingStrategy::FromSnapshotId(start_id.unwrap_or_default()),
+        None if start_ts.is_some() => StartingStrategy::FromTimestamp(start_ts.unwrap_or_default()),
+        None | Some("TABLE_SCAN_THEN_INCREMENTAL") => StartingStrategy::TableScanThenIncremental,
+        Some("INCREMENTAL_FROM_LATEST_SNAPSHOT") => StartingStrategy::IncrementalFromLatest,
+        Some("INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE") => StartingStrategy::IncrementalFromLatestExclusive,
+        Some("INCREMENTAL_FROM_EARLIEST_SNAPSHOT") => StartingStrategy::IncrementalFromEarliest,
+        Some("INCREMENTAL_FROM_SNAPSHOT_ID") => StartingStrategy::FromSnapshotId(start_id.ok_or_else(|| {
+            v.invalid("starting-strategy", "INCREMENTAL_FROM_SNAPSHOT_ID needs start-snapshot-id".into())
+        })?),
+        Some("INCREMENTAL_FROM_SNAPSHOT_TIMESTAMP") => StartingStrategy::FromTimestamp(start_ts.ok_or_else(|| {
+            v.invalid("starting-strategy", "INCREMENTAL_FROM_SNAPSHOT_TIMESTAMP needs start-snapshot-timestamp (epoch ms)".into())
+        })?),
+        Some(s) => {
+            return Err(v.invalid(
+                "starting-strategy",
+                format!(
+                    "`{s}` is not one of: TABLE_SCAN_THEN_INCREMENTAL, INCREMENTAL_FROM_LATEST_SNAPSHOT, \
+                     INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE, INCREMENTAL_FROM_EARLIEST_SNAPSHOT, \
+                     INCREMENTAL_FROM_SNAPSHOT_ID, INCREMENTAL_FROM_SNAPSHOT_TIMESTAMP"
+                ),
+            ))
+        }
+    };
+    let key_fields = v
+        .get("key.fields")
+        .map(|s| s.split(',').map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default();
+    Ok(IcebergOptions {
+        location: location(v)?,
+        start,
+        end_snapshot_id: i64_key(v, "end-snapshot-id")?,
+        max_planning_snapshots: v
+            .get("max-planning-snapshot-count")
+            .map(|_| v.u64_or("max-planning-snapshot-count", 0))
+            .transpose()?
+            .map(|n| n as usize)
+            .filter(|n| *n > 0),
+        split_size: size_key(v, "split-size", 128 << 20)?,
+        split_lookback: v.u64_or("split-lookback", 10)?.max(1) as usize,
+        split_open_cost: size_key(v, "split-file-open-cost", 4 << 20)?,
+        key_fields,
+    })
+}

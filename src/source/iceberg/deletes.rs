@@ -1,0 +1,235 @@
+//! Delete files: position deletes (Parquet `file_path`, `pos`), deletion vectors (Puffin
+//! `deletion-vector-v1` blobs), equality deletes; which apply to a data file by Iceberg's
+//! sequence-number rules, and the live-row mask they leave.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{Schema, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use roaring::RoaringTreemap;
+
+use super::manifest::{DataFile, Entry, CONTENT_EQUALITY_DELETES};
+use super::metadata::{field_id, local, TableMetadata};
+use super::reader::conform_by_id;
+use crate::source::rows::RowKeys;
+use crate::source::SourceError;
+
+const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
+
+/// Whether delete file `d` applies to data file `f` (sequence numbers, scope, partition).
+pub fn applies(md: &TableMetadata, d: &Entry, f: &Entry) -> bool {
+    let (df, ff) = (&d.file, &f.file);
+    if df.content == CONTENT_EQUALITY_DELETES {
+        d.data_seq > f.data_seq
+            && (md.spec_unpartitioned(df.spec_id) || (df.spec_id == ff.spec_id && df.partition == ff.partition))
+    } else {
+        d.data_seq >= f.data_seq
+            && df.referenced_data_file.as_ref().is_none_or(|r| *r == ff.path)
+            && (df.referenced_data_file.is_some() || (df.spec_id == ff.spec_id && df.partition == ff.partition))
+    }
+}
+
+/// Rows of one data file removed by a set of delete files.
+#[derive(Default)]
+pub struct DeleteSet {
+    positions: RoaringTreemap,
+    /// (target column indexes, deleted key rows) per equality-id set.
+    equality: Vec<(Vec<usize>, Arc<EqualitySet>)>,
+}
+
+pub struct EqualitySet {
+    keys: RowKeys,
+    schema: SchemaRef,
+    rows: HashSet<Vec<u8>>,
+}
+
+impl DeleteSet {
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty() && self.equality.is_empty()
+    }
+
+    /// Live rows of `batch`, whose first row is at position `first` of its file.
+    pub fn live(&self, batch: &RecordBatch, first: u64) -> Result<BooleanArray, SourceError> {
+        let n = batch.num_rows();
+        let mut live: Vec<bool> = (0..n as u64).map(|i| !self.positions.contains(first + i)).collect();
+        for (cols, set) in &self.equality {
+            let proj = RecordBatch::try_new(set.schema.clone(), cols.iter().map(|c| batch.column(*c).clone()).collect())
+                .map_err(crate::source::SourceError::arrow("equality delete columns"))?;
+            let rows = set.keys.rows(&proj)?;
+            for (i, l) in live.iter_mut().enumerate() {
+                if *l && set.rows.contains(rows.row(i).as_ref()) {
+                    *l = false;
+                }
+            }
+        }
+        Ok(BooleanArray::from(live))
+    }
+}
+
+/// Reads delete files once per unit (a position-delete file may cover many data files).
+#[derive(Default)]
+pub struct DeleteReader {
+    positions: Mutex<HashMap<String, Arc<HashMap<String, RoaringTreemap>>>>,
+    equality: Mutex<HashMap<(String, Vec<i32>), Arc<EqualitySet>>>,
+}
+
+impl DeleteReader {
+    /// The rows of data file `f` that `deletes` remove (they must already apply to it).
+    pub fn for_file(&self, f: &DataFile, deletes: &[&Entry], target: &SchemaRef) -> Result<DeleteSet, SourceError> {
+        let mut set = DeleteSet::default();
+        for d in deletes {
+            if d.file.content == CONTENT_EQUALITY_DELETES {
+                let eq = self.equality_set(&d.file, target)?;
+                let cols = d
+                    .file
+                    .equality_ids
+                    .iter()
+                    .map(|id| target.fields().iter().position(|t| field_id(t) == Some(*id)).expect("checked in equality_set"))
+                    .collect();
+                set.equality.push((cols, eq));
+            } else if d.file.is_dv() {
+                set.positions |= read_dv(&d.file)?;
+            } else if let Some(p) = self.position_file(&d.file)?.get(&f.path) {
+                set.positions |= p;
+            }
+        }
+        Ok(set)
+    }
+
+    /// The data files a position-delete file names, with their deleted positions.
+    pub fn position_file(&self, d: &DataFile) -> Result<Arc<HashMap<String, RoaringTreemap>>, SourceError> {
+        if let Some(hit) = self.positions.lock().expect("lock").get(&d.path) {
+            return Ok(hit.clone());
+        }
+        let path = local(&d.path)?;
+        let file = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
+        let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq)?;
+        let schema = builder.schema().clone();
+        let idx: Vec<usize> = ["file_path", "pos"]
+            .iter()
+            .map(|n| schema.index_of(n).map_err(|_| SourceError::format(&path, format!("position delete file without `{n}`"))))
+            .collect::<Result<_, _>>()?;
+        let mask = ProjectionMask::roots(builder.parquet_schema(), idx);
+        let mut out: HashMap<String, RoaringTreemap> = HashMap::new();
+        for b in builder.with_projection(mask).build().map_err(pq)? {
+            let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
+            let paths = arrow::compute::cast(b.column(0), &arrow_schema::DataType::Utf8).map_err(SourceError::arrow("file_path"))?;
+            let paths = paths.as_any().downcast_ref::<StringArray>().expect("cast to utf8");
+            let pos = b.column(1).as_any().downcast_ref::<Int64Array>().ok_or_else(|| SourceError::format(&path, "`pos` is not a long"))?;
+            for i in 0..b.num_rows() {
+                if paths.is_valid(i) && pos.is_valid(i) {
+                    out.entry(paths.value(i).to_string()).or_default().insert(pos.value(i) as u64);
+                }
+            }
+        }
+        let out = Arc::new(out);
+        self.positions.lock().expect("lock").insert(d.path.clone(), out.clone());
+        Ok(out)
+    }
+
+    fn equality_set(&self, d: &DataFile, target: &SchemaRef) -> Result<Arc<EqualitySet>, SourceError> {
+        let cache_key = (d.path.clone(), d.equality_ids.clone());
+        if let Some(hit) = self.equality.lock().expect("lock").get(&cache_key) {
+            return Ok(hit.clone());
+        }
+        let path = local(&d.path)?;
+        let fields = d
+            .equality_ids
+            .iter()
+            .map(|id| {
+                target.fields().iter().find(|t| field_id(t) == Some(*id)).cloned().ok_or_else(|| SourceError::Unsupported {
+                    message: format!("{}: equality field id {id} is not a column of the snapshot's schema", path.display()),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let schema = Arc::new(Schema::new(fields));
+        let keys = RowKeys::new(&schema, None)?;
+        let mut rows = HashSet::new();
+        let file = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
+        let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
+        for b in ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq)?.build().map_err(pq)? {
+            let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
+            let b = conform_by_id(&b, &schema)?;
+            let r = keys.rows(&b)?;
+            for i in 0..b.num_rows() {
+                rows.insert(r.row(i).as_ref().to_vec());
+            }
+        }
+        let set = Arc::new(EqualitySet { keys, schema, rows });
+        self.equality.lock().expect("lock").insert(cache_key, set.clone());
+        Ok(set)
+    }
+}
+
+/// A deletion vector: `[len u32 BE][magic][portable Roaring64][crc32 BE]` at the blob's offset.
+pub fn read_dv(d: &DataFile) -> Result<RoaringTreemap, SourceError> {
+    let path = local(&d.path)?;
+    let (Some(off), Some(size)) = (d.content_offset, d.content_size) else {
+        return Err(SourceError::format(&path, "deletion vector entry without content_offset / content_size_in_bytes"));
+    };
+    let mut f = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
+    let mut blob = vec![0u8; size as usize];
+    f.seek(SeekFrom::Start(off as u64)).and_then(|_| f.read_exact(&mut blob)).map_err(SourceError::io(&path))?;
+    let bad = |m: &str| SourceError::format(&path, format!("deletion vector at offset {off}: {m}"));
+    if blob.len() < 12 {
+        return Err(bad("blob too short"));
+    }
+    let len = u32::from_be_bytes(blob[0..4].try_into().expect("4 bytes")) as usize;
+    if len + 8 != blob.len() || blob[4..8] != DV_MAGIC {
+        return Err(bad("bad length or magic"));
+    }
+    let crc = u32::from_be_bytes(blob[4 + len..8 + len].try_into().expect("4 bytes"));
+    if crc32fast::hash(&blob[4..4 + len]) != crc {
+        return Err(bad("checksum mismatch (corrupt deletion vector)"));
+    }
+    RoaringTreemap::deserialize_from(&blob[8..4 + len]).map_err(|e| bad(&format!("bad bitmap: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deletion_vector_blob_round_trip_and_checksum() {
+        let mut bm = RoaringTreemap::new();
+        bm.insert(1);
+        bm.insert(5_000_000_000);
+        let mut bitmap = Vec::new();
+        bm.serialize_into(&mut bitmap).unwrap();
+        let mut body = DV_MAGIC.to_vec();
+        body.extend_from_slice(&bitmap);
+        let mut blob = (body.len() as u32).to_be_bytes().to_vec();
+        blob.extend_from_slice(&body);
+        blob.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.puffin");
+        let mut file = b"PFA1".to_vec();
+        file.extend_from_slice(&blob);
+        std::fs::write(&p, &file).unwrap();
+        let mut df = DataFile {
+            content: 1,
+            path: p.display().to_string(),
+            format: "PUFFIN".into(),
+            partition: String::new(),
+            spec_id: 0,
+            record_count: 2,
+            size: file.len() as i64,
+            split_offsets: vec![],
+            equality_ids: vec![],
+            referenced_data_file: None,
+            content_offset: Some(4),
+            content_size: Some(blob.len() as i64),
+        };
+        assert_eq!(read_dv(&df).unwrap(), bm);
+        let last = file.len() - 1;
+        file[last] ^= 1;
+        std::fs::write(&p, &file).unwrap();
+        df.size = file.len() as i64;
+        assert!(read_dv(&df).unwrap_err().to_string().contains("checksum"));
+    }
+}

@@ -1,0 +1,260 @@
+//! Table metadata (`*.metadata.json`): snapshots, schemas, partition specs; finding the current
+//! metadata file of a table directory or catalog; Iceberg types as Arrow types.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::TableLocation;
+use crate::source::SourceError;
+
+pub const FIELD_ID: &str = "PARQUET:field_id";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TableMetadata {
+    pub format_version: u8,
+    #[serde(default)]
+    pub location: String,
+    #[serde(default)]
+    pub current_snapshot_id: Option<i64>,
+    #[serde(default)]
+    pub snapshots: Vec<Snapshot>,
+    #[serde(default)]
+    pub schemas: Vec<IcebergSchema>,
+    /// Format v1 tables may carry only this.
+    #[serde(default)]
+    pub schema: Option<IcebergSchema>,
+    #[serde(default)]
+    pub current_schema_id: Option<i32>,
+    #[serde(default)]
+    pub partition_specs: Vec<PartitionSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Snapshot {
+    pub snapshot_id: i64,
+    #[serde(default)]
+    pub parent_snapshot_id: Option<i64>,
+    #[serde(default)]
+    pub sequence_number: i64,
+    pub timestamp_ms: i64,
+    #[serde(default)]
+    pub manifest_list: Option<String>,
+    /// Format v1 without a manifest list.
+    #[serde(default)]
+    pub manifests: Option<Vec<String>>,
+    #[serde(default)]
+    pub summary: HashMap<String, String>,
+    #[serde(default)]
+    pub schema_id: Option<i32>,
+}
+
+impl Snapshot {
+    pub fn operation(&self) -> &str {
+        self.summary.get("operation").map(String::as_str).unwrap_or("append")
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IcebergSchema {
+    #[serde(default)]
+    pub schema_id: i32,
+    pub fields: Vec<NestedField>,
+    #[serde(default)]
+    pub identifier_field_ids: Vec<i32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct NestedField {
+    pub id: i32,
+    pub name: String,
+    #[serde(default)]
+    pub required: bool,
+    #[serde(rename = "type")]
+    pub ty: Value,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PartitionSpec {
+    #[serde(default)]
+    pub spec_id: i32,
+    #[serde(default)]
+    pub fields: Vec<Value>,
+}
+
+impl TableMetadata {
+    pub fn load(path: &Path) -> Result<Self, SourceError> {
+        let text = std::fs::read(path).map_err(SourceError::io(path))?;
+        let mut md: TableMetadata = serde_json::from_slice(&text)
+            .map_err(|e| SourceError::format(path, format!("not Iceberg table metadata: {e}")))?;
+        if md.current_snapshot_id == Some(-1) {
+            md.current_snapshot_id = None;
+        }
+        if md.schemas.is_empty() {
+            md.schemas.extend(md.schema.take());
+        }
+        Ok(md)
+    }
+
+    pub fn snapshot(&self, id: i64) -> Option<&Snapshot> {
+        self.snapshots.iter().find(|s| s.snapshot_id == id)
+    }
+
+    pub fn schema_of(&self, snap: Option<&Snapshot>) -> Result<&IcebergSchema, SourceError> {
+        let id = snap.and_then(|s| s.schema_id).or(self.current_schema_id).unwrap_or(0);
+        self.schemas
+            .iter()
+            .find(|s| s.schema_id == id)
+            .or_else(|| self.schemas.last())
+            .ok_or_else(|| SourceError::Unsupported { message: "table metadata has no schema".into() })
+    }
+
+    /// Whether a partition spec has no fields (its deletes apply table-wide).
+    pub fn spec_unpartitioned(&self, spec_id: i32) -> bool {
+        self.partition_specs.iter().find(|s| s.spec_id == spec_id).is_none_or(|s| s.fields.is_empty())
+    }
+}
+
+/// A local path from a metadata location (`file:/x`, `file:///x` or `/x`).
+pub fn local(location: &str) -> Result<PathBuf, SourceError> {
+    if let Some(rest) = location.strip_prefix("file://") {
+        Ok(PathBuf::from(rest))
+    } else if let Some(rest) = location.strip_prefix("file:") {
+        Ok(PathBuf::from(rest))
+    } else if location.contains("://") {
+        Err(SourceError::Unsupported { message: format!("{location}: only local files are supported in this build") })
+    } else {
+        Ok(PathBuf::from(location))
+    }
+}
+
+/// The version number of a metadata file name: `v12.metadata.json` or `00012-<uuid>.metadata.json`.
+fn metadata_version(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".metadata.json")?;
+    let stem = stem.strip_suffix(".gz").unwrap_or(stem);
+    if let Some(v) = stem.strip_prefix('v') {
+        return v.parse().ok();
+    }
+    stem.split('-').next()?.parse().ok()
+}
+
+/// The current metadata file of a table.
+pub fn current_metadata_file(loc: &TableLocation) -> Result<PathBuf, SourceError> {
+    match loc {
+        TableLocation::Path(p) if p.is_file() => Ok(p.clone()),
+        TableLocation::Path(p) => {
+            let dir = if p.join("metadata").is_dir() { p.join("metadata") } else { p.clone() };
+            let hint = dir.join("version-hint.text");
+            if let Ok(text) = std::fs::read_to_string(&hint) {
+                let v = text.trim();
+                let f = dir.join(format!("v{v}.metadata.json"));
+                if f.is_file() {
+                    return Ok(f);
+                }
+            }
+            let newest = std::fs::read_dir(&dir)
+                .map_err(SourceError::io(&dir))?
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    metadata_version(&name).map(|v| (v, e.path()))
+                })
+                .max_by_key(|(v, _)| *v);
+            newest.map(|(_, p)| p).ok_or_else(|| SourceError::Unreadable {
+                message: format!("{}: no Iceberg metadata (*.metadata.json or version-hint.text) found", dir.display()),
+            })
+        }
+        TableLocation::Sql { db, catalog, namespace, table } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
+        TableLocation::Rest { .. } => super::catalog::rest_metadata_location(loc),
+    }
+}
+
+/// Arrow type of an Iceberg type (JSON form).
+pub fn arrow_type(t: &Value) -> Result<DataType, SourceError> {
+    let bad = |what: String| SourceError::Unsupported { message: format!("Iceberg type {what} is not supported") };
+    if let Some(s) = t.as_str() {
+        return Ok(match s {
+            "boolean" => DataType::Boolean,
+            "int" => DataType::Int32,
+            "long" => DataType::Int64,
+            "float" => DataType::Float32,
+            "double" => DataType::Float64,
+            "date" => DataType::Date32,
+            "time" => DataType::Time64(TimeUnit::Microsecond),
+            "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, None),
+            "timestamptz" => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            "timestamp_ns" => DataType::Timestamp(TimeUnit::Nanosecond, None),
+            "timestamptz_ns" => DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())),
+            "string" => DataType::Utf8,
+            "uuid" => DataType::FixedSizeBinary(16),
+            "binary" => DataType::Binary,
+            s if s.starts_with("fixed[") => {
+                let n = s[6..s.len() - 1].trim().parse().map_err(|_| bad(s.into()))?;
+                DataType::FixedSizeBinary(n)
+            }
+            s if s.starts_with("decimal(") => {
+                let inner = &s[8..s.len() - 1];
+                let (p, sc) = inner.split_once(',').ok_or_else(|| bad(s.into()))?;
+                let p: u8 = p.trim().parse().map_err(|_| bad(s.into()))?;
+                let sc: i8 = sc.trim().parse().map_err(|_| bad(s.into()))?;
+                DataType::Decimal128(p, sc)
+            }
+            other => return Err(bad(other.into())),
+        });
+    }
+    match t.get("type").and_then(Value::as_str) {
+        Some("struct") => {
+            let fields: Vec<NestedField> = serde_json::from_value(t.get("fields").cloned().unwrap_or(Value::Null))
+                .map_err(|e| bad(format!("struct ({e})")))?;
+            Ok(DataType::Struct(fields_of(&fields)?))
+        }
+        Some("list") => {
+            let id = t.get("element-id").and_then(Value::as_i64).unwrap_or(0);
+            let req = t.get("element-required").and_then(Value::as_bool).unwrap_or(false);
+            let el = arrow_type(t.get("element").unwrap_or(&Value::Null))?;
+            Ok(DataType::List(Arc::new(with_id(Field::new("element", el, !req), id))))
+        }
+        Some("map") => {
+            let kid = t.get("key-id").and_then(Value::as_i64).unwrap_or(0);
+            let vid = t.get("value-id").and_then(Value::as_i64).unwrap_or(0);
+            let vreq = t.get("value-required").and_then(Value::as_bool).unwrap_or(false);
+            let k = with_id(Field::new("key", arrow_type(t.get("key").unwrap_or(&Value::Null))?, false), kid);
+            let v = with_id(Field::new("value", arrow_type(t.get("value").unwrap_or(&Value::Null))?, !vreq), vid);
+            let entries = Field::new("key_value", DataType::Struct(vec![k, v].into()), false);
+            Ok(DataType::Map(Arc::new(entries), false))
+        }
+        _ => Err(bad(t.to_string())),
+    }
+}
+
+fn with_id(f: Field, id: i64) -> Field {
+    f.with_metadata(HashMap::from([(FIELD_ID.to_string(), id.to_string())]))
+}
+
+fn fields_of(fields: &[NestedField]) -> Result<Fields, SourceError> {
+    fields
+        .iter()
+        .map(|f| Ok(with_id(Field::new(&f.name, arrow_type(&f.ty)?, !f.required), f.id as i64)))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Fields::from)
+}
+
+/// The Arrow schema of an Iceberg schema: every top-level field nullable (a change event's columns
+/// must accept rows of older files), field ids kept in the field metadata.
+pub fn arrow_schema(schema: &IcebergSchema) -> Result<SchemaRef, SourceError> {
+    let fields: Vec<Field> = fields_of(&schema.fields)?.iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The field id of an Arrow field read from Parquet (or built by [`arrow_schema`]).
+pub fn field_id(f: &Field) -> Option<i32> {
+    f.metadata().get(FIELD_ID).and_then(|v| v.parse().ok())
+}

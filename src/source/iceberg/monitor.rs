@@ -1,0 +1,318 @@
+//! The Iceberg monitor: new snapshots after the last issued one (walking the parent chain), the
+//! starting strategies, and the plan of each snapshot: nothing (`replace`), rows (a full scan or
+//! a pure append, bin-packed into splits), or a keyed diff of what the snapshot removed and added.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+
+use super::deletes::{applies, DeleteReader};
+use super::manifest::{Entry, SnapshotFiles, CONTENT_EQUALITY_DELETES};
+use super::metadata::{arrow_schema, current_metadata_file, Snapshot, TableMetadata};
+use super::reader::FileRange;
+use super::IcebergSource;
+use crate::config::StartingStrategy;
+use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
+
+/// A file range to read with the delete files that apply to it.
+pub type Task = (FileRange, Vec<Entry>);
+
+pub enum PlanKind {
+    Nothing(&'static str),
+    /// Every live row of the tasks, as `op` events, split by split.
+    Rows { op: Op, splits: Vec<Vec<Task>> },
+    /// Rows the snapshot removed (`old`, deletes as of the parent) against rows it added (`new`);
+    /// `rewritten` data files had their delete files changed: (range, deletes before, after).
+    Diff { old: Vec<Task>, new: Vec<Task>, rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)> },
+}
+
+pub struct Plan {
+    pub snapshot: Snapshot,
+    pub schema: SchemaRef,
+    pub kind: PlanKind,
+    pub deletes: DeleteReader,
+}
+
+/// How the first pending snapshot is emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum First {
+    /// A full scan (`r` events).
+    Scan,
+    /// Its changes, like every later one.
+    Changes,
+    /// Not at all: it only marks the starting position.
+    Nothing,
+}
+
+pub fn position(id: i64) -> Position {
+    Position { instant: id.to_string(), completed: None }
+}
+
+fn parse_id(p: &Position) -> Result<i64, SourceError> {
+    p.instant.parse().map_err(|_| SourceError::Unreadable {
+        message: format!(
+            "stored position `{}` is not an Iceberg snapshot id (offsets of another connector type?); use a new connector name",
+            p.instant
+        ),
+    })
+}
+
+/// Deletes indexed by the data file or partition they can apply to.
+struct DeleteIndex<'a> {
+    by_file: HashMap<&'a str, Vec<&'a Entry>>,
+    by_partition: HashMap<(i32, &'a str), Vec<&'a Entry>>,
+    global: Vec<&'a Entry>,
+}
+
+impl<'a> DeleteIndex<'a> {
+    fn new(md: &TableMetadata, deletes: impl Iterator<Item = &'a Entry>) -> Self {
+        let mut ix = DeleteIndex { by_file: HashMap::new(), by_partition: HashMap::new(), global: Vec::new() };
+        for d in deletes {
+            let f = &d.file;
+            if let Some(r) = f.referenced_data_file.as_deref() {
+                ix.by_file.entry(r).or_default().push(d);
+            } else if f.content == CONTENT_EQUALITY_DELETES && md.spec_unpartitioned(f.spec_id) {
+                ix.global.push(d);
+            } else {
+                ix.by_partition.entry((f.spec_id, f.partition.as_str())).or_default().push(d);
+            }
+        }
+        ix
+    }
+
+    fn for_data(&self, md: &TableMetadata, e: &Entry) -> Vec<Entry> {
+        let f = &e.file;
+        let file = self.by_file.get(f.path.as_str()).into_iter().flatten();
+        let part = self.by_partition.get(&(f.spec_id, f.partition.as_str())).into_iter().flatten();
+        file.chain(part).chain(self.global.iter()).filter(|d| applies(md, d, e)).map(|d| (*d).clone()).collect()
+    }
+}
+
+impl IcebergSource {
+    pub(super) fn metadata(&self) -> Result<Arc<TableMetadata>, SourceError> {
+        let file = current_metadata_file(&self.opts.location)?;
+        Ok(Arc::new(TableMetadata::load(&file)?))
+    }
+
+    /// Snapshots to emit after `after` (or per the starting strategy), oldest first, with how the
+    /// first one is emitted.
+    pub(super) fn pending(&self, md: &TableMetadata, after: Option<&Position>) -> Result<(Vec<i64>, First), SourceError> {
+        let Some(current) = md.current_snapshot_id else { return Ok((Vec::new(), First::Changes)) };
+        // the current snapshot's ancestors still in the metadata, newest first
+        let mut chain: Vec<&Snapshot> = Vec::new();
+        let mut at = Some(current);
+        while let Some(s) = at.and_then(|id| md.snapshot(id)) {
+            chain.push(s);
+            at = s.parent_snapshot_id;
+        }
+        let oldest_first = |c: Vec<&Snapshot>| c.into_iter().rev().map(|s| s.snapshot_id).collect::<Vec<_>>();
+        let mut ids = match after.map(parse_id).transpose()? {
+            Some(last) => {
+                let Some(n) = chain.iter().position(|s| s.snapshot_id == last || s.parent_snapshot_id == Some(last)) else {
+                    return Err(SourceError::Unreadable {
+                        message: format!(
+                            "snapshot {last} (the last one emitted) is not an ancestor of the current snapshot {current}: the \
+                             snapshots after it were expired before they were read, or the table was rolled back. The \
+                             changelog cannot be continued exactly. Ways out: restart under a new connector name with \
+                             starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE (skip the gap) or \
+                             TABLE_SCAN_THEN_INCREMENTAL (full rescan); keep snapshot expiry longer than the connector's lag"
+                        ),
+                    });
+                };
+                let take = if chain[n].snapshot_id == last { n } else { n + 1 };
+                oldest_first(chain[..take].to_vec())
+            }
+            None => match &self.opts.start {
+                StartingStrategy::TableScanThenIncremental => return Ok((vec![current], First::Scan)),
+                StartingStrategy::IncrementalFromLatest => vec![current],
+                StartingStrategy::IncrementalFromLatestExclusive => return Ok((vec![current], First::Nothing)),
+                StartingStrategy::IncrementalFromEarliest => oldest_first(chain),
+                StartingStrategy::FromSnapshotId(id) => {
+                    let n = chain.iter().position(|s| s.snapshot_id == *id).ok_or_else(|| SourceError::Unreadable {
+                        message: format!(
+                            "start-snapshot-id {id} is not an ancestor of the current snapshot {current} (expired, or on \
+                             another branch)"
+                        ),
+                    })?;
+                    oldest_first(chain[..=n].to_vec())
+                }
+                StartingStrategy::FromTimestamp(ts) => {
+                    oldest_first(chain.into_iter().take_while(|s| s.timestamp_ms >= *ts).collect())
+                }
+            },
+        };
+        if let Some(end) = self.opts.end_snapshot_id {
+            if let Some(i) = ids.iter().position(|id| *id == end) {
+                ids.truncate(i + 1);
+            }
+        }
+        if let Some(max) = self.opts.max_planning_snapshots {
+            ids.truncate(max);
+        }
+        Ok((ids, First::Changes))
+    }
+
+    /// The unit of one snapshot (planned, and the plan kept for reading).
+    pub(super) fn unit(&self, md: &TableMetadata, id: i64, scan: bool, exclusive_start: bool) -> Result<Unit, SourceError> {
+        let snap = md.snapshot(id).ok_or_else(|| SourceError::Unreadable {
+            message: format!(
+                "snapshot {id} is no longer in the table metadata (expired before it was read); restart under a new \
+                 connector name with starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE or TABLE_SCAN_THEN_INCREMENTAL"
+            ),
+        })?;
+        let plan = if exclusive_start {
+            Plan { snapshot: snap.clone(), schema: arrow_schema(md.schema_of(Some(snap))?)?, kind: PlanKind::Nothing("starting position"), deletes: DeleteReader::default() }
+        } else {
+            self.plan(md, snap, scan)?
+        };
+        let (splits, skipped) = match &plan.kind {
+            PlanKind::Nothing(why) => (Vec::new(), Some(*why)),
+            PlanKind::Rows { splits, .. } => (splits.iter().enumerate().map(|(i, s)| split_spec(i, s)).collect(), None),
+            PlanKind::Diff { .. } => {
+                (vec![SplitSpec { id: "diff".into(), partition: String::new(), file_group: "diff".into() }], None)
+            }
+        };
+        let unit = Unit {
+            position: position(id),
+            action: snap.operation().to_string(),
+            operation: Some(snap.operation().to_string()),
+            snapshot: scan,
+            ts_ms: snap.timestamp_ms,
+            splits,
+            skipped,
+        };
+        let mut plans = self.plans.lock().expect("plans lock");
+        if plans.len() > 64 {
+            plans.clear();
+        }
+        plans.insert((id, scan), Arc::new(plan));
+        Ok(unit)
+    }
+
+    fn plan(&self, md: &TableMetadata, snap: &Snapshot, scan: bool) -> Result<Plan, SourceError> {
+        let schema = arrow_schema(md.schema_of(Some(snap))?)?;
+        let id = snap.snapshot_id;
+        let deletes = DeleteReader::default();
+        let rows = |data: Vec<&Entry>, index: &DeleteIndex| -> Vec<Vec<Task>> {
+            let tasks = data.into_iter().flat_map(|e| {
+                let ds = index.for_data(md, e);
+                self.ranges(e).into_iter().map(move |r| (r, ds.clone()))
+            });
+            self.pack(tasks.collect())
+        };
+        if scan {
+            let files = SnapshotFiles::load(&self.manifests, snap, true)?;
+            let index = DeleteIndex::new(md, files.deletes.iter());
+            let splits = rows(files.data.iter().collect(), &index);
+            let kind = if splits.is_empty() { PlanKind::Nothing("empty table") } else { PlanKind::Rows { op: Op::Read, splits } };
+            return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
+        }
+        if snap.operation() == "replace" {
+            let kind = PlanKind::Nothing("replace snapshot: files rewritten, rows unchanged");
+            return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
+        }
+        let own = SnapshotFiles::load(&self.manifests, snap, false)?;
+        let changed: Vec<&Entry> = own.added_deletes(id).chain(own.removed_deletes.iter()).collect();
+        if own.removed_data.is_empty() && changed.is_empty() {
+            let index = DeleteIndex::new(md, own.deletes.iter());
+            let splits = rows(own.added_data(id).collect(), &index);
+            let kind = if splits.is_empty() { PlanKind::Nothing("no data change") } else { PlanKind::Rows { op: Op::Create, splits } };
+            return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
+        }
+        // deletes as of the snapshot, and as of its parent (live now but not added now, or removed now)
+        let after_ix = DeleteIndex::new(md, own.deletes.iter());
+        let before: Vec<&Entry> = own
+            .deletes
+            .iter()
+            .filter(|d| !(d.status == super::manifest::STATUS_ADDED && d.snapshot_id == id))
+            .chain(own.removed_deletes.iter())
+            .collect();
+        let before_ix = DeleteIndex::new(md, before.into_iter());
+        let whole = |e: &Entry| FileRange::whole(e.file.clone(), e.data_seq);
+        let old = own.removed_data.iter().map(|e| (whole(e), before_ix.for_data(md, e))).collect();
+        let new = own.added_data(id).map(|e| (whole(e), after_ix.for_data(md, e))).collect();
+        let mut rewritten = Vec::new();
+        if !changed.is_empty() {
+            let all = SnapshotFiles::load(&self.manifests, snap, true)?;
+            let mut named: HashSet<String> = HashSet::new();
+            for d in &changed {
+                match &d.file.referenced_data_file {
+                    Some(r) => {
+                        named.insert(r.clone());
+                    }
+                    None if d.file.content != CONTENT_EQUALITY_DELETES => {
+                        named.extend(deletes.position_file(&d.file)?.keys().cloned());
+                    }
+                    None => {}
+                }
+            }
+            for e in all.data.iter().filter(|e| !(e.status == super::manifest::STATUS_ADDED && e.snapshot_id == id)) {
+                let touched = changed.iter().any(|d| {
+                    applies(md, d, e) && (d.file.content == CONTENT_EQUALITY_DELETES || named.contains(&e.file.path))
+                });
+                if touched {
+                    rewritten.push((whole(e), before_ix.for_data(md, e), after_ix.for_data(md, e)));
+                }
+            }
+        }
+        Ok(Plan { snapshot: snap.clone(), schema, kind: PlanKind::Diff { old, new, rewritten }, deletes })
+    }
+
+    /// A data file as ranges of about `split-size` bytes, cut at its split offsets (row groups).
+    fn ranges(&self, e: &Entry) -> Vec<FileRange> {
+        let f = &e.file;
+        let target = self.opts.split_size as i64;
+        if f.size <= target || f.split_offsets.len() < 2 {
+            return vec![FileRange::whole(f.clone(), e.data_seq)];
+        }
+        let mut offsets = f.split_offsets.clone();
+        offsets.sort_unstable();
+        offsets.push(f.size);
+        let mut out = Vec::new();
+        let mut start = 0i64;
+        for w in offsets.windows(2).map(|w| w[1]) {
+            if w - start >= target || w == f.size {
+                out.push(FileRange { file: f.clone(), data_seq: e.data_seq, start, len: w - start });
+                start = w;
+            }
+        }
+        out
+    }
+
+    /// Flink's bin packing: each task weighs its bytes plus its delete files, at least the open
+    /// cost; a task goes into the first of the last `split-lookback` open bins it fits in.
+    fn pack(&self, tasks: Vec<Task>) -> Vec<Vec<Task>> {
+        let (target, lookback, cost) = (self.opts.split_size as i64, self.opts.split_lookback, self.opts.split_open_cost as i64);
+        let mut open: std::collections::VecDeque<(i64, Vec<Task>)> = Default::default();
+        let mut out = Vec::new();
+        for t in tasks {
+            let w = (t.0.len + t.1.iter().map(|d| d.file.size).sum::<i64>()).max(cost);
+            match open.iter_mut().find(|(sum, _)| sum + w <= target) {
+                Some(bin) => {
+                    bin.0 += w;
+                    bin.1.push(t);
+                }
+                None => {
+                    open.push_back((w, vec![t]));
+                    if open.len() > lookback {
+                        out.extend(open.pop_front().map(|b| b.1));
+                    }
+                }
+            }
+        }
+        out.extend(open.into_iter().map(|b| b.1));
+        out
+    }
+}
+
+fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
+    let first = tasks.first().map(|t| &t.0);
+    let name = first.map(|r| r.file.path.rsplit('/').next().unwrap_or_default().to_string()).unwrap_or_default();
+    let start = first.map(|r| r.start).unwrap_or(0);
+    SplitSpec {
+        id: format!("{i:05}:{name}@{start}"),
+        partition: first.map(|r| r.file.partition.clone()).unwrap_or_default(),
+        file_group: name,
+    }
+}

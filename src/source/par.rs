@@ -1,0 +1,107 @@
+//! Ordered parallel reading: splits are read by a few threads, results handed on in split order,
+//! at most `window` results ahead of the consumer (bounded memory).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
+
+use super::SourceError;
+
+/// Threads to read with: `LAKESTREAM_READ_THREADS`, else the number of cores.
+pub fn default_threads() -> usize {
+    std::env::var("LAKESTREAM_READ_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .max(1)
+}
+
+/// `read(i)` for every `i < n` on up to `threads` threads; `sink` gets the results in order of
+/// `i`. The first error (from either) stops everything and is returned.
+pub fn ordered<R: Send>(
+    n: usize,
+    threads: usize,
+    read: &(dyn Fn(usize) -> Result<R, SourceError> + Sync),
+    sink: &mut dyn FnMut(R) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
+    let threads = threads.clamp(1, n.max(1));
+    if threads == 1 {
+        for i in 0..n {
+            sink(read(i)?)?;
+        }
+        return Ok(());
+    }
+    let window = threads * 2;
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let emitted = Mutex::new(0usize);
+    let moved = Condvar::new();
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(usize, Result<R, SourceError>)>();
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (next, stop, emitted, moved) = (&next, &stop, &emitted, &moved);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n || stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                {
+                    let mut e = emitted.lock().expect("lock");
+                    while i >= *e + window && !stop.load(Ordering::SeqCst) {
+                        e = moved.wait(e).expect("lock");
+                    }
+                }
+                if stop.load(Ordering::SeqCst) || tx.send((i, read(i))).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        let mut pending: BTreeMap<usize, Result<R, SourceError>> = BTreeMap::new();
+        let mut want = 0usize;
+        let result = (|| {
+            while want < n {
+                let Ok((i, r)) = rx.recv() else { break };
+                pending.insert(i, r);
+                while let Some(r) = pending.remove(&want) {
+                    sink(r?)?;
+                    want += 1;
+                    *emitted.lock().expect("lock") = want;
+                    moved.notify_all();
+                }
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::SeqCst);
+        moved.notify_all();
+        drop(rx);
+        result
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_arrive_in_order_and_errors_stop() {
+        let mut got = Vec::new();
+        ordered(50, 3, &|i| {
+            std::thread::sleep(std::time::Duration::from_micros(((i * 7919) % 13) as u64 * 100));
+            Ok(i)
+        }, &mut |r| {
+            got.push(r);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, (0..50).collect::<Vec<_>>());
+        let mut seen = 0;
+        let err = ordered(50, 2, &|i| if i == 7 { Err(SourceError::Unsupported { message: "x".into() }) } else { Ok(i) }, &mut |_| {
+            seen += 1;
+            Ok(())
+        });
+        assert!(err.is_err());
+        assert_eq!(seen, 7);
+    }
+}
