@@ -1,0 +1,193 @@
+"""Tables written during the test by pyiceberg (an independent writer): a random history of appends,
+upserts, deletes, filtered overwrites and schema changes on a partitioned table with an identifier
+field. After every commit the connector runs, and the replayed topic equals pyiceberg's own scan of
+the current snapshot. The same table is then read through a REST catalog."""
+
+import json
+import random
+import threading
+import time
+import uuid
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import icebergkit as ik
+import testkit
+
+pyiceberg = pytest.importorskip("pyiceberg")
+
+
+def make_table(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType, TimestamptzType
+
+    db = tmp_path / "catalog.db"
+    cat = SqlCatalog("default", uri=f"sqlite:///{db}", warehouse=f"file://{tmp_path}/warehouse")
+    cat.create_namespace("shop")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "cat", StringType(), required=False),
+        NestedField(3, "amount", DecimalType(10, 2), required=False),
+        NestedField(4, "ts", TimestamptzType(), required=False),
+        NestedField(5, "day", DateType(), required=False),
+        identifier_field_ids=[1],
+    )
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="cat"))
+    return db, cat, cat.create_table("shop.orders", schema=schema, partition_spec=spec)
+
+
+def arrow_rows(tbl, rows):
+    import pyarrow as pa
+    schema = tbl.schema().as_arrow()
+    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def random_row(rng, i, with_note):
+    r = {
+        "id": i,
+        "cat": rng.choice(["a", "b", "c"]),
+        "amount": Decimal(rng.randint(1, 99999)).scaleb(-2),
+        "ts": datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=rng.randint(0, 10**12)),
+        "day": date(2024, 1, 1) + timedelta(days=rng.randint(0, 300)),
+    }
+    if with_note:
+        r["note"] = rng.choice([None, "x", "y"])
+    return r
+
+
+def oracle_of(tbl):
+    rows = tbl.scan().to_arrow().to_pylist()
+    types = [{"name": f.name, "type": "timestamp" if f.name == "ts" else str(f.field_type)} for f in tbl.schema().fields]
+    return {"schema": types, "record_key_fields": ["id"]}, rows
+
+
+def compare_now(tbl, replay, columns, label):
+    tbl.refresh()
+    oracle, rows = oracle_of(tbl)
+
+    class Filled:
+        state = {k: {**{c: None for c in columns}, **v} for k, v in replay.state.items()}
+
+    testkit.compare(oracle, rows, Filled, label)
+
+
+def history(tbl, rng, commits):
+    """Yield after each commit, describing it."""
+    from pyiceberg.expressions import EqualTo, In, LessThan
+    from pyiceberg.types import StringType
+
+    next_id, with_note = 1, False
+    tbl.append(arrow_rows(tbl, [random_row(rng, i, False) for i in range(1, 9)]))
+    next_id = 9
+    yield "append"
+    for _ in range(commits):
+        live = [r["id"] for r in tbl.scan(selected_fields=("id",)).to_arrow().to_pylist()]
+        op = rng.choice(["append", "upsert", "delete", "overwrite", "delete_range"] + ([] if with_note else ["add_column"]))
+        if op == "append" or not live:
+            rows = [random_row(rng, next_id + k, with_note) for k in range(rng.randint(1, 4))]
+            next_id += len(rows)
+            tbl.append(arrow_rows(tbl, rows))
+        elif op == "upsert":
+            old = rng.sample(live, min(len(live), rng.randint(1, 3)))
+            rows = [random_row(rng, i, with_note) for i in old] + [random_row(rng, next_id, with_note)]
+            next_id += 1
+            tbl.upsert(arrow_rows(tbl, rows))
+        elif op == "delete":
+            tbl.delete(In("id", rng.sample(live, min(len(live), rng.randint(1, 2)))))
+        elif op == "delete_range":
+            tbl.delete(LessThan("amount", Decimal(rng.randint(5000, 40000)).scaleb(-2)))
+        elif op == "overwrite":
+            c = rng.choice(["a", "b", "c"])
+            rows = [dict(random_row(rng, next_id + k, with_note), cat=c) for k in range(2)]
+            next_id += 2
+            tbl.overwrite(arrow_rows(tbl, rows), overwrite_filter=EqualTo("cat", c))
+        else:
+            with tbl.update_schema() as u:
+                u.add_column("note", StringType())
+            with_note = True
+        tbl.refresh()
+        yield op
+
+
+def test_pyiceberg_history_replays_at_every_commit(env, registry, tmp_path):
+    seed = int(time.time())
+    print("pyiceberg history seed", seed)
+    rng = random.Random(seed)
+    db, cat, tbl = make_table(tmp_path)
+    props, topic = ik.iceberg_props(tmp_path, env, None, **{
+        "catalog.type": "sql", "catalog.uri": f"sqlite:///{db}", "table.identifier": "shop.orders"})
+    props.write_text(props.read_text().replace("key.fields=id\n", ""))  # the identifier field is the key
+    replay, consumed = testkit.Replay(registry), 0
+    ops = []
+    for op in history(tbl, rng, 14):
+        ops.append(op)
+        testkit.run_once(props)
+        records = testkit.consume_all(env, topic)
+        replay.apply(records[consumed:])
+        consumed = len(records)
+        compare_now(tbl, replay, {"id", "cat", "amount", "ts", "day", "note"}, f"seed {seed} after {ops}")
+    ik.no_split_updates(replay)
+    assert {e["op"] for e in replay.events} >= {"r", "c", "d"}
+    rest_catalog_reads_the_same_table(env, registry, tmp_path, db, tbl)
+
+
+class RestCatalog(BaseHTTPRequestHandler):
+    """The two REST catalog calls the connector makes, answered from a sqlite SqlCatalog."""
+
+    db = None
+    token = "s3cr3t"
+
+    def do_GET(self):
+        import sqlite3
+        if self.headers.get("Authorization") != f"Bearer {self.token}":
+            return self.reply(401, {"error": {"message": "unauthorized"}})
+        if self.path.startswith("/v1/config"):
+            return self.reply(200, {"defaults": {}, "overrides": {"prefix": "wh1"}})
+        parts = self.path.split("/")  # /v1/wh1/namespaces/<ns>/tables/<t>
+        if len(parts) == 7 and parts[2] == "wh1" and parts[3] == "namespaces" and parts[5] == "tables":
+            con = sqlite3.connect(self.db)
+            row = con.execute("SELECT metadata_location FROM iceberg_tables WHERE table_namespace=? AND table_name=?",
+                              (parts[4], parts[6])).fetchone()
+            con.close()
+            if row:
+                return self.reply(200, {"metadata-location": row[0], "metadata": {}})
+        return self.reply(404, {"error": {"message": "no such table"}})
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def rest_catalog_reads_the_same_table(env, registry, tmp_path, db, tbl):
+    RestCatalog.db = str(db)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RestCatalog)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        props, topic = ik.iceberg_props(tmp_path, env, None, **{
+            "catalog.type": "rest", "catalog.uri": f"http://127.0.0.1:{server.server_port}",
+            "catalog.token": RestCatalog.token, "table.identifier": "shop.orders"})
+        props.write_text(props.read_text().replace("key.fields=id\n", ""))
+        testkit.run_once(props)
+        replay = testkit.Replay(registry)
+        replay.apply(testkit.consume_all(env, topic))
+        compare_now(tbl, replay, {"id", "cat", "amount", "ts", "day", "note"}, "REST catalog full scan")
+        # a wrong token is a clear error, not a silent empty table
+        props.write_text(props.read_text().replace(RestCatalog.token, "wrong"))
+        r = testkit.run_once(props, check=False)
+        assert r.returncode == 1 and "401" in r.stderr and "wrong" not in r.stderr, r.stderr[-2000:]
+    finally:
+        server.shutdown()
