@@ -5,7 +5,10 @@
 //! * a generated 1,000,000-row copy-on-write table (`BENCH_ROWS`) + one upsert commit: full scan,
 //!   and change streaming (the bulk insert as 1M `c`, then the upsert diffed);
 //! * the 1M-row merge-on-read fixture `perf_mor_v8` (5 rounds of 100k upserts in log files) as
-//!   changes, with a small `read.memory.budget` (spilling) and a large one.
+//!   changes, with a small `read.memory.budget` (spilling) and a large one;
+//! * a 1,000,000-row Iceberg table written by pyiceberg (`scripts/gen_iceberg.py`, run with
+//!   `BENCH_PYTHON`): one append, then a copy-on-write delete of ~1% of rows rewriting every file:
+//!   full scan, and changes (1M `c`, then the rewrite diffed into ~10k `d`).
 //!
 //! Needs `KAFKA_BOOTSTRAP` and `SCHEMA_REGISTRY_URL` (scripts/bench.sh starts both).
 
@@ -38,8 +41,9 @@ fn run_case(label: &str, table: &Path, extra: &str) {
     std::fs::write(
         &p,
         format!(
-            "name=bench\nconnector.class=hudi\ntable.path={}\ntopic={topic}\nbootstrap.servers={}\n\
+            "name=bench\nconnector.class={}\ntable.path={}\ntopic={topic}\nbootstrap.servers={}\n\
              schema.registry.url={}\noffsets.storage.topic={topic}-offsets\nproducer.override.compression.type=lz4\n{extra}",
+            if extra.contains("starting-strategy") { "iceberg" } else { "hudi" },
             table.display(),
             std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"),
             std::env::var("SCHEMA_REGISTRY_URL").expect("SCHEMA_REGISTRY_URL"),
@@ -110,11 +114,15 @@ fn main() {
         insert_fraction: 0.01,
         compact_every: 0,
         seed: 7,
+        operation_field: false,
+        repeat_updates: false,
     })
     .expect("generate");
     println!("generated {rows}-row COW table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());
     child("COW full scan (earliest)", &cow, "read.start-commit=earliest\n");
     child("COW changes: bulk insert + upsert", &cow, &format!("read.start-commit={}\n", first_instant(&cow)));
+
+    iceberg_cases(dir.path(), rows);
 
     let zip = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/hudi/generated/perf_mor_v8.zip");
     if !zip.exists() {
@@ -133,4 +141,21 @@ fn main() {
     child("MOR perf_mor_v8 full scan (earliest), budget 256MiB", &mor, "read.start-commit=earliest\n");
     child("MOR perf_mor_v8 changes, read.memory.budget=1GiB", &mor, &format!("{start}read.memory.budget=1GiB\n"));
     child("MOR perf_mor_v8 changes, read.memory.budget=4MiB (spills)", &mor, &format!("{start}read.memory.budget=4MiB\n"));
+}
+
+fn iceberg_cases(dir: &Path, rows: usize) {
+    let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/gen_iceberg.py");
+    let t = Instant::now();
+    let out = Command::new(&python).arg(&script).arg(dir.join("iceberg")).arg(rows.to_string()).output();
+    let table = match out {
+        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+        _ => {
+            println!("(pyiceberg not available to {python}: Iceberg cases skipped; scripts/bench.sh sets BENCH_PYTHON)");
+            return;
+        }
+    };
+    println!("generated {rows}-row Iceberg table with pyiceberg (append + copy-on-write delete of ~1%) in {:.1} s", t.elapsed().as_secs_f64());
+    child("Iceberg full scan (TABLE_SCAN_THEN_INCREMENTAL)", &table, "starting-strategy=TABLE_SCAN_THEN_INCREMENTAL\n");
+    child("Iceberg changes: append + CoW delete diffed", &table, "starting-strategy=INCREMENTAL_FROM_EARLIEST_SNAPSHOT\n");
 }

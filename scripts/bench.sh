@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 install_and_build
 start_services
-cargo bench --locked --bench end_to_end
+BENCH_PYTHON="$VENV/bin/python" cargo bench --locked --bench end_to_end
