@@ -29,9 +29,13 @@ enum Command {
         /// Emit every instant committed so far, commit, and exit 0.
         #[arg(long)]
         once: bool,
-        /// Task id of this process (a StatefulSet pod ordinal).
-        #[arg(long, env = "TASK_ID", default_value_t = 0)]
-        task_id: u32,
+        /// Pod ordinal: with --replicas R this process runs the tasks t with t % R == ordinal;
+        /// without --replicas only task `ordinal`. Unset: every task of each connector.
+        #[arg(long, env = "TASK_ID")]
+        task_id: Option<u32>,
+        /// Pods sharing the tasks (a StatefulSet's replicas).
+        #[arg(long, env = "LAKESTREAM_REPLICAS")]
+        replicas: Option<u32>,
         /// Serve /metrics, /healthz and /ready on this port (overrides `metrics.port`).
         #[arg(long)]
         metrics_port: Option<u16>,
@@ -148,14 +152,37 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Run { once, task_id, metrics_port, files } => {
-            let cfgs = match load_all(&files, task_id) {
+        Command::Run { once, task_id, replicas, metrics_port, files } => {
+            let cfgs = match load_all(&files, 0) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            let cfgs = select_tasks(cfgs, task_id, replicas);
+            if cfgs.is_empty() {
+                eprintln!("error: no task to run: --task-id {task_id:?} with --replicas {replicas:?} selects none of the connectors' tasks");
+                return ExitCode::from(2);
+            }
             rt.block_on(run_all(cfgs, once, metrics_port))
         }
     }
+}
+
+/// The tasks this process runs: every task of each connector, or a pod's share of them.
+fn select_tasks(cfgs: Vec<ConnectorConfig>, ordinal: Option<u32>, replicas: Option<u32>) -> Vec<ConnectorConfig> {
+    let mut out = Vec::new();
+    for c in cfgs {
+        for t in 0..c.tasks {
+            let mine = match (ordinal, replicas) {
+                (None, _) => true,
+                (Some(k), Some(r)) if r > 0 => t % r == k,
+                (Some(k), _) => t == k,
+            };
+            if mine {
+                out.push(c.for_task(t));
+            }
+        }
+    }
+    out
 }
 
 async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u16>) -> ExitCode {

@@ -11,7 +11,7 @@ import pytest
 
 import uuid
 
-from testkit import FIXTURES, Replay, compare, connector_props, consume_all, run_once
+from testkit import FIXTURES, Replay, compare, connector_props, consume_all, new_records, run_once
 
 ICEBERG_ROOT = Path("/tmp/lakestream-fixtures/iceberg")
 WAREHOUSE = ICEBERG_ROOT / "warehouse"
@@ -147,7 +147,7 @@ def replay_revealed(env, registry, name, tmp, first_version=0, catalog=False, **
                                                         "table.identifier": f"{ns}.{table}"}, **extra)
     else:
         props, topic = iceberg_props(tmp, env, t.table, **extra)
-    replay, consumed, steps = Replay(registry), 0, 0
+    replay, steps, seen = Replay(registry), 0, set()
     for i in range(first_version, len(t.versions)):
         f = t.reveal(i)
         if catalog:
@@ -156,9 +156,7 @@ def replay_revealed(env, registry, name, tmp, first_version=0, catalog=False, **
         if cur is not None and cur not in snaps:
             continue  # a snapshot expired since: never a state to compare with
         run_once(props)
-        records = consume_all(env, topic)
-        replay.apply(records[consumed:])
-        consumed = len(records)
+        replay.apply(new_records(consume_all(env, topic), seen))
         check_step(oracle, snaps, cur, replay, columns, f"{name} {f.name} snapshot {cur}")
         steps += 1
     assert steps >= 2, f"{name}: only {steps} states compared"

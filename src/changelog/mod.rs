@@ -192,6 +192,15 @@ fn framed(id: u32, cap: usize) -> Vec<u8> {
 }
 
 impl SplitEncoder {
+    /// A stable hash of a row's Avro-encoded key (which task owns the key).
+    pub fn key_hash(&self, row: &ChangeRow, buf: &mut Vec<u8>) -> u32 {
+        let Some(e) = &self.inner else { return 0 };
+        let r = row.after.or(row.before).expect("a change row has a row");
+        buf.clear();
+        e.keys[r.batch as usize].write(r.row as usize, buf);
+        crc32fast::hash(buf)
+    }
+
     /// The Kafka records of one change row: the event, and a tombstone after a delete.
     pub fn encode(&self, row: &ChangeRow, ts_ms: i64, out: &mut Vec<KafkaRecord>) {
         let Some(e) = &self.inner else { return };

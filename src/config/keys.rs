@@ -43,7 +43,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("metrics.port", "(none)", "serve `/metrics`, `/healthz`, `/ready` on this port (CLI `--metrics-port` wins)"),
     ("topic.creation.default.partitions", "1", "partitions of the change topic when lakestream creates it"),
     ("topic.creation.default.replication.factor", "1", "replication factor of the topics lakestream creates"),
-    ("tasks.max", "1", "number of tasks (only 1 in this build)"),
+    ("tasks.max", "1", "tasks sharing the table by key hash, each with its own producer and offsets (1..256)"),
     ("key.converter", "(ignored)", "accepted for Kafka Connect compatibility; keys are always Avro"),
     ("value.converter", "(ignored)", "accepted for Kafka Connect compatibility; values are always Avro"),
     ("key.converter.schemas.enable", "(ignored)", "accepted for Kafka Connect compatibility"),

@@ -84,6 +84,8 @@ pub struct ConnectorConfig {
     pub max_txn_records: usize,
     pub transaction_timeout_ms: u64,
     pub task_id: u32,
+    /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
+    pub tasks: u32,
     pub metrics_port: Option<u16>,
     pub memory_budget: usize,
     pub spill_dir: PathBuf,
@@ -109,12 +111,32 @@ impl fmt::Debug for ConnectorConfig {
 impl ConnectorConfig {
     /// The offsets-record key: `["<name>", {"table": ..., "task": ...}]` (Kafka Connect's shape).
     pub fn offsets_key(&self) -> String {
-        serde_json::json!([self.name, {"table": self.table_id, "task": self.task_id}])
-            .to_string()
+        self.offsets_key_for(self.tasks, self.task_id)
+    }
+
+    /// The offsets key of task `task` of a generation of `tasks` tasks (one task: Kafka
+    /// Connect's shape without the generation, as single-task connectors always wrote it).
+    pub fn offsets_key_for(&self, tasks: u32, task: u32) -> String {
+        if tasks <= 1 {
+            serde_json::json!([self.name, {"table": self.table_id, "task": task}]).to_string()
+        } else {
+            serde_json::json!([self.name, {"table": self.table_id, "task": task, "tasks": tasks}]).to_string()
+        }
     }
 
     pub fn transactional_id(&self) -> String {
-        format!("{}-{}", self.name, self.task_id)
+        self.transactional_id_for(self.tasks, self.task_id)
+    }
+
+    /// Transactional ids differ per generation, so fencing an old generation never fences a
+    /// task of the new one.
+    pub fn transactional_id_for(&self, tasks: u32, task: u32) -> String {
+        if tasks <= 1 { format!("{}-{task}", self.name) } else { format!("{}-{tasks}-{task}", self.name) }
+    }
+
+    /// This connector as task `task`.
+    pub fn for_task(&self, task: u32) -> Self {
+        Self { task_id: task, ..self.clone() }
     }
 
     /// `key = value` lines with secret values masked, in key order.
@@ -267,8 +289,8 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         Some(s) => return Err(v.invalid("transaction.boundary", format!("`{s}` is not one of: instant, interval"))),
     };
     let tasks = v.u64_or("tasks.max", 1)?;
-    if tasks != 1 {
-        return Err(v.invalid("tasks.max", format!("{tasks} tasks are not supported yet; use 1")));
+    if !(1..=256).contains(&tasks) {
+        return Err(v.invalid("tasks.max", format!("{tasks} is not between 1 and 256")));
     }
     let mut producer_overrides = BTreeMap::new();
     for (k, (val, _)) in &props.entries {
@@ -310,6 +332,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         max_txn_records: v.u64_or("transaction.max.records", 100_000)?.max(1) as usize,
         transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,
         task_id,
+        tasks: tasks as u32,
         metrics_port: v.get("metrics.port").map(|_| v.u64_or("metrics.port", 0)).transpose()?.map(|p| p as u16),
         memory_budget: match v.get("read.memory.budget") {
             None => 256 << 20,

@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+mod tasks;
+
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
 use crate::metrics;
-use crate::sink::offsets::{read_offsets, InFlight, Offsets};
+use crate::sink::offsets::{read_offsets, FirstUnit, InFlight, Offsets};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;
@@ -96,15 +98,16 @@ async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Runtime
         .expect("open panicked")?
     };
     let sink = TxnSink::start(&cfg).await?;
-    let state = {
-        let (b, t, k, o) = (cfg.bootstrap_servers.clone(), cfg.offsets_topic.clone(), cfg.offsets_key(), cfg.producer_overrides.clone());
-        tokio::task::spawn_blocking(move || read_offsets(&b, &t, &k, &o)).await.expect("offsets reader panicked")?
-    }
-    .unwrap_or_default();
-    tracing::info!(connector = %cfg.name, issued = ?state.issued, in_flight = state.in_flight.is_some(), "resuming from stored offsets");
+    let (state, new_state) = tasks::resume_state(&cfg, &source).await?;
+    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, issued = ?state.issued,
+        in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.schema_registry_url)?;
     metrics::set_ready(true);
     let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, opts };
+    if new_state {
+        // a task's record exists from its start: a later generation hands over from it
+        task.commit().await?;
+    }
     loop {
         match task.cycle().await {
             Ok(Flow::Stop) => return Ok(()),
@@ -153,6 +156,18 @@ impl Task {
                 return Ok(Flow::Stop);
             }
             let started = Instant::now();
+            let fresh = self.cfg.tasks > 1
+                && self.state.issued.is_none()
+                && self.state.in_flight.is_none()
+                && self.state.handoff.is_none();
+            if fresh && self.cfg.task_id != 0 {
+                // every task starts where task 0's start strategy chose, so a later change of
+                // tasks.max can hand over from one common first unit
+                if let Some(f) = tasks::first_unit_of_task0(&self.cfg).await {
+                    self.state.first = Some(f.clone());
+                    self.state.in_flight = Some(InFlight { unit: f.unit, snapshot: f.snapshot, splits: Default::default() });
+                }
+            }
             let (src, issued) = (self.source.clone(), self.state.issued.clone());
             let in_flight = self.state.in_flight.clone();
             let units = tokio::task::spawn_blocking(move || match &in_flight {
@@ -162,6 +177,9 @@ impl Task {
             })
             .await
             .expect("poll panicked")?;
+            if fresh && self.cfg.task_id == 0 {
+                tasks::publish_first_unit(&self.cfg, units.first().map(|u| FirstUnit { unit: u.position.clone(), snapshot: u.snapshot }));
+            }
             metrics::POLL_SECONDS.observe(started.elapsed().as_secs_f64());
             metrics::PENDING_UNITS.with_label_values(&[&self.cfg.name]).set(units.len() as f64);
             if units.is_empty() {
@@ -198,6 +216,9 @@ impl Task {
             metrics::UNITS.with_label_values(&[name.as_str(), "skipped"]).inc();
             return self.finish_unit(unit).await;
         }
+        if self.state.issued.is_none() && self.state.first.is_none() {
+            self.state.first = Some(FirstUnit { unit: unit.position.clone(), snapshot: unit.snapshot });
+        }
         let done: HashSet<String> = progress.iter().filter(|(_, p)| p.done).map(|(k, _)| k.clone()).collect();
         tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action, operation = ?unit.operation,
             snapshot = unit.snapshot, splits = unit.splits.len(), resumed_splits = done.len(), "emitting instant");
@@ -211,6 +232,8 @@ impl Task {
         let total = unit.splits.len();
         let mut finished = progress.values().filter(|p| p.done).count();
         let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
+        let mut key_buf = Vec::with_capacity(64);
+        let filter = self.cfg.tasks > 1 || self.state.handoff.is_some();
         while let Some(sc) = rx.recv().await {
             metrics::ROWS_READ.with_label_values(&[&name]).inc_by(sc.rows_read);
             metrics::BYTES_READ.with_label_values(&[&name]).inc_by(sc.bytes_read);
@@ -219,6 +242,17 @@ impl Task {
             let skip = entry.consumed as usize;
             let ts = now_ms();
             for (i, row) in sc.rows.iter().enumerate().skip(skip) {
+                if filter {
+                    let h = enc.key_hash(row, &mut key_buf);
+                    let mine = tasks::owner(h, self.cfg.tasks) == self.cfg.task_id;
+                    let published = self.state.handoff.as_ref().is_some_and(|ho| {
+                        ho.published(h, &unit.position, unit.snapshot, &sc.split.id, i as u64)
+                    });
+                    if !mine || published {
+                        progress.get_mut(&sc.split.id).expect("inserted above").consumed = i as u64 + 1;
+                        continue;
+                    }
+                }
                 records.clear();
                 enc.encode(row, ts, &mut records);
                 self.sink.send(&records)?;
@@ -262,6 +296,10 @@ impl Task {
     async fn finish_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
         self.state.issued = Some(unit.position.clone());
         self.state.in_flight = None;
+        if self.state.handoff.as_mut().is_some_and(|h| h.finished(&unit.position)) {
+            tracing::info!(connector = %self.cfg.name, task = self.cfg.task_id, "handoff from the previous tasks.max complete");
+            self.state.handoff = None;
+        }
         self.last_ts_ms = Some(unit.ts_ms);
         self.update_lag();
         match self.cfg.boundary {

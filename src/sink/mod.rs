@@ -74,6 +74,39 @@ fn retriable(e: &KafkaError) -> bool {
     matches!(e, KafkaError::Transaction(t) if t.is_retriable())
 }
 
+/// Fence a transactional id (of a previous generation of tasks): `init_transactions` under it
+/// bumps its epoch, so a zombie producer with that id can no longer commit, and aborts its open
+/// transaction.
+pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), SinkError> {
+    let mut pc = ClientConfig::new();
+    pc.set("bootstrap.servers", &cfg.bootstrap_servers)
+        .set("transactional.id", transactional_id)
+        .set("enable.idempotence", "true")
+        .set("transaction.timeout.ms", cfg.transaction_timeout_ms.to_string());
+    for (k, v) in &cfg.producer_overrides {
+        pc.set(k, v);
+    }
+    let timeout = Duration::from_millis(cfg.transaction_timeout_ms.max(10_000));
+    let mut attempt = 0;
+    loop {
+        let producer: ThreadedProducer<DefaultProducerContext> =
+            pc.create().map_err(|e| SinkError::kafka("creating fencing producer", e))?;
+        match blocking(move || producer.init_transactions(timeout)).await {
+            Ok(()) => break,
+            // another task of the new generation fenced the same id at the same moment: done
+            Err(e) if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)) => break,
+            Err(e) if attempt < 10 => {
+                attempt += 1;
+                tracing::debug!(transactional_id, error = %e, attempt, "fencing: retrying");
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+            }
+            Err(e) => return Err(classify("fencing init_transactions", e)),
+        }
+    }
+    tracing::info!(transactional_id, "previous generation's producer fenced");
+    Ok(())
+}
+
 impl TxnSink {
     /// Create topics if missing, build the producer and `init_transactions` (which fences any older
     /// producer of this task and aborts the transaction it left open).

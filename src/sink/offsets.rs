@@ -41,6 +41,82 @@ pub struct Offsets {
     pub records: u64,
     #[serde(default)]
     pub updated_ms: i64,
+    /// `tasks.max` of the generation that wrote this record (0 in records of older builds: 1).
+    #[serde(default)]
+    pub tasks: u32,
+    /// Generation counter: bumped each time `tasks.max` changes.
+    #[serde(default)]
+    pub epoch: u64,
+    /// While this task still covers keys the previous generation had partly emitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
+    /// The first unit this task emitted (the start strategy's choice), so a later generation
+    /// can redo it for keys whose owner never finished it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<FirstUnit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstUnit {
+    pub unit: Position,
+    pub snapshot: bool,
+}
+
+/// The previous generation's positions, for a task of a new `tasks.max`: a key's events up to its
+/// old owner's position were already published by that owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    pub tasks: u32,
+    pub old: BTreeMap<u32, OldTask>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OldTask {
+    pub issued: Option<Position>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlight>,
+    /// The new task has emitted past `issued`.
+    #[serde(default)]
+    pub passed: bool,
+    /// The old task's own unfinished handoff (tasks.max changed again before it completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
+}
+
+impl Handoff {
+    /// Whether a key's event at `row` of `split` of `unit` is already published: by its old owner
+    /// (up to the owner's position, or inside the unit it had in flight), or by whoever the old
+    /// owner had taken over from.
+    pub fn published(&self, key_hash: u32, unit: &Position, snapshot: bool, split: &str, row: u64) -> bool {
+        let Some(old) = self.old.get(&(key_hash % self.tasks.max(1))) else { return false };
+        if !old.passed {
+            return true;
+        }
+        let partial = match &old.in_flight {
+            Some(f) if f.unit == *unit && f.snapshot == snapshot => f.splits.get(split).is_some_and(|p| p.done || row < p.consumed),
+            _ => false,
+        };
+        partial || old.handoff.as_ref().is_some_and(|h| h.published(key_hash, unit, snapshot, split, row))
+    }
+
+    /// After the new task finished `unit`: old tasks whose position it was are passed. True once
+    /// every old task (and every one they took over from) is passed and beyond its in-flight unit.
+    pub fn finished(&mut self, unit: &Position) -> bool {
+        let mut done = true;
+        for o in self.old.values_mut() {
+            if o.passed && o.in_flight.as_ref().is_some_and(|f| f.unit == *unit) {
+                o.in_flight = None;
+            }
+            if !o.passed && o.issued.as_ref() == Some(unit) {
+                o.passed = true;
+            }
+            if o.handoff.as_mut().is_some_and(|h| h.finished(unit)) {
+                o.handoff = None;
+            }
+            done &= o.passed && o.in_flight.is_none() && o.handoff.is_none();
+        }
+        done
+    }
 }
 
 /// Reaching the end of a partition is how the reader knows it is done, not an error to log.
@@ -66,6 +142,17 @@ pub fn read_offsets(
     key: &str,
     extra: &BTreeMap<String, String>,
 ) -> Result<Option<Offsets>, SinkError> {
+    let mut all = read_offsets_matching(bootstrap, topic, extra, &|k| k == key.as_bytes())?;
+    Ok(all.remove(key.as_bytes()))
+}
+
+/// The latest committed offsets of every key `want` accepts.
+pub fn read_offsets_matching(
+    bootstrap: &str,
+    topic: &str,
+    extra: &BTreeMap<String, String>,
+    want: &dyn Fn(&[u8]) -> bool,
+) -> Result<std::collections::HashMap<Vec<u8>, Offsets>, SinkError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", bootstrap)
         .set("group.id", "lakestream-offsets-reader")
@@ -84,8 +171,9 @@ pub fn read_offsets(
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .map_err(|e| SinkError::kafka("offsets topic metadata", e))?;
     let parts: Vec<i32> = md.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let mut latest = std::collections::HashMap::new();
     if parts.is_empty() {
-        return Ok(None);
+        return Ok(latest);
     }
     let mut tpl = TopicPartitionList::new();
     for p in &parts {
@@ -93,7 +181,6 @@ pub fn read_offsets(
     }
     consumer.assign(&tpl).map_err(|e| SinkError::kafka("assign offsets topic", e))?;
     let mut eof = std::collections::HashSet::new();
-    let mut latest: Option<Offsets> = None;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while eof.len() < parts.len() {
         if std::time::Instant::now() > deadline {
@@ -108,15 +195,18 @@ pub fn read_offsets(
             }
             Some(Err(e)) => return Err(SinkError::kafka("reading offsets topic", e)),
             Some(Ok(m)) => {
-                if m.key() != Some(key.as_bytes()) {
-                    continue;
+                let Some(key) = m.key().filter(|k| want(k)) else { continue };
+                match m.payload() {
+                    None => {
+                        latest.remove(key);
+                    }
+                    Some(v) => {
+                        let o = serde_json::from_slice(v).map_err(|e| {
+                            SinkError::Offsets(format!("offsets record at {}:{} is not valid: {e}", m.partition(), m.offset()))
+                        })?;
+                        latest.insert(key.to_vec(), o);
+                    }
                 }
-                latest = match m.payload() {
-                    None => None,
-                    Some(v) => Some(serde_json::from_slice(v).map_err(|e| {
-                        SinkError::Offsets(format!("offsets record at {}:{} is not valid: {e}", m.partition(), m.offset()))
-                    })?),
-                };
             }
         }
     }
@@ -133,6 +223,27 @@ pub fn is_client_security_key(k: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn pos(i: &str) -> Position {
+        Position { instant: i.into(), completed: None }
+    }
+
+    #[test]
+    fn handoff_publishes_up_to_each_old_owner_and_inside_its_unit() {
+        let mut splits = BTreeMap::new();
+        splits.insert("s".to_string(), SplitProgress { consumed: 2, done: false });
+        let mut old = BTreeMap::new();
+        // old task 0 is at 5 with 6 half emitted; old task 1 is at 3 (the new task starts there)
+        old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits }), passed: false, handoff: None });
+        old.insert(1, OldTask { issued: Some(pos("3")), in_flight: None, passed: true, handoff: None });
+        let mut h = Handoff { tasks: 2, old };
+        assert!(h.published(0, &pos("4"), false, "s", 0), "owner 0 emitted up to 5");
+        assert!(!h.published(1, &pos("4"), false, "s", 0), "owner 1 stopped at 3");
+        assert!(!h.finished(&pos("4")));
+        assert!(!h.finished(&pos("5")));
+        assert!(h.published(0, &pos("6"), false, "s", 1) && !h.published(0, &pos("6"), false, "s", 2), "inside the unit");
+        assert!(h.finished(&pos("6")), "past every old position and in-flight unit");
+    }
+
     #[test]
     fn offsets_json_round_trip() {
         let mut splits = BTreeMap::new();
@@ -142,6 +253,10 @@ mod tests {
             in_flight: Some(InFlight { unit: Position { instant: "3".into(), completed: None }, snapshot: false, splits }),
             records: 9,
             updated_ms: 1,
+            tasks: 3,
+            epoch: 2,
+            handoff: None,
+            first: None,
         };
         let s = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<Offsets>(&s).unwrap(), o);

@@ -168,4 +168,7 @@ pub trait Source: Send + Sync {
 
     /// Whether the configured end (`read.end-commit`, `end-snapshot-id`) has been emitted.
     fn reached_end(&self, issued: &Position) -> bool;
+
+    /// A string that orders positions in table history (comparing the positions of tasks).
+    fn order(&self, p: &Position) -> Result<String, SourceError>;
 }

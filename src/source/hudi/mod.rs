@@ -97,6 +97,10 @@ impl Source for HudiSource {
         self.read(unit, done, emit)
     }
 
+    fn order(&self, p: &Position) -> Result<String, SourceError> {
+        Ok(p.order_key().to_string())
+    }
+
     fn reached_end(&self, issued: &Position) -> bool {
         self.end_commit.as_ref().is_some_and(|end| issued.instant.as_str() >= end.as_str())
     }

@@ -281,6 +281,14 @@ impl Source for IcebergSource {
         self.read(unit, done, emit).map_err(|e| gone_hint(e, unit))
     }
 
+    fn order(&self, p: &Position) -> Result<String, SourceError> {
+        let md = self.metadata()?;
+        let snap = p.instant.parse::<i64>().ok().and_then(|id| md.snapshot(id)).ok_or_else(|| SourceError::Unreadable {
+            message: format!("snapshot {} is no longer in the table metadata (expired)", p.instant),
+        })?;
+        Ok(format!("{:020}", snap.sequence_number))
+    }
+
     fn reached_end(&self, issued: &Position) -> bool {
         self.opts.end_snapshot_id.is_some_and(|end| issued.instant == end.to_string())
     }

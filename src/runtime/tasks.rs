@@ -1,0 +1,225 @@
+//! Tasks and generations. `tasks.max=N` runs N tasks over one table; a row belongs to task
+//! `hash(key) % N`, so every event of a key comes from one task, in order. Each task has its own
+//! transactional producer and offsets record. Changing N starts a new generation (epoch + 1):
+//! its tasks fence the previous generation's transactional ids, then take over from the previous
+//! generation's positions — a key's events up to its old owner's position are not emitted again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::RuntimeError;
+use crate::config::ConnectorConfig;
+use crate::sink::offsets::{read_offsets_matching, FirstUnit, Handoff, InFlight, OldTask, Offsets};
+use crate::source::Position;
+use crate::sink::{fence, SinkError};
+use crate::source::Source;
+
+/// Every committed offsets record of this connector and table, by (tasks, task).
+fn read_generations(cfg: &ConnectorConfig) -> Result<HashMap<(u32, u32), Offsets>, SinkError> {
+    let parse = |k: &[u8]| -> Option<(u32, u32)> {
+        let v: serde_json::Value = serde_json::from_slice(k).ok()?;
+        let (name, part) = (v.get(0)?.as_str()?, v.get(1)?);
+        if name != cfg.name || part.get("table")?.as_str()? != cfg.table_id {
+            return None;
+        }
+        let task = part.get("task")?.as_u64()? as u32;
+        let tasks = part.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
+        Some((tasks, task))
+    };
+    let all = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| parse(k).is_some())?;
+    Ok(all.into_iter().filter_map(|(k, o)| parse(&k).map(|id| (id, o))).collect())
+}
+
+/// The records of generation `epoch` (of `tasks` tasks), a missing task's record filled in with
+/// the state it would have started from (it never committed).
+fn generation(
+    cfg: &ConnectorConfig,
+    source: &Arc<dyn Source>,
+    all: &HashMap<(u32, u32), Offsets>,
+    tasks: u32,
+    epoch: u64,
+) -> Result<BTreeMap<u32, Offsets>, RuntimeError> {
+    let mut out = BTreeMap::new();
+    for j in 0..tasks {
+        let o = match all.get(&(tasks, j)).filter(|o| o.epoch == epoch) {
+            Some(o) => o.clone(),
+            None => initial(cfg, source, all, tasks, j, epoch)?,
+        };
+        out.insert(j, o);
+    }
+    Ok(out)
+}
+
+/// The state task `task` of generation `epoch` starts from: fresh in the first generation, else a
+/// handoff from the generation before.
+fn initial(
+    cfg: &ConnectorConfig,
+    source: &Arc<dyn Source>,
+    all: &HashMap<(u32, u32), Offsets>,
+    tasks: u32,
+    task: u32,
+    epoch: u64,
+) -> Result<Offsets, RuntimeError> {
+    let prev = all.values().map(|o| o.epoch).filter(|e| *e < epoch).max();
+    match prev {
+        None => Ok(Offsets { tasks, epoch, ..Default::default() }),
+        Some(prev) => {
+            let prev_tasks = generation_size(all, prev);
+            let old = generation(cfg, source, all, prev_tasks, prev)?;
+            handoff_state(cfg, source, (tasks, task), prev_tasks, old, epoch)
+        }
+    }
+}
+
+/// `tasks.max` of a generation (records of older builds have tasks 0: one task).
+fn generation_size(all: &HashMap<(u32, u32), Offsets>, epoch: u64) -> u32 {
+    all.iter().filter(|(_, o)| o.epoch == epoch).map(|((t, _), _)| *t).max().unwrap_or(1).max(1)
+}
+
+fn handoff_state(
+    cfg: &ConnectorConfig,
+    source: &Arc<dyn Source>,
+    (new_tasks, task): (u32, u32),
+    tasks: u32,
+    old: BTreeMap<u32, Offsets>,
+    epoch: u64,
+) -> Result<Offsets, RuntimeError> {
+    let stuck = |why: &str| {
+        RuntimeError::Sink(SinkError::Offsets(format!(
+            "connector {}: tasks.max changed from {tasks} to {new_tasks}, but {why}; run it with tasks.max={tasks} \
+             until its first unit is emitted, then change tasks.max",
+            cfg.name
+        )))
+    };
+    let fresh = old.values().all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
+    if fresh {
+        return Ok(Offsets { tasks: new_tasks, epoch, ..Default::default() });
+    }
+    // a task that has not finished its first unit: the new task redoes that unit (the same one
+    // every old task started with) for the keys it had not emitted
+    let first = if old.values().any(|o| o.issued.is_none()) {
+        let mut firsts: Vec<FirstUnit> = Vec::new();
+        let in_flight_firsts = old.values().filter(|o| o.issued.is_none()).filter_map(|o| {
+            o.in_flight.as_ref().map(|f| FirstUnit { unit: f.unit.clone(), snapshot: f.snapshot })
+        });
+        for f in old.values().filter_map(|o| o.first.clone()).chain(in_flight_firsts) {
+            if !firsts.contains(&f) {
+                firsts.push(f);
+            }
+        }
+        match firsts.as_slice() {
+            [f] => Some(f.clone()),
+            [] => None,
+            _ => return Err(stuck("its tasks started from different first units")),
+        }
+    } else {
+        None
+    };
+    let start = if first.is_some() {
+        None
+    } else {
+        let mut start: Option<(String, Position)> = None;
+        for p in old.values().filter_map(|o| o.issued.as_ref()) {
+            let k = source.order(p)?;
+            if start.as_ref().is_none_or(|(sk, _)| k < *sk) {
+                start = Some((k, p.clone()));
+            }
+        }
+        start.map(|s| s.1)
+    };
+    let old_tasks = old
+        .into_iter()
+        .map(|(j, o)| {
+            let passed = o.issued.is_none() || o.issued == start;
+            (j, OldTask { issued: o.issued, in_flight: o.in_flight, passed, handoff: o.handoff })
+        })
+        .collect();
+    tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch, start = ?start, first = ?first,
+        "tasks.max changed: taking over from the previous generation");
+    Ok(Offsets {
+        issued: start,
+        in_flight: first.as_ref().map(|f| InFlight { unit: f.unit.clone(), snapshot: f.snapshot, splits: Default::default() }),
+        tasks: new_tasks,
+        epoch,
+        handoff: Some(Handoff { tasks, old: old_tasks }),
+        first,
+        ..Default::default()
+    })
+}
+
+/// Where this task starts (and whether that state is new, to be committed at once): its own
+/// record, a fresh start, or a handoff from the previous generation, whose transactional ids are
+/// fenced first so none of its tasks can still commit.
+pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Result<(Offsets, bool), RuntimeError> {
+    let read = |cfg: ConnectorConfig| async move {
+        tokio::task::spawn_blocking(move || read_generations(&cfg)).await.expect("offsets reader panicked")
+    };
+    let all = read(cfg.clone()).await?;
+    let newest = all.values().map(|o| o.epoch).max();
+    let (n, i) = (cfg.tasks, cfg.task_id);
+    let epoch = match newest {
+        None => return Ok((Offsets { tasks: n, ..Default::default() }, true)),
+        Some(e) if generation_size(&all, e) == n => {
+            if let Some(own) = all.get(&(n, i)).filter(|o| o.epoch == e) {
+                return Ok((Offsets { tasks: n, ..own.clone() }, false));
+            }
+            e
+        }
+        Some(e) => {
+            for j in 0..generation_size(&all, e) {
+                let id = cfg.transactional_id_for(generation_size(&all, e), j);
+                if id != cfg.transactional_id() {
+                    fence(cfg, &id).await?;
+                }
+            }
+            e + 1
+        }
+    };
+    // read again: the fenced generation can no longer change its records
+    let all = read(cfg.clone()).await?;
+    let (src, cfg) = (source.clone(), cfg.clone());
+    let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, n, i, epoch)).await.expect("handoff panicked")?;
+    Ok((state, true))
+}
+
+/// Task 0's first unit per connector, for the other tasks of a fresh connector in this process
+/// (`None` inside: task 0 found nothing to emit yet).
+type FirstUnits = std::sync::Mutex<HashMap<String, tokio::sync::watch::Sender<Option<Option<FirstUnit>>>>>;
+static FIRST_UNITS: std::sync::OnceLock<FirstUnits> = std::sync::OnceLock::new();
+
+fn first_units_channel(cfg: &ConnectorConfig) -> tokio::sync::watch::Sender<Option<Option<FirstUnit>>> {
+    let map = FIRST_UNITS.get_or_init(Default::default);
+    let key = format!("{}\u{0}{}", cfg.name, cfg.table_id);
+    map.lock().expect("first units lock").entry(key).or_insert_with(|| tokio::sync::watch::channel(None).0).clone()
+}
+
+pub fn publish_first_unit(cfg: &ConnectorConfig, first: Option<FirstUnit>) {
+    first_units_channel(cfg).send_replace(Some(first));
+}
+
+/// Task 0's first unit: from this process when task 0 runs here, else from its offsets record.
+/// Waits up to a minute; `None` when task 0 has none (the task then applies the start strategy).
+pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
+    let mut rx = first_units_channel(cfg).subscribe();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(v) = rx.borrow().clone() {
+            return v;
+        }
+        let c = cfg.clone();
+        let recorded = tokio::task::spawn_blocking(move || read_generations(&c)).await.ok()?.ok()?;
+        if let Some(f) = recorded.get(&(cfg.tasks, 0)).and_then(|o| o.first.clone()) {
+            return Some(f);
+        }
+        if tokio::time::Instant::now() > deadline {
+            tracing::warn!(connector = %cfg.name, task = cfg.task_id, "task 0 chose no first unit within a minute; applying the start strategy here");
+            return None;
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), rx.changed()).await;
+    }
+}
+
+/// The task a key belongs to.
+pub fn owner(key_hash: u32, tasks: u32) -> u32 {
+    key_hash % tasks.max(1)
+}
