@@ -10,4 +10,5 @@ pub mod generate;
 pub mod metrics;
 pub mod runtime;
 pub mod sink;
+pub mod storage;
 pub mod source;

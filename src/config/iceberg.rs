@@ -106,7 +106,7 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
         "hadoop" | "path" => {
             let raw = v.required("table.path", "the table directory or a metadata.json file")?;
             let p = super::local_path(&raw).map_err(|m| v.invalid("table.path", m))?;
-            if !p.exists() {
+            if !crate::storage::is_remote(&p) && !p.exists() {
                 return Err(v.invalid("table.path", format!("`{}` does not exist", p.display())));
             }
             Ok(TableLocation::Path(p))

@@ -66,6 +66,8 @@ pub struct ConnectorConfig {
     pub table_id: String,
     /// Iceberg table location and read options (`connector.class=iceberg`).
     pub iceberg: Option<IcebergOptions>,
+    /// Object-store settings (`s3.*`) for `s3://`, `gs://`, `az://` tables.
+    pub storage: crate::storage::StorageOptions,
     pub topic: String,
     pub bootstrap_servers: String,
     pub schema_registry_url: String,
@@ -305,6 +307,15 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         table_path,
         table_id,
         iceberg,
+        storage: crate::storage::StorageOptions {
+            s3_endpoint: v.get("s3.endpoint"),
+            s3_region: v.get("s3.region"),
+            s3_access_key_id: v.get("s3.access-key-id"),
+            s3_secret_access_key: v.get("s3.secret-access-key"),
+            s3_session_token: v.get("s3.session-token"),
+            s3_path_style: v.bool_or("s3.path-style-access", false)?,
+            s3_allow_http: v.bool_or("s3.allow-http", false)?,
+        },
         topic: v.required("topic", "the Kafka topic for change events")?,
         bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
         schema_registry_url: registry.trim_end_matches('/').to_string(),
@@ -351,23 +362,19 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
 
 fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
     let p = local_path(raw)?;
-    if !p.is_dir() {
+    if !crate::storage::is_remote(&p) && !p.is_dir() {
         return Err(format!("`{}` is not a directory", p.display()));
     }
     Ok(p)
 }
 
-/// A local path from `/path`, `file:/path` or `file:///path`.
+/// A storage path from `/path`, `file:/path`, `file:///path` or an object-store URL
+/// (`s3://bucket/key`, `s3a://`, `gs://`, `az://`, `abfs[s]://`).
 fn local_path(raw: &str) -> Result<PathBuf, String> {
-    let p = if let Some(rest) = raw.strip_prefix("file://") {
-        PathBuf::from(rest)
-    } else if let Some(rest) = raw.strip_prefix("file:") {
-        PathBuf::from(rest)
-    } else if raw.contains("://") {
-        return Err(format!("`{raw}`: only local paths and file:// URIs are supported in this build"));
-    } else {
-        PathBuf::from(raw)
-    };
+    let p = crate::storage::path_of(raw.trim_end_matches('/'));
+    if raw.contains("://") && !raw.starts_with("file:") && !crate::storage::is_remote(&p) {
+        return Err(format!("`{raw}`: unsupported scheme (local paths, file://, s3://, s3a://, gs://, az://, abfs[s]://)"));
+    }
     Ok(p)
 }
 

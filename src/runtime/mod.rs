@@ -86,6 +86,7 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
 }
 
 async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
+    crate::storage::configure(&cfg.storage);
     let source: Arc<dyn Source> = {
         let c = cfg.clone();
         tokio::task::spawn_blocking(move || -> Result<Arc<dyn Source>, SourceError> {

@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::Array;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Deserialize;
 
 use super::log;
@@ -32,7 +31,7 @@ struct ManifestFile {
 /// The version of the live history manifest (`None` when there is no history).
 fn history_version(table: &TableConfig) -> Option<u64> {
     let dir = table.timeline_dir.join("history");
-    std::fs::read_to_string(dir.join("_version_")).ok()?.trim().parse().ok()
+    crate::storage::read_to_string(&dir.join("_version_")).ok()?.trim().parse().ok()
 }
 
 fn v6_archive_dir(table: &TableConfig) -> std::path::PathBuf {
@@ -41,15 +40,14 @@ fn v6_archive_dir(table: &TableConfig) -> std::path::PathBuf {
 
 /// Archive files of table version 6, oldest first.
 fn v6_archive_files(table: &TableConfig) -> Vec<(u64, std::path::PathBuf)> {
-    let mut out: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(v6_archive_dir(table))
+    let mut out: Vec<(u64, std::path::PathBuf)> = crate::storage::list(&v6_archive_dir(table))
         .map(|d| {
-            d.filter_map(|e| {
-                let e = e.ok()?;
-                let name = e.file_name().to_string_lossy().into_owned();
-                let n = name.strip_prefix(".commits_.archive.")?.split('_').next()?.parse().ok()?;
-                Some((n, e.path()))
-            })
-            .collect()
+            d.into_iter()
+                .filter_map(|e| {
+                    let n = e.name.strip_prefix(".commits_.archive.")?.split('_').next()?.parse().ok()?;
+                    Some((n, e.path))
+                })
+                .collect()
         })
         .unwrap_or_default();
     out.sort();
@@ -62,7 +60,7 @@ pub fn fingerprint(table: &TableConfig) -> Option<String> {
         return history_version(table).map(|v| v.to_string());
     }
     let files = v6_archive_files(table);
-    let size: u64 = files.iter().filter_map(|(_, p)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+    let size: u64 = files.iter().filter_map(|(_, p)| crate::storage::size(p).ok()).sum();
     (!files.is_empty()).then(|| format!("{}:{size}", files.len()))
 }
 
@@ -74,7 +72,7 @@ pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
     let Some(version) = history_version(table) else { return Ok(Vec::new()) };
     let dir = table.timeline_dir.join("history");
     let manifest_path = dir.join(format!("manifest_{version}"));
-    let manifest: Manifest = serde_json::from_slice(&std::fs::read(&manifest_path).map_err(SourceError::io(&manifest_path))?)
+    let manifest: Manifest = serde_json::from_slice(&crate::storage::read(&manifest_path).map_err(SourceError::io(&manifest_path))?)
         .map_err(|e| SourceError::format(&manifest_path, format!("bad history manifest: {e}")))?;
     let mut out = Vec::new();
     for f in manifest.files {
@@ -84,9 +82,8 @@ pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
 }
 
 fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceError> {
-    let file = std::fs::File::open(path).map_err(SourceError::io(path))?;
     let perr = |source| SourceError::Parquet { path: path.into(), source };
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file).map_err(perr)?.build().map_err(perr)?;
+    let reader = crate::storage::parquet(path)?.build().map_err(perr)?;
     for batch in reader {
         let batch = batch.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let col = |name: &str| {

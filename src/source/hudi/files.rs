@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
 use super::timeline::Timeline;
@@ -60,14 +59,13 @@ pub struct PartitionFiles {
 pub fn list_partition(table: &Path, partition: &str) -> Result<PartitionFiles, SourceError> {
     let dir = partition_dir(table, partition);
     let mut out = PartitionFiles::default();
-    let entries = match std::fs::read_dir(&dir) {
+    let entries = match crate::storage::list(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(SourceError::Io { path: dir, source: e }),
     };
     for e in entries {
-        let e = e.map_err(SourceError::io(&dir))?;
-        let name = e.file_name().to_string_lossy().into_owned();
+        let name = e.name;
         if let Some(b) = parse_base_name(&name) {
             out.base.entry(b.file_id.clone()).or_default().push(b);
         } else if let Some(l) = parse_log_name(&name) {
@@ -123,19 +121,17 @@ pub fn list_partitions(table: &Path) -> Result<Vec<String>, SourceError> {
     let mut stack = vec![(table.to_path_buf(), String::new())];
     while let Some((dir, rel)) = stack.pop() {
         let mut has_files = false;
-        for e in std::fs::read_dir(&dir).map_err(SourceError::io(&dir))? {
-            let e = e.map_err(SourceError::io(&dir))?;
-            let name = e.file_name().to_string_lossy().into_owned();
+        for e in crate::storage::list(&dir).map_err(SourceError::io(&dir))? {
+            let name = e.name.clone();
             if name.starts_with('.') && name != ".hoodie_partition_metadata" && parse_log_name(&name).is_none() {
                 continue;
             }
             if name == "__MACOSX" {
                 continue;
             }
-            let ft = e.file_type().map_err(SourceError::io(e.path()))?;
-            if ft.is_dir() {
+            if e.is_dir {
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-                stack.push((e.path(), child));
+                stack.push((e.path, child));
             } else if name == ".hoodie_partition_metadata" || parse_base_name(&name).is_some() {
                 has_files = true;
             }
@@ -162,10 +158,9 @@ pub fn base_as_of<'a>(files: &'a [BaseFile], timeline: &Timeline, at: &str, incl
 
 /// Read a base file, leaving out layout meta columns (and, with `only`, every other column).
 pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
-    let file = std::fs::File::open(path).map_err(SourceError::io(path))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let perr = |source| SourceError::Parquet { path: path.into(), source };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(perr)?;
+    let builder = crate::storage::parquet(path)?;
+    let size = crate::storage::size(path).unwrap_or(0);
     let keep: Vec<usize> = builder
         .schema()
         .fields()

@@ -131,7 +131,7 @@ fn find_magic(b: &[u8], from: usize) -> Option<usize> {
 
 /// All readable blocks of a log file, in file order; damaged stretches are skipped and counted.
 pub fn read_blocks(path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
-    let all = Bytes::from(std::fs::read(path).map_err(SourceError::io(path))?);
+    let all = crate::storage::read(path).map_err(SourceError::io(path))?;
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < all.len() {

@@ -99,7 +99,7 @@ impl FileCache {
         if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
             return Ok(v.clone());
         }
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let size = crate::storage::size(path).unwrap_or(0);
         let v = Arc::new((log::read_blocks(path, connector)?, size));
         self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
         Ok(v)

@@ -32,10 +32,10 @@ pub struct TableConfig {
 impl TableConfig {
     pub fn load(path: &Path) -> Result<Self, SourceError> {
         let file = path.join(".hoodie").join("hoodie.properties");
-        let f = std::fs::File::open(&file).map_err(|e| SourceError::Unreadable {
+        let f = crate::storage::read(&file).map_err(|e| SourceError::Unreadable {
             message: format!("{}: not a Hudi table (cannot open {}: {e})", path.display(), file.display()),
         })?;
-        let props = java_properties::read(std::io::BufReader::new(f))
+        let props = java_properties::read(std::io::BufReader::new(&f[..]))
             .map_err(|e| SourceError::format(&file, e.to_string()))?;
         let version: u32 = props.get("hoodie.table.version").and_then(|v| v.parse().ok()).unwrap_or(6);
         let layout: u32 = props
@@ -110,17 +110,16 @@ pub struct Timeline {
 impl Timeline {
     pub fn load(table: &TableConfig) -> Result<Self, SourceError> {
         let dir = &table.timeline_dir;
-        let entries = std::fs::read_dir(dir).map_err(SourceError::io(dir))?;
+        let entries = crate::storage::list(dir).map_err(SourceError::io(dir))?;
         let mut completed = Vec::new();
         let mut seen_states: BTreeMap<String, bool> = BTreeMap::new(); // requested -> has completed file
         for e in entries {
-            let e = e.map_err(SourceError::io(dir))?;
-            let name = e.file_name().to_string_lossy().into_owned();
+            let name = e.name.clone();
             let Some(parsed) = parse_name(&name, table.layout) else { continue };
             match parsed {
                 Parsed::Completed { requested, completed: c, action } => {
                     seen_states.insert(requested.clone(), true);
-                    completed.push(Instant { requested, completed: c, action, meta: MetaSource::File(e.path()) });
+                    completed.push(Instant { requested, completed: c, action, meta: MetaSource::File(e.path.clone()) });
                 }
                 Parsed::Pending { requested } => {
                     seen_states.entry(requested).or_insert(false);
@@ -233,7 +232,7 @@ pub struct WriteStat {
 impl CommitMetadata {
     pub fn load(source: &MetaSource) -> Result<Self, SourceError> {
         match source {
-            MetaSource::File(file) => Self::parse(&std::fs::read(file).map_err(SourceError::io(file))?, file),
+            MetaSource::File(file) => Self::parse(&crate::storage::read(file).map_err(SourceError::io(file))?, file),
             MetaSource::Archived(bytes) => Self::parse(bytes, Path::new("(archived timeline)")),
             MetaSource::Json(v) if v.is_null() => Ok(Self::default()),
             MetaSource::Json(v) => serde_json::from_value(v.as_ref().clone())

@@ -3,12 +3,10 @@
 //! sequence-number rules, and the live-row mask they leave.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{Schema, SchemaRef};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use roaring::RoaringTreemap;
 
@@ -106,9 +104,8 @@ impl DeleteReader {
             return Ok(hit.clone());
         }
         let path = local(&d.path)?;
-        let file = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
         let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq)?;
+        let builder = crate::storage::parquet(&path)?;
         let schema = builder.schema().clone();
         let idx: Vec<usize> = ["file_path", "pos"]
             .iter()
@@ -150,9 +147,8 @@ impl DeleteReader {
         let schema = Arc::new(Schema::new(fields));
         let keys = RowKeys::new(&schema, None)?;
         let mut rows = HashSet::new();
-        let file = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
         let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
-        for b in ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq)?.build().map_err(pq)? {
+        for b in crate::storage::parquet(&path)?.build().map_err(pq)? {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let b = conform_by_id(&b, &schema)?;
             let r = keys.rows(&b)?;
@@ -172,9 +168,7 @@ pub fn read_dv(d: &DataFile) -> Result<RoaringTreemap, SourceError> {
     let (Some(off), Some(size)) = (d.content_offset, d.content_size) else {
         return Err(SourceError::format(&path, "deletion vector entry without content_offset / content_size_in_bytes"));
     };
-    let mut f = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
-    let mut blob = vec![0u8; size as usize];
-    f.seek(SeekFrom::Start(off as u64)).and_then(|_| f.read_exact(&mut blob)).map_err(SourceError::io(&path))?;
+    let blob = crate::storage::read_range(&path, off as u64, size as u64).map_err(SourceError::io(&path))?;
     let bad = |m: &str| SourceError::format(&path, format!("deletion vector at offset {off}: {m}"));
     if blob.len() < 12 {
         return Err(bad("blob too short"));

@@ -106,8 +106,8 @@ fn display(v: &Value) -> String {
 
 fn records(path: &str) -> Result<(Vec<Vec<(String, Value)>>, HashMap<String, Vec<u8>>), SourceError> {
     let p = local(path)?;
-    let f = std::fs::File::open(&p).map_err(SourceError::io(&p))?;
-    let reader = apache_avro::Reader::new(std::io::BufReader::new(f))
+    let bytes = crate::storage::read(&p).map_err(SourceError::io(&p))?;
+    let reader = apache_avro::Reader::new(&bytes[..])
         .map_err(|e| SourceError::format(&p, format!("not an Avro manifest: {e}")))?;
     let meta = reader.user_metadata().clone();
     let mut out = Vec::new();

@@ -92,7 +92,7 @@ pub struct PartitionSpec {
 
 impl TableMetadata {
     pub fn load(path: &Path) -> Result<Self, SourceError> {
-        let text = std::fs::read(path).map_err(SourceError::io(path))?;
+        let text = crate::storage::read(path).map_err(SourceError::io(path))?;
         let mut md: TableMetadata = serde_json::from_slice(&text)
             .map_err(|e| SourceError::format(path, format!("not Iceberg table metadata: {e}")))?;
         if md.current_snapshot_id == Some(-1) {
@@ -123,17 +123,15 @@ impl TableMetadata {
     }
 }
 
-/// A local path from a metadata location (`file:/x`, `file:///x` or `/x`).
+/// The storage path of a metadata location (`file:/x`, `file:///x`, `/x`, `s3://b/x`, ...).
 pub fn local(location: &str) -> Result<PathBuf, SourceError> {
-    if let Some(rest) = location.strip_prefix("file://") {
-        Ok(PathBuf::from(rest))
-    } else if let Some(rest) = location.strip_prefix("file:") {
-        Ok(PathBuf::from(rest))
-    } else if location.contains("://") {
-        Err(SourceError::Unsupported { message: format!("{location}: only local files are supported in this build") })
-    } else {
-        Ok(PathBuf::from(location))
+    let p = crate::storage::path_of(location);
+    if location.contains("://") && !location.starts_with("file:") && !crate::storage::is_remote(&p) {
+        return Err(SourceError::Unsupported {
+            message: format!("{location}: unsupported scheme (file, s3, s3a, gs, az, abfs[s] are)"),
+        });
     }
+    Ok(p)
 }
 
 /// The version number of a metadata file name: `v12.metadata.json` or `00012-<uuid>.metadata.json`.
@@ -149,24 +147,21 @@ fn metadata_version(name: &str) -> Option<u64> {
 /// The current metadata file of a table.
 pub fn current_metadata_file(loc: &TableLocation) -> Result<PathBuf, SourceError> {
     match loc {
-        TableLocation::Path(p) if p.is_file() => Ok(p.clone()),
+        TableLocation::Path(p) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
         TableLocation::Path(p) => {
-            let dir = if p.join("metadata").is_dir() { p.join("metadata") } else { p.clone() };
+            let dir = if p.ends_with("metadata") { p.clone() } else { p.join("metadata") };
             let hint = dir.join("version-hint.text");
-            if let Ok(text) = std::fs::read_to_string(&hint) {
+            if let Ok(text) = crate::storage::read_to_string(&hint) {
                 let v = text.trim();
                 let f = dir.join(format!("v{v}.metadata.json"));
-                if f.is_file() {
+                if crate::storage::size(&f).is_ok() {
                     return Ok(f);
                 }
             }
-            let newest = std::fs::read_dir(&dir)
+            let newest = crate::storage::list(&dir)
                 .map_err(SourceError::io(&dir))?
-                .filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().to_string();
-                    metadata_version(&name).map(|v| (v, e.path()))
-                })
+                .into_iter()
+                .filter_map(|e| metadata_version(&e.name).map(|v| (v, e.path)))
                 .max_by_key(|(v, _)| *v);
             newest.map(|(_, p)| p).ok_or_else(|| SourceError::Unreadable {
                 message: format!("{}: no Iceberg metadata (*.metadata.json or version-hint.text) found", dir.display()),

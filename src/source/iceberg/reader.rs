@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
 use super::manifest::DataFile;
@@ -66,9 +65,8 @@ pub fn read_range(range: &FileRange, target: &SchemaRef) -> Result<RangeRows, So
         return Err(SourceError::Unsupported { message: format!("{}: {} data files are not supported (Parquet only)", f.path, f.format) });
     }
     let path = local(&f.path)?;
-    let file = std::fs::File::open(&path).map_err(SourceError::io(&path))?;
     let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq)?;
+    let builder = crate::storage::parquet(&path)?;
     let file_schema = builder.schema().clone();
     let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
     let wanted: Vec<usize> = file_schema

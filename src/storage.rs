@@ -1,0 +1,254 @@
+//! Table storage: local files, or an object store (S3 and S3-compatible stores, GCS, Azure) behind
+//! one path-shaped, blocking API for the readers (they run on blocking threads). A remote location
+//! keeps its URL as its "path" (`s3://bucket/warehouse/t`), so readers join, name and display paths
+//! the same way for both. Object-store calls run on a small runtime of their own.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+/// Object-store settings (`s3.*` connector keys; unset ones come from the usual environment
+/// variables and credential chain of each store).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageOptions {
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    pub s3_access_key_id: Option<String>,
+    pub s3_secret_access_key: Option<String>,
+    pub s3_session_token: Option<String>,
+    pub s3_path_style: bool,
+    pub s3_allow_http: bool,
+}
+
+static OPTIONS: OnceLock<StorageOptions> = OnceLock::new();
+type Stores = Mutex<HashMap<String, Arc<dyn ObjectStore>>>;
+static STORES: OnceLock<Stores> = OnceLock::new();
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+/// Set the process's object-store options (the first connector's; later calls are ignored).
+pub fn configure(opts: &StorageOptions) {
+    let _ = OPTIONS.set(opts.clone());
+}
+
+const SCHEMES: &[&str] = &["s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://"];
+
+pub fn is_remote(p: &Path) -> bool {
+    p.to_str().is_some_and(|s| SCHEMES.iter().any(|sc| s.starts_with(sc)))
+}
+
+/// A location string as a path (URLs kept as they are; `file:` stripped).
+pub fn path_of(location: &str) -> PathBuf {
+    if let Some(rest) = location.strip_prefix("file://") {
+        PathBuf::from(rest)
+    } else if let Some(rest) = location.strip_prefix("file:") {
+        PathBuf::from(rest)
+    } else if let Some(rest) = location.strip_prefix("s3a://") {
+        PathBuf::from(format!("s3://{rest}"))
+    } else {
+        PathBuf::from(location)
+    }
+}
+
+fn other(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+fn map_err(e: object_store::Error) -> io::Error {
+    match e {
+        object_store::Error::NotFound { .. } => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
+        other_err => other(other_err),
+    }
+}
+
+fn block_on<F>(f: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let rt = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("lakestream-storage")
+            .enable_all()
+            .build()
+            .expect("storage runtime")
+    });
+    // spawned, then awaited from any thread (async or not): never nests runtimes
+    futures::executor::block_on(rt.spawn(f)).expect("storage task panicked")
+}
+
+/// The store of a remote path and the object path inside it.
+fn store(p: &Path) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let s = p.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
+    let (scheme, rest) = s.split_once("://").ok_or_else(|| other(format!("{s}: not a URL")))?;
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    let id = format!("{scheme}://{bucket}");
+    let stores = STORES.get_or_init(Default::default);
+    let mut map = stores.lock().expect("stores lock");
+    let st = match map.get(&id) {
+        Some(st) => st.clone(),
+        None => {
+            let opts = OPTIONS.get().cloned().unwrap_or_default();
+            let st: Arc<dyn ObjectStore> = match scheme {
+                "s3" => {
+                    let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                    if let Some(e) = &opts.s3_endpoint {
+                        b = b.with_endpoint(e);
+                    }
+                    if let Some(r) = &opts.s3_region {
+                        b = b.with_region(r);
+                    }
+                    if let (Some(k), Some(sec)) = (&opts.s3_access_key_id, &opts.s3_secret_access_key) {
+                        b = b.with_access_key_id(k).with_secret_access_key(sec);
+                    }
+                    if let Some(t) = &opts.s3_session_token {
+                        b = b.with_token(t);
+                    }
+                    b = b.with_allow_http(opts.s3_allow_http).with_virtual_hosted_style_request(!opts.s3_path_style);
+                    Arc::new(b.build().map_err(other)?)
+                }
+                "gs" => Arc::new(
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket).build().map_err(other)?,
+                ),
+                _ => Arc::new(
+                    object_store::azure::MicrosoftAzureBuilder::from_env().with_url(format!("{scheme}://{bucket}")).build().map_err(other)?,
+                ),
+            };
+            map.insert(id, st.clone());
+            st
+        }
+    };
+    Ok((st, ObjectPath::from(key.trim_matches('/'))))
+}
+
+pub fn read(p: &Path) -> io::Result<Bytes> {
+    if !is_remote(p) {
+        return std::fs::read(p).map(Bytes::from);
+    }
+    let (st, key) = store(p)?;
+    block_on(async move { st.get(&key).await?.bytes().await }).map_err(map_err)
+}
+
+pub fn read_to_string(p: &Path) -> io::Result<String> {
+    String::from_utf8(read(p)?.to_vec()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+pub fn read_range(p: &Path, start: u64, len: u64) -> io::Result<Bytes> {
+    if !is_remote(p) {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(p)?;
+        let mut buf = vec![0u8; len as usize];
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf)?;
+        return Ok(Bytes::from(buf));
+    }
+    let (st, key) = store(p)?;
+    block_on(async move { st.get_range(&key, start..start + len).await }).map_err(map_err)
+}
+
+pub fn size(p: &Path) -> io::Result<u64> {
+    if !is_remote(p) {
+        return std::fs::metadata(p).map(|m| m.len());
+    }
+    let (st, key) = store(p)?;
+    block_on(async move { st.head(&key).await }).map(|m| m.size).map_err(map_err)
+}
+
+pub fn exists(p: &Path) -> bool {
+    if !is_remote(p) {
+        return p.exists();
+    }
+    size(p).is_ok() || list(p).is_ok_and(|l| !l.is_empty())
+}
+
+pub fn is_dir(p: &Path) -> bool {
+    if !is_remote(p) {
+        return p.is_dir();
+    }
+    list(p).is_ok_and(|l| !l.is_empty())
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub name: String,
+    pub path: PathBuf,
+    pub is_dir: bool,
+    pub size: u64,
+}
+
+/// The entries directly under `dir` (NotFound when a local directory does not exist; a remote
+/// prefix without objects is empty).
+pub fn list(dir: &Path) -> io::Result<Vec<Entry>> {
+    if !is_remote(dir) {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let ft = e.file_type()?;
+            let size = if ft.is_file() { e.metadata().map(|m| m.len()).unwrap_or(0) } else { 0 };
+            out.push(Entry { name: e.file_name().to_string_lossy().into_owned(), path: e.path(), is_dir: ft.is_dir(), size });
+        }
+        return Ok(out);
+    }
+    let (st, key) = store(dir)?;
+    let prefix = if key.as_ref().is_empty() { None } else { Some(key) };
+    let listing = block_on(async move { st.list_with_delimiter(prefix.as_ref()).await }).map_err(map_err)?;
+    let mut out = Vec::new();
+    for d in listing.common_prefixes {
+        let name = d.filename().unwrap_or_default().to_string();
+        out.push(Entry { path: dir.join(&name), name, is_dir: true, size: 0 });
+    }
+    for o in listing.objects {
+        let name = o.location.filename().unwrap_or_default().to_string();
+        out.push(Entry { path: dir.join(&name), name, is_dir: false, size: o.size });
+    }
+    Ok(out)
+}
+
+/// A file to read Parquet from: the local file, or the object's bytes.
+pub enum Input {
+    File(std::fs::File),
+    Bytes(Bytes),
+}
+
+pub fn open(p: &Path) -> io::Result<Input> {
+    if is_remote(p) { read(p).map(Input::Bytes) } else { std::fs::File::open(p).map(Input::File) }
+}
+
+impl parquet::file::reader::Length for Input {
+    fn len(&self) -> u64 {
+        match self {
+            Input::File(f) => f.len(),
+            Input::Bytes(b) => b.len() as u64,
+        }
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Input {
+    type T = Box<dyn io::Read + Send>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(match self {
+            Input::File(f) => Box::new(f.get_read(start)?),
+            Input::Bytes(b) => Box::new(b.get_read(start)?),
+        })
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        match self {
+            Input::File(f) => f.get_bytes(start, length),
+            Input::Bytes(b) => b.get_bytes(start, length),
+        }
+    }
+}
+
+/// Open and parse a local or remote path's Parquet footer.
+pub fn parquet(p: &Path) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<Input>, crate::source::SourceError> {
+    let input = open(p).map_err(crate::source::SourceError::io(p))?;
+    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input)
+        .map_err(|source| crate::source::SourceError::Parquet { path: p.to_path_buf(), source })
+}
