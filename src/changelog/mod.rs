@@ -11,7 +11,7 @@ use arrow_schema::{Field, SchemaRef};
 use serde_json::{json, Value};
 
 use self::avro::{avro_name, record, write_bytes, write_long, RowEncoder};
-use self::registry::RegistryClient;
+use self::registry::{RegistryClient, RegistryOptions};
 use crate::source::{ChangeRow, Op, SplitChanges, TableInfo, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -61,14 +61,14 @@ const SOURCE_FIELDS: &[(&str, &str)] = &[
 ];
 
 impl ChangelogEncoder {
-    pub fn new(connector: &str, topic: &str, table: TableInfo, tombstones: bool, registry_url: &str) -> Result<Self, ChangelogError> {
+    pub fn new(connector: &str, topic: &str, table: TableInfo, tombstones: bool, registry: &RegistryOptions) -> Result<Self, ChangelogError> {
         Ok(Self {
             connector: connector.into(),
             topic: topic.into(),
             namespace: format!("lakestream.{}", avro_name(&table.name)),
             table,
             tombstones,
-            registry: RegistryClient::new(registry_url)?,
+            registry: RegistryClient::new(registry)?,
             registered: HashMap::new(),
         })
     }

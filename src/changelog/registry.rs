@@ -12,16 +12,52 @@ use crate::metrics;
 pub struct RegistryClient {
     base: String,
     http: reqwest::Client,
+    auth: Option<Auth>,
     cache: Mutex<HashMap<(String, String), u32>>,
 }
 
+enum Auth {
+    Basic(String, String),
+    Bearer(String),
+}
+
+/// How to reach the registry: URL, credentials (Confluent's `schema.registry.basic.auth.user.info`
+/// or a bearer token) and TLS (CA bundle; client certificate and key for mutual TLS), all PEM.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryOptions {
+    pub url: String,
+    pub user_info: Option<String>,
+    pub bearer_token: Option<String>,
+    pub ca_location: Option<std::path::PathBuf>,
+    pub certificate_location: Option<std::path::PathBuf>,
+    pub key_location: Option<std::path::PathBuf>,
+}
+
 impl RegistryClient {
-    pub fn new(base: &str) -> Result<Self, ChangelogError> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| ChangelogError::Registry(format!("http client: {e}")))?;
-        Ok(Self { base: base.trim_end_matches('/').to_string(), http, cache: Mutex::new(HashMap::new()) })
+    pub fn new(opts: &RegistryOptions) -> Result<Self, ChangelogError> {
+        let bad = |what: &str, e: &dyn std::fmt::Display| ChangelogError::Registry(format!("{what}: {e}"));
+        let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        if let Some(ca) = &opts.ca_location {
+            let pem = std::fs::read(ca).map_err(|e| bad(&format!("schema.registry.ssl.ca.location {}", ca.display()), &e))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad("schema.registry.ssl.ca.location", &e))? {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        if let (Some(c), Some(k)) = (&opts.certificate_location, &opts.key_location) {
+            let mut pem = std::fs::read(c).map_err(|e| bad(&format!("schema.registry.ssl.certificate.location {}", c.display()), &e))?;
+            pem.extend(std::fs::read(k).map_err(|e| bad(&format!("schema.registry.ssl.key.location {}", k.display()), &e))?);
+            b = b.identity(reqwest::Identity::from_pem(&pem).map_err(|e| bad("client certificate", &e))?);
+        }
+        let http = b.build().map_err(|e| bad("http client", &e))?;
+        let auth = match (&opts.user_info, &opts.bearer_token) {
+            (Some(ui), _) => {
+                let (u, p) = ui.split_once(':').unwrap_or((ui.as_str(), ""));
+                Some(Auth::Basic(u.to_string(), p.to_string()))
+            }
+            (None, Some(t)) => Some(Auth::Bearer(t.clone())),
+            _ => None,
+        };
+        Ok(Self { base: opts.url.trim_end_matches('/').to_string(), http, auth, cache: Mutex::new(HashMap::new()) })
     }
 
     /// Register `schema` under `subject` (idempotent in the registry) and return its global id.
@@ -34,9 +70,13 @@ impl RegistryClient {
         let body = serde_json::json!({ "schema": schema });
         let mut delay = Duration::from_millis(200);
         for attempt in 1..=6 {
-            let res = self
-                .http
-                .post(&url)
+            let mut req = self.http.post(&url);
+            req = match &self.auth {
+                Some(Auth::Basic(u, p)) => req.basic_auth(u, Some(p)),
+                Some(Auth::Bearer(t)) => req.bearer_auth(t),
+                None => req,
+            };
+            let res = req
                 .header("Content-Type", "application/vnd.schemaregistry.v1+json")
                 .json(&body)
                 .send()

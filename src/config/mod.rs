@@ -66,6 +66,8 @@ pub struct ConnectorConfig {
     pub table_id: String,
     /// Iceberg table location and read options (`connector.class=iceberg`).
     pub iceberg: Option<IcebergOptions>,
+    /// Schema Registry URL, credentials and TLS.
+    pub registry: crate::changelog::registry::RegistryOptions,
     /// Object-store settings (`s3.*`) for `s3://`, `gs://`, `az://` tables.
     pub storage: crate::storage::StorageOptions,
     pub topic: String,
@@ -307,6 +309,14 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         table_path,
         table_id,
         iceberg,
+        registry: crate::changelog::registry::RegistryOptions {
+            url: registry.trim_end_matches('/').to_string(),
+            user_info: v.get("schema.registry.basic.auth.user.info"),
+            bearer_token: v.get("schema.registry.bearer.auth.token"),
+            ca_location: v.get("schema.registry.ssl.ca.location").map(PathBuf::from),
+            certificate_location: v.get("schema.registry.ssl.certificate.location").map(PathBuf::from),
+            key_location: v.get("schema.registry.ssl.key.location").map(PathBuf::from),
+        },
         storage: crate::storage::StorageOptions {
             s3_endpoint: v.get("s3.endpoint"),
             s3_region: v.get("s3.region"),

@@ -78,7 +78,10 @@ enum Flow {
 
 pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
     let name = cfg.name.clone();
+    let task = cfg.task_id.to_string();
+    metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
     let res = run_inner(cfg, opts).await;
+    metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
     if let Err(e) = &res {
         metrics::ERRORS.with_label_values(&[&name, e.kind()]).inc();
     }
@@ -102,7 +105,7 @@ async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Runtime
     let (state, new_state) = tasks::resume_state(&cfg, &source).await?;
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, issued = ?state.issued,
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
-    let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.schema_registry_url)?;
+    let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?;
     metrics::set_ready(true);
     let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, opts };
     if new_state {
@@ -215,6 +218,7 @@ impl Task {
         if let Some(why) = unit.skipped {
             tracing::debug!(connector = %name, instant = %unit.position.instant, why, "instant emits nothing");
             metrics::UNITS.with_label_values(&[name.as_str(), "skipped"]).inc();
+            metrics::SKIPPED.with_label_values(&[name.as_str(), why]).inc();
             return self.finish_unit(unit).await;
         }
         if self.state.issued.is_none() && self.state.first.is_none() {
@@ -276,6 +280,7 @@ impl Task {
             }
             progress.get_mut(&sc.split.id).expect("inserted above").done = true;
             finished += 1;
+            metrics::SPLITS_IN_FLIGHT.with_label_values(&[&name, &self.cfg.task_id.to_string()]).set((total - finished) as f64);
             if unit.snapshot {
                 metrics::SNAPSHOT_PROGRESS.with_label_values(&[&name]).set((total - finished) as f64);
                 tracing::info!(connector = %name, done = finished, total, rows = sc.rows.len(), "full scan progress");
