@@ -10,9 +10,8 @@ use std::sync::Arc;
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
 use crate::sink::offsets::{read_offsets_matching, FirstUnit, Handoff, InFlight, OldTask, Offsets};
-use crate::source::Position;
 use crate::sink::{fence, SinkError};
-use crate::source::Source;
+use crate::source::{Position, Source};
 
 /// Every committed offsets record of this connector and table, by (tasks, task).
 fn read_generations(cfg: &ConnectorConfig) -> Result<HashMap<(u32, u32), Offsets>, SinkError> {
