@@ -4,6 +4,7 @@ field. After every commit the connector runs, and the replayed topic equals pyic
 the current snapshot. The same table is then read through a REST catalog."""
 
 import json
+import os
 import random
 import threading
 import time
@@ -98,7 +99,14 @@ def history(tbl, rng, commits):
             old = rng.sample(live, min(len(live), rng.randint(1, 3)))
             rows = [random_row(rng, i, with_note) for i in old] + [random_row(rng, next_id, with_note)]
             next_id += 1
-            tbl.upsert(arrow_rows(tbl, rows))
+            if with_note:
+                # pyiceberg 0.12's upsert rejects a table whose schema gained a column; the same
+                # change as one transaction (delete + append snapshots in one metadata commit)
+                with tbl.transaction() as tx:
+                    tx.delete(In("id", old))
+                    tx.append(arrow_rows(tbl, rows))
+            else:
+                tbl.upsert(arrow_rows(tbl, rows))
         elif op == "delete":
             tbl.delete(In("id", rng.sample(live, min(len(live), rng.randint(1, 2)))))
         elif op == "delete_range":
@@ -117,7 +125,7 @@ def history(tbl, rng, commits):
 
 
 def test_pyiceberg_history_replays_at_every_commit(env, registry, tmp_path):
-    seed = int(time.time())
+    seed = int(os.environ.get("PYICEBERG_SEED", time.time()))
     print("pyiceberg history seed", seed)
     rng = random.Random(seed)
     db, cat, tbl = make_table(tmp_path)
