@@ -54,6 +54,16 @@ pub fn path_of(location: &str) -> PathBuf {
     }
 }
 
+/// A location (`/x`, `file:/x`, `file:///x`, or an object-store URL) as a storage path; an error
+/// names the schemes that are supported.
+pub fn parse_location(location: &str) -> Result<PathBuf, String> {
+    let p = path_of(location);
+    if location.contains("://") && !location.starts_with("file:") && !is_remote(&p) {
+        return Err(format!("`{location}`: unsupported scheme (local paths, file://, s3://, s3a://, gs://, az://, abfs[s]://)"));
+    }
+    Ok(p)
+}
+
 fn other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }

@@ -381,11 +381,7 @@ fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
 /// A storage path from `/path`, `file:/path`, `file:///path` or an object-store URL
 /// (`s3://bucket/key`, `s3a://`, `gs://`, `az://`, `abfs[s]://`).
 fn local_path(raw: &str) -> Result<PathBuf, String> {
-    let p = crate::storage::path_of(raw.trim_end_matches('/'));
-    if raw.contains("://") && !raw.starts_with("file:") && !crate::storage::is_remote(&p) {
-        return Err(format!("`{raw}`: unsupported scheme (local paths, file://, s3://, s3a://, gs://, az://, abfs[s]://)"));
-    }
-    Ok(p)
+    crate::storage::parse_location(raw.trim_end_matches('/'))
 }
 
 struct Validator<'a> {

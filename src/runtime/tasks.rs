@@ -165,8 +165,9 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
             e
         }
         Some(e) => {
-            for j in 0..generation_size(&all, e) {
-                let id = cfg.transactional_id_for(generation_size(&all, e), j);
+            let old_tasks = generation_size(&all, e);
+            for j in 0..old_tasks {
+                let id = cfg.transactional_id_for(old_tasks, j);
                 if id != cfg.transactional_id() {
                     fence(cfg, &id).await?;
                 }

@@ -76,19 +76,34 @@ fn retriable(e: &KafkaError) -> bool {
     matches!(e, KafkaError::Transaction(t) if t.is_retriable())
 }
 
-/// Fence a transactional id (of a previous generation of tasks): `init_transactions` under it
-/// bumps its epoch, so a zombie producer with that id can no longer commit, and aborts its open
-/// transaction.
-pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), SinkError> {
+/// A transactional producer's settings: ours, then `defaults`, then the user's
+/// `producer.override.*` (which win).
+fn producer_config(cfg: &ConnectorConfig, transactional_id: &str, defaults: &[(&str, &str)]) -> ClientConfig {
     let mut pc = ClientConfig::new();
     pc.set("bootstrap.servers", &cfg.bootstrap_servers)
         .set("transactional.id", transactional_id)
         .set("enable.idempotence", "true")
         .set("transaction.timeout.ms", cfg.transaction_timeout_ms.to_string());
+    for (k, v) in defaults {
+        pc.set(*k, *v);
+    }
     for (k, v) in &cfg.producer_overrides {
         pc.set(k, v);
     }
-    let timeout = Duration::from_millis(cfg.transaction_timeout_ms.max(10_000));
+    pc
+}
+
+/// How long a transaction call (init, commit, abort) may block.
+fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
+    Duration::from_millis(cfg.transaction_timeout_ms.max(10_000))
+}
+
+/// Fence a transactional id (of a previous generation of tasks): `init_transactions` under it
+/// bumps its epoch, so a zombie producer with that id can no longer commit, and aborts its open
+/// transaction.
+pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), SinkError> {
+    let pc = producer_config(cfg, transactional_id, &[]);
+    let timeout = txn_call_timeout(cfg);
     let mut attempt = 0;
     loop {
         let producer: ThreadedProducer<DefaultProducerContext> =
@@ -137,28 +152,21 @@ impl TxnSink {
     /// producer of this task and aborts the transaction it left open).
     pub async fn start(cfg: &ConnectorConfig) -> Result<Self, SinkError> {
         ensure_topics(cfg).await?;
-        let mut pc = ClientConfig::new();
-        pc.set("bootstrap.servers", &cfg.bootstrap_servers)
-            .set("transactional.id", cfg.transactional_id())
-            .set("enable.idempotence", "true")
-            .set("transaction.timeout.ms", cfg.transaction_timeout_ms.to_string())
-            .set("partitioner", "murmur2_random")
-            .set("linger.ms", "5")
-            .set("queue.buffering.max.messages", "1000000");
-        for (k, v) in &cfg.producer_overrides {
-            pc.set(k, v);
-        }
-        pc.set("statistics.interval.ms", "15000");
-        for (k, v) in &cfg.producer_overrides {
-            if k == "statistics.interval.ms" {
-                pc.set(k, v);
-            }
-        }
+        let pc = producer_config(
+            cfg,
+            &cfg.transactional_id(),
+            &[
+                ("partitioner", "murmur2_random"),
+                ("linger.ms", "5"),
+                ("queue.buffering.max.messages", "1000000"),
+                ("statistics.interval.ms", "15000"),
+            ],
+        );
         let ctx = StatsContext { connector: cfg.name.clone(), task: cfg.task_id.to_string() };
         let producer: ThreadedProducer<StatsContext> =
             pc.create_with_context(ctx).map_err(|e| SinkError::kafka("creating producer", e))?;
         let producer = Arc::new(producer);
-        let timeout = Duration::from_millis(cfg.transaction_timeout_ms.max(10_000));
+        let timeout = txn_call_timeout(cfg);
         let p = producer.clone();
         let started = Instant::now();
         blocking(move || p.init_transactions(timeout))

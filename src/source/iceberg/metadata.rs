@@ -125,13 +125,7 @@ impl TableMetadata {
 
 /// The storage path of a metadata location (`file:/x`, `file:///x`, `/x`, `s3://b/x`, ...).
 pub fn local(location: &str) -> Result<PathBuf, SourceError> {
-    let p = crate::storage::path_of(location);
-    if location.contains("://") && !location.starts_with("file:") && !crate::storage::is_remote(&p) {
-        return Err(SourceError::Unsupported {
-            message: format!("{location}: unsupported scheme (file, s3, s3a, gs, az, abfs[s] are)"),
-        });
-    }
-    Ok(p)
+    crate::storage::parse_location(location).map_err(|message| SourceError::Unsupported { message })
 }
 
 /// The version number of a metadata file name: `v12.metadata.json` or `00012-<uuid>.metadata.json`.
