@@ -85,6 +85,4 @@ def registry(env):
     return testkit.Registry(env.registry)
 
 
-def require_fixtures():
-    if not (testkit.FIXTURES / "hudi").is_dir():
-        pytest.skip(f"fixtures not found at {testkit.FIXTURES} (../shared/fixtures beside the repo)")
+require_fixtures = testkit.require_fixtures

@@ -125,12 +125,38 @@ def iceberg_props(tmp, env, table=None, **extra):
     topic = "ice-" + uuid.uuid4().hex[:10]
     base = {"connector.class": "iceberg", "key.fields": "id", "monitor-interval": "200ms"}
     base.update(extra)
-    props = connector_props(tmp, "c-" + topic, table or "", topic, env, **base)
-    text = props.read_text().replace("read.start-commit=earliest\n", "").replace("read.streaming.check-interval=200ms\n", "")
-    if table is None:
-        text = text.replace("table.path=\n", "")
-    props.write_text(text)
-    return props, topic
+    return connector_props(tmp, "c-" + topic, table, topic, env, **base), topic
+
+
+MERGE_HISTORY = "db.part_mor_v2"
+
+
+def merge_history(tmp, env, reveal_all=False, **extra):
+    """part_mor_v2 (position deletes, MERGE, partition delete, insert overwrite) with tiny
+    transactions and one file per split, its first version with a snapshot revealed (or all).
+    Returns (oracle, revealed table, props, topic, index of the last revealed version)."""
+    oracle = load_oracle(MERGE_HISTORY)
+    t = RevealedIceberg(MERGE_HISTORY, tmp / "tables")
+    props, topic = iceberg_props(tmp, env, t.table, **{
+        "transaction.max.records": "2", "split-size": "1", "split-file-open-cost": "1", **extra})
+    step = len(t.versions) - 1 if reveal_all else next(i for i in range(len(t.versions)) if t.current(i) is not None)
+    for i in range(step + 1):
+        t.reveal(i)
+    return oracle, t, props, topic, step
+
+
+def final_replay(env, registry, oracle, t, props, topic, label):
+    """Reveal what is left, run once, replay the whole topic (no (key, snapshot, op) twice, no
+    update or delete of a dead key) and compare with the oracle of the last snapshot."""
+    for i in range(len(t.versions)):
+        t.reveal(i)
+    run_once(props)
+    replay = Replay(registry)
+    replay.apply(consume_all(env, topic))
+    snaps = {s["snapshot_id"]: s for s in oracle["snapshots"]}
+    check_step(oracle, snaps, t.current(len(t.versions) - 1), replay, stable_columns(WAREHOUSE / MERGE_HISTORY.replace(".", "/")), label)
+    no_split_updates(replay)
+    return replay
 
 
 def replay_revealed(env, registry, name, tmp, first_version=0, catalog=False, **extra):

@@ -51,10 +51,8 @@ def test_sql_catalog_replays_to_oracle(env, registry, tmp_path, name):
 
 
 def spark_rows(oracle, columns):
-    out = []
-    for r in oracle["changelog"]["rows"] if isinstance(oracle["changelog"], dict) else oracle["changelog"]:
-        out.append((r["_commit_snapshot_id"], r["_change_type"], {k: v for k, v in r.items() if k in columns}))
-    return out
+    return [(r["_commit_snapshot_id"], r["_change_type"], {k: v for k, v in r.items() if k in columns})
+            for r in oracle["changelog"]["rows"]]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "(fixtures absent)" and ik.load_oracle(n).get("changelog")])

@@ -3,7 +3,6 @@ and a second instance of the same connector fencing the first."""
 
 import random
 import signal
-import subprocess
 import time
 import uuid
 
@@ -17,19 +16,11 @@ KILL_FIXTURE = "sample_table/cow/v9_txns_simple_meta"
 KILL_FIXTURES = [KILL_FIXTURE, "sample_table/mor/avro/v9_txns_simple_meta"]
 
 
-def start(props, *extra):
-    return subprocess.Popen([str(testkit.BIN), "run", *extra, str(props)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+start = testkit.start
 
 
 def setup(env, tmp_path, prefix, fixture=KILL_FIXTURE, **extra):
-    require_fixtures()
-    oracle = testkit.load_oracle(fixture)
-    table = testkit.extract(fixture, tmp_path / "t")
-    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
-    topic = f"{prefix}-" + uuid.uuid4().hex[:8]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
-    return oracle, oracle["instants"], revealed, topic, props
+    return testkit.revealed_fixture(env, tmp_path, prefix, fixture, **extra)
 
 
 def finish(env, registry, props, topic, oracle, rows):
@@ -113,34 +104,18 @@ def test_kill_9_while_streaming_an_iceberg_history(env, registry, tmp_path):
     seed = int(time.time())
     print("iceberg kill test seed", seed)
     rng = random.Random(seed)
-    name = "db.part_mor_v2"
-    oracle = ik.load_oracle(name)
-    t = ik.RevealedIceberg(name, tmp_path / "tables")
-    props, topic = ik.iceberg_props(tmp_path, env, t.table, **{
-        "transaction.max.records": "2", "monitor-interval": "50ms", "split-size": "1", "split-file-open-cost": "1"})
-    step = next(i for i in range(len(t.versions)) if t.current(i) is not None)
-    t.reveal(step)
+    oracle, t, props, topic, step = ik.merge_history(tmp_path, env, **{"monitor-interval": "50ms"})
     for _ in range(20):
         proc = start(props)
         # kill while it streams, not while it starts (a loaded machine starts slowly)
-        for line in proc.stderr:
-            if "resuming from stored offsets" in line:
-                break
+        testkit.wait_for_log(proc, "resuming from stored offsets")
         time.sleep(rng.uniform(0.02, 0.4))
         if step + 1 < len(t.versions) and rng.random() < 0.6:
             step += 1
             t.reveal(step)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    for i in range(step + 1, len(t.versions)):
-        t.reveal(i)
-    testkit.run_once(props)
-    replay = testkit.Replay(registry)  # asserts no (key, snapshot, op) twice
-    replay.apply(testkit.consume_all(env, topic))
-    snaps = {s["snapshot_id"]: s for s in oracle["snapshots"]}
-    ik.check_step(oracle, snaps, t.current(len(t.versions) - 1), replay,
-                  ik.stable_columns(ik.WAREHOUSE / "db" / "part_mor_v2"), f"seed {seed} final replay")
-    ik.no_split_updates(replay)
+    replay = ik.final_replay(env, registry, oracle, t, props, topic, f"seed {seed} final replay")
     assert {e["op"] for e in replay.events} >= {"r", "u", "d"}
 
 
@@ -169,18 +144,10 @@ def test_sigterm_mid_stream_leaves_no_open_transaction_and_resumes_exactly(env, 
     stored position is mid-history, and the restart publishes exactly the rest."""
     import icebergkit as ik
     ik.unpack()
-    name = "db.part_mor_v2"
-    oracle = ik.load_oracle(name)
-    t = ik.RevealedIceberg(name, tmp_path / "tables")
-    for i in range(len(t.versions)):
-        t.reveal(i)
-    props, topic = ik.iceberg_props(tmp_path, env, t.table, **{
-        "transaction.max.records": "2", "split-size": "1", "split-file-open-cost": "1",
-        "starting-strategy": "INCREMENTAL_FROM_EARLIEST_SNAPSHOT"})
+    oracle, t, props, topic, _ = ik.merge_history(tmp_path, env, reveal_all=True,
+                                                  **{"starting-strategy": "INCREMENTAL_FROM_EARLIEST_SNAPSHOT"})
     proc = start(props)
-    for line in proc.stderr:
-        if "emitting instant" in line:
-            break
+    testkit.wait_for_log(proc, "emitting instant")
     time.sleep(0.8)
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
@@ -192,8 +159,5 @@ def test_sigterm_mid_stream_leaves_no_open_transaction_and_resumes_exactly(env, 
     snaps = [s["snapshot_id"] for s in oracle["snapshots"]]
     seen = {int(testkit.Registry(env.registry).decode(v)["source"]["instant"]) for _, _, _, v in first if v}
     assert first and seen != set(snaps), "SIGTERM should land mid-history (it streamed everything in 0.8 s)"
-    testkit.run_once(props)
-    replay = testkit.Replay(registry)  # no (key, snapshot, op) twice across the stop
-    replay.apply(testkit.consume_all(env, topic))
-    ik.check_step(oracle, {s["snapshot_id"]: s for s in oracle["snapshots"]}, snaps[-1], replay,
-                  ik.stable_columns(ik.WAREHOUSE / "db" / "part_mor_v2"), "after SIGTERM and restart")
+    # no (key, snapshot, op) twice across the stop; the oracle of the last snapshot
+    ik.final_replay(env, registry, oracle, t, props, topic, "after SIGTERM and restart")

@@ -5,13 +5,11 @@ emitted) hands the keys over without losing or duplicating an event."""
 import json
 import random
 import signal
-import subprocess
 import time
 import uuid
 
 import icebergkit as ik
 import testkit
-from conftest import require_fixtures
 
 HUDI = "sample_table/mor/avro/v9_txns_simple_meta"
 
@@ -41,14 +39,9 @@ def offsets_keys(env, name):
 
 
 def test_three_tasks_in_one_process_replay_to_the_oracle(env, registry, tmp_path):
-    require_fixtures()
-    oracle = testkit.load_oracle(HUDI)
-    table = testkit.extract(HUDI, tmp_path / "t")
-    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
-    topic = "tasks-" + uuid.uuid4().hex[:8]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
-                                    **{"tasks.max": "3", "topic.creation.default.partitions": "3"})
-    replay, consumed = testkit.replay_steps(env, registry, revealed, oracle, oracle["instants"], props, topic, "3 tasks")
+    oracle, instants, revealed, topic, props = testkit.revealed_fixture(
+        env, tmp_path, "tasks", HUDI, **{"tasks.max": "3", "topic.creation.default.partitions": "3"})
+    replay, consumed = testkit.replay_steps(env, registry, revealed, oracle, instants, props, topic, "3 tasks")
     assert {e["op"] for e in replay.events} >= {"r", "u", "d"}
     keys = offsets_keys(env, "c-" + topic)
     assert {json.loads(k)["task"] for k in keys} == {0, 1, 2} and all(json.loads(k)["tasks"] == 3 for k in keys), keys
@@ -57,13 +50,8 @@ def test_three_tasks_in_one_process_replay_to_the_oracle(env, registry, tmp_path
 def run_and_kill_mid_unit(props, tasks, reveal, rng):
     """Start every task, wait until all resumed, reveal the next version, kill -9 while it is
     being emitted (2-record transactions take ~100 ms each)."""
-    p = subprocess.Popen([str(testkit.BIN), "run", str(props)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    ready, lines = 0, []
-    for line in p.stderr:
-        lines.append(line)
-        ready += "resuming from stored offsets" in line
-        if ready == tasks:
-            break
+    p = testkit.start(props)
+    lines, ready = testkit.wait_for_log(p, "resuming from stored offsets", tasks)
     if ready < tasks:
         p.wait()
         raise AssertionError(f"only {ready} of {tasks} tasks started (exit {p.returncode}): {''.join(lines)[-3000:]}")
@@ -85,14 +73,8 @@ def test_changing_tasks_max_mid_stream_loses_and_duplicates_nothing(env, registr
     seed = int(time.time())
     print("rescale seed", seed)
     rng = random.Random(seed)
-    name = "db.part_mor_v2"
-    oracle = ik.load_oracle(name)
-    t = ik.RevealedIceberg(name, tmp_path / "tables")
-    props, topic = ik.iceberg_props(tmp_path, env, t.table, **{
-        "transaction.max.records": "2", "monitor-interval": "50ms", "split-size": "1", "split-file-open-cost": "1",
-        "topic.creation.default.partitions": "2"})
-    step = next(i for i in range(len(t.versions)) if t.current(i) is not None)
-    t.reveal(step)
+    oracle, t, props, topic, step = ik.merge_history(tmp_path, env, **{
+        "monitor-interval": "50ms", "topic.creation.default.partitions": "2"})
     for n in [3, 2, 3, 1, 2]:
         set_tasks(props, n)
         for _ in range(2):
@@ -102,14 +84,6 @@ def test_changing_tasks_max_mid_stream_loses_and_duplicates_nothing(env, registr
                     step += 1
                     t.reveal(step)
             run_and_kill_mid_unit(props, n, reveal, rng)
-    for i in range(step + 1, len(t.versions)):
-        t.reveal(i)
-    testkit.run_once(props)
-    replay = testkit.Replay(registry)  # asserts no (key, snapshot, op) twice, no update/delete of a dead key
-    replay.apply(testkit.consume_all(env, topic))
-    snaps = {s["snapshot_id"]: s for s in oracle["snapshots"]}
-    ik.check_step(oracle, snaps, t.current(len(t.versions) - 1), replay,
-                  ik.stable_columns(ik.WAREHOUSE / "db" / "part_mor_v2"), f"seed {seed} after 3→2→3→1→2 tasks")
-    ik.no_split_updates(replay)
+    ik.final_replay(env, registry, oracle, t, props, topic, f"seed {seed} after 3→2→3→1→2 tasks")
     gens = {json.loads(k).get("tasks", 1) for k in offsets_keys(env, "c-" + topic)}
     assert gens == {1, 2, 3}, gens

@@ -31,6 +31,24 @@ HUDI_META = ("_hoodie_record_key", "_hoodie_partition_path", "_hoodie_commit_tim
 
 # ---------------------------------------------------------------- Hudi fixtures, revealed stepwise
 
+def require_fixtures():
+    if not (FIXTURES / "hudi").is_dir():
+        import pytest
+        pytest.skip(f"fixtures not found at {FIXTURES} (../shared/fixtures beside the repo)")
+
+
+def revealed_fixture(env, tmp_path, prefix, fixture, **extra):
+    """A Hudi fixture extracted with its completed instants hidden (see RevealedTable), and a
+    connector on it. Returns (oracle, instants, revealed, topic, props)."""
+    require_fixtures()
+    oracle = load_oracle(fixture)
+    table = extract(fixture, tmp_path / "t")
+    revealed = RevealedTable(table, oracle["timeline_layout_version"])
+    topic = f"{prefix}-" + uuid.uuid4().hex[:8]
+    props = connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
+    return oracle, oracle["instants"], revealed, topic, props
+
+
 def hudi_fixture_names():
     root = FIXTURES / "hudi"
     return sorted(str(p.relative_to(root))[:-4] for p in root.rglob("*.zip"))
@@ -124,21 +142,41 @@ def instant_order(inst):
 # ---------------------------------------------------------------- running the connector
 
 def connector_props(tmp: Path, name, table, topic, env, **extra):
+    """A connector file: Hudi (full scan from earliest, fast polls) unless `connector.class` says
+    otherwise; no `table.path` when `table` is None (a catalog names the table)."""
     props = {
         "name": name,
-        "connector.class": "hudi",
-        "table.path": str(table),
+        "connector.class": extra.pop("connector.class", "hudi"),
         "topic": topic,
         "bootstrap.servers": env.bootstrap,
         "schema.registry.url": env.registry,
         "offsets.storage.topic": env.offsets_topic,
-        "read.start-commit": "earliest",
-        "read.streaming.check-interval": "200ms",
     }
+    if table is not None:
+        props["table.path"] = str(table)
+    if props["connector.class"] == "hudi":
+        props.update({"read.start-commit": "earliest", "read.streaming.check-interval": "200ms"})
     props.update(extra)
     p = tmp / f"{name}.properties"
     p.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     return p
+
+
+def start(props: Path, *extra):
+    """`lakestream run` in the background, stderr piped (see `wait_for_log`)."""
+    return subprocess.Popen([str(BIN), "run", *extra, str(props)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_log(proc, needle, count=1):
+    """Read a started connector's log until `needle` appeared `count` times (or it exited);
+    returns the lines read and how many matched."""
+    lines, seen = [], 0
+    for line in proc.stderr:
+        lines.append(line)
+        seen += needle in line
+        if seen >= count:
+            break
+    return lines, seen
 
 
 def run_once(props: Path, timeout=120, check=True):
