@@ -18,7 +18,7 @@ use crate::sink::offsets::{read_offsets, FirstUnit, InFlight, Offsets};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;
-use crate::source::{Source, SourceError, SplitChanges, Unit};
+use crate::source::{Resume, Source, SourceError, SplitChanges, Unit};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -169,7 +169,7 @@ impl Task {
                 // tasks.max can hand over from one common first unit
                 if let Some(f) = tasks::first_unit_of_task0(&self.cfg).await {
                     self.state.first = Some(f.clone());
-                    self.state.in_flight = Some(InFlight { unit: f.unit, snapshot: f.snapshot, splits: Default::default() });
+                    self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
                 }
             }
             let (src, issued) = (self.source.clone(), self.state.issued.clone());
@@ -211,10 +211,8 @@ impl Task {
 
     async fn emit_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
         let name = self.cfg.name.clone();
-        let mut progress = match &self.state.in_flight {
-            Some(f) if f.unit == unit.position && f.snapshot == unit.snapshot => f.splits.clone(),
-            _ => Default::default(),
-        };
+        let resumed = self.state.in_flight.clone().filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot);
+        let mut progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
         if let Some(why) = unit.skipped {
             tracing::debug!(connector = %name, instant = %unit.position.instant, why, "instant emits nothing");
             metrics::UNITS.with_label_values(&[name.as_str(), "skipped"]).inc();
@@ -225,12 +223,20 @@ impl Task {
             self.state.first = Some(FirstUnit { unit: unit.position.clone(), snapshot: unit.snapshot });
         }
         let done: HashSet<String> = progress.iter().filter(|(_, p)| p.done).map(|(k, _)| k.clone()).collect();
+        // the row order of a unit read in key buckets depends on their number: a resumed unit,
+        // or one an old task of a handoff had half emitted, is read as it was first read
+        let buckets = resumed.as_ref().and_then(InFlight::pinned_buckets).or_else(|| {
+            self.state.handoff.as_ref().and_then(|h| {
+                h.old.values().filter_map(|o| o.in_flight.as_ref()).filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot).find_map(InFlight::pinned_buckets)
+            })
+        });
         tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action, operation = ?unit.operation,
-            snapshot = unit.snapshot, splits = unit.splits.len(), resumed_splits = done.len(), "emitting instant");
+            snapshot = unit.snapshot, splits = unit.splits.len(), resumed_splits = done.len(), ?buckets, "emitting instant");
+        let resume = Resume { done, buckets };
         let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
         let (src, u) = (self.source.clone(), unit.clone());
         let reader = tokio::task::spawn_blocking(move || {
-            src.read_unit(&u, &done, &mut |sc| {
+            src.read_unit(&u, &resume, &mut |sc| {
                 tx.blocking_send(sc).map_err(|_| SourceError::Unsupported { message: "reader stopped".into() })
             })
         });
@@ -239,22 +245,29 @@ impl Task {
         let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
         let mut key_buf = Vec::with_capacity(64);
         let filter = self.cfg.tasks > 1 || self.state.handoff.is_some();
+        let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>| InFlight {
+            unit: unit.position.clone(),
+            snapshot: unit.snapshot,
+            splits: progress.clone(),
+            buckets: buckets.filter(|b| *b != 1),
+        };
         while let Some(sc) = rx.recv().await {
             metrics::ROWS_READ.with_label_values(&[&name]).inc_by(sc.rows_read);
             metrics::BYTES_READ.with_label_values(&[&name]).inc_by(sc.bytes_read);
             let enc = self.encoder.split(unit, &sc).await?;
-            let entry = progress.entry(sc.split.id.clone()).or_default();
-            let skip = entry.consumed as usize;
+            let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();
+            let skip = consumed.saturating_sub(sc.first_row) as usize;
             for (i, row) in sc.rows.iter().enumerate().skip(skip) {
+                let index = sc.first_row + i as u64;
                 if filter {
                     let h = enc.key_hash(row, &mut key_buf);
                     let mine = tasks::owner(h, self.cfg.tasks) == self.cfg.task_id;
                     let published = self.state.handoff.as_ref().is_some_and(|ho| {
-                        ho.published(h, &unit.position, unit.snapshot, &sc.split.id, i as u64)
+                        ho.published(h, &unit.position, unit.snapshot, &sc.split.id, index)
                     });
                     if !mine || published {
-                        progress.get_mut(&sc.split.id).expect("inserted above").consumed = i as u64 + 1;
+                        progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
                         continue;
                     }
                 }
@@ -267,9 +280,9 @@ impl Task {
                     *self.written.entry("tombstone").or_default() += 1;
                 }
                 self.state.records += records.len() as u64;
-                progress.get_mut(&sc.split.id).expect("inserted above").consumed = i as u64 + 1;
+                progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
                 if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || (i % 1024 == 0 && self.stopping()) {
-                    self.state.in_flight = Some(InFlight { unit: unit.position.clone(), snapshot: unit.snapshot, splits: progress.clone() });
+                    self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets)));
                     self.commit().await?;
                     if self.stopping() {
                         drop(rx);
@@ -278,14 +291,16 @@ impl Task {
                     }
                 }
             }
-            progress.get_mut(&sc.split.id).expect("inserted above").done = true;
-            finished += 1;
-            metrics::SPLITS_IN_FLIGHT.with_label_values(&[&name, &self.cfg.task_id.to_string()]).set((total - finished) as f64);
-            if unit.snapshot {
-                metrics::SNAPSHOT_PROGRESS.with_label_values(&[&name]).set((total - finished) as f64);
-                tracing::info!(connector = %name, done = finished, total, rows = sc.rows.len(), "full scan progress");
+            if sc.last {
+                progress.get_mut(&sc.split.id).expect("inserted above").done = true;
+                finished += 1;
+                metrics::SPLITS_IN_FLIGHT.with_label_values(&[&name, &self.cfg.task_id.to_string()]).set((total - finished) as f64);
+                if unit.snapshot {
+                    metrics::SNAPSHOT_PROGRESS.with_label_values(&[&name]).set((total - finished) as f64);
+                    tracing::info!(connector = %name, done = finished, total, rows = sc.first_row + sc.rows.len() as u64, "full scan progress");
+                }
             }
-            self.state.in_flight = Some(InFlight { unit: unit.position.clone(), snapshot: unit.snapshot, splits: progress.clone() });
+            self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets)));
             if self.stopping() {
                 break;
             }

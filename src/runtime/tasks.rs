@@ -137,7 +137,7 @@ fn handoff_state(
         "tasks.max changed: taking over from the previous generation");
     Ok(Offsets {
         issued: start,
-        in_flight: first.as_ref().map(|f| InFlight { unit: f.unit.clone(), snapshot: f.snapshot, splits: Default::default() }),
+        in_flight: first.as_ref().map(|f| InFlight::new(f.unit.clone(), f.snapshot)),
         tasks: new_tasks,
         epoch,
         handoff: Some(Handoff { tasks, old: old_tasks }),

@@ -27,6 +27,21 @@ pub struct InFlight {
     pub unit: Position,
     pub snapshot: bool,
     pub splits: BTreeMap<String, SplitProgress>,
+    /// Key buckets the unit is being read with (part of its row order; absent: one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<u32>,
+}
+
+impl InFlight {
+    pub fn new(unit: Position, snapshot: bool) -> Self {
+        InFlight { unit, snapshot, splits: BTreeMap::new(), buckets: None }
+    }
+
+    /// The bucket count a resumed read must use: the stored one, or one (the only count older
+    /// builds used) once any progress was recorded. `None`: free to choose.
+    pub fn pinned_buckets(&self) -> Option<u32> {
+        self.buckets.or((!self.splits.is_empty()).then_some(1))
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,7 +248,7 @@ mod tests {
         splits.insert("s".to_string(), SplitProgress { consumed: 2, done: false });
         let mut old = BTreeMap::new();
         // old task 0 is at 5 with 6 half emitted; old task 1 is at 3 (the new task starts there)
-        old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits }), passed: false, handoff: None });
+        old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits, buckets: None }), passed: false, handoff: None });
         old.insert(1, OldTask { issued: Some(pos("3")), in_flight: None, passed: true, handoff: None });
         let mut h = Handoff { tasks: 2, old };
         assert!(h.published(0, &pos("4"), false, "s", 0), "owner 0 emitted up to 5");
@@ -250,7 +265,7 @@ mod tests {
         splits.insert("p/fg".to_string(), SplitProgress { consumed: 3, done: false });
         let o = Offsets {
             issued: Some(Position { instant: "1".into(), completed: Some("2".into()) }),
-            in_flight: Some(InFlight { unit: Position { instant: "3".into(), completed: None }, snapshot: false, splits }),
+            in_flight: Some(InFlight { unit: Position { instant: "3".into(), completed: None }, snapshot: false, splits, buckets: None }),
             records: 9,
             updated_ms: 1,
             tasks: 3,

@@ -8,6 +8,7 @@
 
 pub mod hudi;
 pub mod iceberg;
+pub mod buckets;
 pub mod par;
 pub mod rows;
 
@@ -121,10 +122,18 @@ pub struct ChangeRow {
     pub after: Option<RowRef>,
 }
 
-/// The change rows of one split. All batches share one schema (the unit's value schema).
+/// The change rows of one split, or of one chunk of it: a split too large for memory arrives as
+/// several chunks, in order, the last with `last` set. All batches share one schema.
 #[derive(Debug, Clone)]
 pub struct SplitChanges {
     pub split: SplitSpec,
+    /// Change rows of this split handed on in earlier chunks (this chunk's first row index).
+    pub first_row: u64,
+    /// The split's last chunk.
+    pub last: bool,
+    /// Key buckets the unit was diffed in (1: one in-memory diff). Part of the unit's row order,
+    /// so a resumed unit must be read with the same number.
+    pub buckets: u32,
     /// The file the rows were read from (new slice, or old one for pure deletes).
     pub file: String,
     pub batches: std::sync::Arc<Vec<RecordBatch>>,
@@ -135,6 +144,33 @@ pub struct SplitChanges {
     /// Rows read from storage for this split (metrics).
     pub rows_read: u64,
     pub bytes_read: u64,
+}
+
+/// How to read a unit that was partly emitted before.
+#[derive(Debug, Clone, Default)]
+pub struct Resume {
+    /// Splits already fully emitted.
+    pub done: HashSet<String>,
+    /// The key buckets the unit was first read with (`None`: choose by `read.memory.budget`).
+    pub buckets: Option<u32>,
+}
+
+impl SplitChanges {
+    /// A whole split in one chunk.
+    pub fn whole(split: SplitSpec, file: String, batches: Vec<RecordBatch>, rows: Vec<ChangeRow>) -> Self {
+        SplitChanges {
+            split,
+            first_row: 0,
+            last: true,
+            buckets: 1,
+            file,
+            batches: std::sync::Arc::new(batches),
+            batch_files: Vec::new(),
+            rows,
+            rows_read: 0,
+            bytes_read: 0,
+        }
+    }
 }
 
 /// What a table exposes to the changelog layer.
@@ -158,11 +194,12 @@ pub trait Source: Send + Sync {
     /// The unit at a stored position (to finish one that was interrupted), planned as before.
     fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError>;
 
-    /// Read a unit's changes split by split, in split order, skipping the splits in `done`.
+    /// Read a unit's changes split by split (a split possibly in several chunks), skipping the
+    /// splits in `resume.done`.
     fn read_unit(
         &self,
         unit: &Unit,
-        done: &HashSet<String>,
+        resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError>;
 

@@ -215,21 +215,6 @@ pub fn diff(
     Ok(out)
 }
 
-/// Snapshot rows of one split, duplicates of a key reduced to the winner (see [`diff`]).
-pub fn snapshot_rows(
-    batches: &[RecordBatch],
-    key_cols: &[usize],
-    order_col: Option<usize>,
-) -> Result<Vec<ChangeRow>, SourceError> {
-    let n: Vec<u32> = (0..batches.len() as u32).collect();
-    let rows = diff(batches, &[Vec::new()], &[n], key_cols, order_col)?;
-    Ok(rows
-        .into_iter()
-        .flatten()
-        .map(|c| ChangeRow { op: Op::Read, ..c })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,7 +268,5 @@ mod tests {
             ops(&out[0]),
             vec![(Op::Update, Some((0, 0)), Some((1, 0))), (Op::Delete, Some((0, 1)), None)]
         );
-        let snap = snapshot_rows(&batches[1..], &[1], Some(0)).unwrap();
-        assert_eq!(ops(&snap), vec![(Op::Read, None, Some((0, 0)))]);
     }
 }

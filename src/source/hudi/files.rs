@@ -156,8 +156,12 @@ pub fn base_as_of<'a>(files: &'a [BaseFile], timeline: &Timeline, at: &str, incl
         .max_by(|a, b| a.instant.cmp(&b.instant))
 }
 
-/// Read a base file, leaving out layout meta columns (and, with `only`, every other column).
-pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
+/// Open a base file for streaming, leaving out layout meta columns (and, with `only`, every other
+/// column): its Arrow schema, a batch reader, and its size in bytes.
+pub fn open_base(
+    path: &Path,
+    only: Option<&[String]>,
+) -> Result<(SchemaRef, parquet::arrow::arrow_reader::ParquetRecordBatchReader, u64), SourceError> {
     let perr = |source| SourceError::Parquet { path: path.into(), source };
     let builder = crate::storage::parquet(path)?;
     let size = crate::storage::size(path).unwrap_or(0);
@@ -171,8 +175,17 @@ pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec
         .map(|(i, _)| i)
         .collect();
     let mask = ProjectionMask::roots(builder.parquet_schema(), keep);
-    let reader = builder.with_projection(mask).with_batch_size(8192).build().map_err(perr)?;
+    let reader = builder.with_projection(mask).with_batch_size(BASE_BATCH_ROWS).build().map_err(perr)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
+    Ok((schema, reader, size))
+}
+
+/// Rows per batch read from a base file.
+pub const BASE_BATCH_ROWS: usize = 8192;
+
+/// Read a whole base file (see [`open_base`]).
+pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
+    let (schema, reader, size) = open_base(path, only)?;
     let batches = reader
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| SourceError::Arrow { context: format!("reading {}", path.display()), source: e })?;

@@ -6,6 +6,7 @@
 //! compaction/clustering output (same rows, new files) emits nothing.
 
 pub mod archive;
+mod bounded;
 pub mod changelog;
 pub mod files;
 pub mod log;
@@ -15,12 +16,11 @@ pub mod slice;
 pub mod spill;
 pub mod timeline;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use self::slice::MergeConfig;
 use self::timeline::{Instant, TableConfig};
-use super::{Position, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
+use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, StartCommit};
 
 pub struct HudiSource {
@@ -91,10 +91,10 @@ impl Source for HudiSource {
     fn read_unit(
         &self,
         unit: &Unit,
-        done: &HashSet<String>,
+        resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        self.read(unit, done, emit)
+        self.read(unit, resume, emit)
     }
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {

@@ -2,21 +2,22 @@
 //! split by split, a change unit as one keyed diff over every file group it touched, or in
 //! changelog mode the log records themselves.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use arrow_array::{Array, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::files::Listings;
 use super::slice::{FileCache, SliceReader};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
-use crate::source::rows::{conform, diff, nullable, snapshot_rows, RowKeys};
-use crate::source::{ChangeRow, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
+use crate::source::buckets::restrict;
+use crate::source::rows::{conform, diff, nullable};
+use crate::source::{ChangeRow, Resume, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl HudiSource {
-    fn slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
+    pub(super) fn slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
         SliceReader { spill: self.spill.clone(), table: &self.table, timeline, merge: &self.merge, cache, connector: &self.connector }
     }
 
@@ -71,53 +72,6 @@ impl HudiSource {
             }
         }
         Ok(sides)
-    }
-
-    /// Key pre-pass of a full scan (key, commit time and merge columns only): the split holding
-    /// the newest version of each key. `None` when no key is held by two file groups.
-    #[allow(clippy::type_complexity)]
-    fn snapshot_winners(
-        &self,
-        unit: &Unit,
-        tl: &Timeline,
-        replaced: &BTreeSet<(String, String)>,
-        listings: &Listings,
-    ) -> Result<Option<HashMap<Vec<u8>, (usize, Option<String>)>>, SourceError> {
-        let mut only: Vec<String> = ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        only.extend(self.info.key_fields.iter().cloned());
-        only.extend(self.merge.ordering.iter().cloned());
-        let mut winners: HashMap<Vec<u8>, (usize, Option<String>)> = HashMap::new();
-        let mut shared = false;
-        for (s, sp) in unit.splits.iter().enumerate() {
-            let cache = FileCache::projected(only.clone());
-            let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache, listings)?;
-            let Some(first) = sides.batches.first() else { continue };
-            let (keys, order) = self.key_columns(&first.schema())?;
-            let conv = RowKeys::new(&first.schema(), Some(keys))?;
-            for b in &sides.batches {
-                let rows = conv.rows(b)?;
-                let commits = order.and_then(|o| b.column(o).as_any().downcast_ref::<arrow_array::StringArray>());
-                for i in 0..b.num_rows() {
-                    let commit = commits.and_then(|c| c.is_valid(i).then(|| c.value(i).to_string()));
-                    match winners.get_mut(rows.row(i).as_ref()) {
-                        Some(w) if w.0 == s => {}
-                        Some(w) => {
-                            shared = true;
-                            if commit >= w.1 {
-                                *w = (s, commit);
-                            }
-                        }
-                        None => {
-                            winners.insert(rows.row(i).as_ref().to_vec(), (s, commit));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(shared.then_some(winners))
     }
 
     /// Changelog mode: the log records each touched file group got, one event each; file groups
@@ -178,7 +132,10 @@ impl HudiSource {
                 continue;
             }
             let rows_read = rows.len() as u64;
-            emit(SplitChanges { split: sp.clone(), file, batches: all.clone(), batch_files: Vec::new(), rows, rows_read, bytes_read: 0 })?;
+            let (batches, rows) = restrict(&all, rows);
+            let mut sc = SplitChanges::whole(sp.clone(), file, batches, rows);
+            sc.rows_read = rows_read;
+            emit(sc)?;
         }
         Ok(())
     }
@@ -213,7 +170,7 @@ impl HudiSource {
         Ok(())
     }
 
-    fn key_columns(&self, schema: &SchemaRef) -> Result<(Vec<usize>, Option<usize>), SourceError> {
+    pub(super) fn key_columns(&self, schema: &SchemaRef) -> Result<(Vec<usize>, Option<usize>), SourceError> {
         let keys = self
             .info
             .key_fields
@@ -233,9 +190,10 @@ impl HudiSource {
     pub(super) fn read(
         &self,
         unit: &Unit,
-        done: &HashSet<String>,
+        resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
+        let done = &resume.done;
         if unit.splits.is_empty() {
             return Ok(());
         }
@@ -258,57 +216,33 @@ impl HudiSource {
             md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
         };
         if unit.snapshot {
-            let winners = self.snapshot_winners(unit, &tl, &replaced, &listings)?;
-            // one split at a time: a full scan never holds more than one file slice
-            for (s, sp) in unit.splits.iter().enumerate().filter(|(_, s)| !done.contains(&s.id)) {
-                let sides = self.load_sides(std::slice::from_ref(sp), &tl, unit, &replaced, &FileCache::default(), &listings)?;
-                let Some(first) = sides.batches.first() else { continue };
-                let (keys, order) = self.key_columns(&first.schema())?;
-                let mut rows = snapshot_rows(&sides.batches, &keys, order)?;
-                if let Some(winners) = &winners {
-                    // a key held by several file groups is emitted once, from the newest commit
-                    let conv = RowKeys::new(&first.schema(), Some(keys))?;
-                    let key_rows = sides.batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?;
-                    rows.retain(|r| {
-                        let a = r.after.expect("snapshot rows have after");
-                        winners.get(key_rows[a.batch as usize].row(a.row as usize).as_ref()).map(|w| w.0) == Some(s)
-                    });
-                }
-                emit(SplitChanges {
-                    split: sp.clone(),
-                    file: sides.file[0].clone(),
-                    rows,
-                    rows_read: sides.rows_read[0],
-                    bytes_read: sides.bytes_read[0],
-                    batches: Arc::new(sides.batches),
-                    batch_files: Vec::new(),
-                })?;
-            }
-            return Ok(());
+            return self.read_snapshot(unit, &tl, &replaced, &listings, &resume.done, emit);
         }
         if (self.changelog || self.skip_merge) && self.table.is_mor() {
             return self.read_changelog(unit, &tl, &replaced, &listings, done, emit);
+        }
+        let buckets = match resume.buckets {
+            Some(b) => b.max(1),
+            None => self.change_buckets(unit, &tl, &listings)?,
+        };
+        if buckets > 1 {
+            return self.read_bucketed(unit, &tl, &replaced, &listings, done, buckets, emit);
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched
         let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default(), &listings)?;
         let Some(first) = sides.batches.first() else { return Ok(()) };
         let (keys, order) = self.key_columns(&first.schema())?;
         let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
-        let batches = Arc::new(sides.batches);
         for (s, rows) in per_split.into_iter().enumerate() {
             let sp = &unit.splits[s];
             if done.contains(&sp.id) {
                 continue;
             }
-            emit(SplitChanges {
-                split: sp.clone(),
-                file: sides.file[s].clone(),
-                batches: batches.clone(),
-                batch_files: Vec::new(),
-                rows,
-                rows_read: sides.rows_read[s],
-                bytes_read: sides.bytes_read[s],
-            })?;
+            let (batches, rows) = restrict(&sides.batches, rows);
+            let mut sc = SplitChanges::whole(sp.clone(), sides.file[s].clone(), batches, rows);
+            sc.rows_read = sides.rows_read[s];
+            sc.bytes_read = sides.bytes_read[s];
+            emit(sc)?;
         }
         Ok(())
     }
@@ -337,7 +271,7 @@ impl Sides {
 }
 
 /// A file the unit needs has gone (cleaned): say which, and the way out.
-fn cleaned_hint(e: SourceError, unit: &Unit) -> SourceError {
+pub(super) fn cleaned_hint(e: SourceError, unit: &Unit) -> SourceError {
     match e {
         SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
             message: format!(

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
-use super::files::{base_as_of, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
+use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
 use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
 use super::timeline::{TableConfig, Timeline};
 use super::spill::{SpillConfig, Sources};
@@ -73,12 +73,36 @@ pub struct SliceState {
 }
 
 /// Files read once per unit even when both sides of a diff need them. With `only`, base files
-/// are read with just those columns (key pre-pass of a full scan).
+/// are read with just those columns (key pre-pass of a full scan). A streaming cache keeps log
+/// blocks only: base files are streamed batch by batch from storage on every use.
 #[derive(Default)]
 pub struct FileCache {
     only: Option<Vec<String>>,
+    stream_base: bool,
     base: Mutex<HashMap<PathBuf, Arc<(SchemaRef, Vec<RecordBatch>, u64)>>>,
     logs: Mutex<HashMap<PathBuf, Arc<(Vec<LogBlock>, u64)>>>,
+}
+
+/// A base file's batches: from the cache, or streamed from storage.
+enum BaseBatches {
+    Cached(Arc<(SchemaRef, Vec<RecordBatch>, u64)>, usize),
+    Stream(parquet::arrow::arrow_reader::ParquetRecordBatchReader, PathBuf),
+}
+
+impl Iterator for BaseBatches {
+    type Item = Result<RecordBatch, SourceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            BaseBatches::Cached(v, i) => {
+                let b = v.1.get(*i).cloned();
+                *i += 1;
+                b.map(Ok)
+            }
+            BaseBatches::Stream(r, path) => r
+                .next()
+                .map(|b| b.map_err(|e| SourceError::Arrow { context: format!("reading {}", path.display()), source: e })),
+        }
+    }
 }
 
 impl FileCache {
@@ -86,13 +110,22 @@ impl FileCache {
         Self { only: Some(only), ..Default::default() }
     }
 
-    fn base(&self, path: &Path) -> Result<Arc<(SchemaRef, Vec<RecordBatch>, u64)>, SourceError> {
+    /// Log blocks cached, base files streamed: memory holds one base batch at a time.
+    pub fn streaming(only: Option<Vec<String>>) -> Self {
+        Self { only, stream_base: true, ..Default::default() }
+    }
+
+    fn base(&self, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
-            return Ok(v.clone());
+            return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
+        }
+        if self.stream_base {
+            let (schema, reader, size) = open_base(path, self.only.as_deref())?;
+            return Ok((schema, BaseBatches::Stream(reader, path.into()), size));
         }
         let v = Arc::new(read_base(path, self.only.as_deref())?);
         self.base.lock().expect("cache lock").insert(path.into(), v.clone());
-        Ok(v)
+        Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
     fn log(&self, path: &Path, connector: &str) -> Result<Arc<(Vec<LogBlock>, u64)>, SourceError> {
@@ -117,13 +150,6 @@ pub struct SliceReader<'a> {
 
 /// A record source while merging: (batch index, row).
 type Src = (usize, usize);
-
-enum Winner {
-    Row(Src),
-    /// Soft delete: keeps its ordering value for later comparisons.
-    SoftDeleted(Src),
-    HardDeleted,
-}
 
 impl SliceReader<'_> {
     fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
@@ -205,7 +231,8 @@ impl SliceReader<'_> {
         Ok(out)
     }
 
-    /// The merged state of one file group as of `at` (inclusive or not). `None`: no visible slice.
+    /// The merged state of one file group as of `at` (inclusive or not), collected in memory.
+    /// `None`: no visible slice.
     pub fn state(
         &self,
         partition: &str,
@@ -214,28 +241,51 @@ impl SliceReader<'_> {
         at: &str,
         inclusive: bool,
     ) -> Result<Option<SliceState>, SourceError> {
+        let Some(merge) = self.open(partition, base_files, log_files, at, inclusive)? else { return Ok(None) };
+        let mut batches = Vec::new();
+        let (file, bytes_read) = (merge.file.clone(), merge.bytes_read);
+        let rows_read = merge.run(&mut |b| {
+            batches.push(b);
+            Ok(())
+        })?;
+        Ok(Some(SliceState { batches, file, rows_read, bytes_read }))
+    }
+
+    /// Plan the merge of one file group as of `at`: which base file and log blocks take part, the
+    /// slice's schema and newest file. Nothing is merged yet. `None`: no visible slice.
+    pub fn open(
+        &self,
+        partition: &str,
+        base_files: &[BaseFile],
+        log_files: &[LogFile],
+        at: &str,
+        inclusive: bool,
+    ) -> Result<Option<SliceMerge<'_>>, SourceError> {
         let dir = partition_dir(&self.table.path, partition);
         let base = base_as_of(base_files, self.timeline, at, inclusive);
         let logs = self.slice_logs(base, log_files);
-        let mut base_raw: Vec<RecordBatch> = Vec::new();
-        let mut state = SliceState { batches: Vec::new(), file: None, rows_read: 0, bytes_read: 0 };
-        if let Some(b) = base {
-            let (_, batches, size) = &*self.cache.base(&dir.join(&b.name))?;
-            base_raw.extend(batches.iter().cloned());
-            state.bytes_read += size;
-            state.file = Some(b.name.clone());
-        }
-        // blocks of visible instants, rollbacks applied, in commit order
-        let mut blocks: Vec<(String, usize, &LogBlock, &Path)> = Vec::new();
+        let mut file = None;
+        let mut bytes_read = 0;
+        let base_stream = match base {
+            Some(b) => {
+                let (_, batches, size) = self.cache.base(&dir.join(&b.name))?;
+                bytes_read += size;
+                file = Some(b.name.clone());
+                Some(batches)
+            }
+            None => None,
+        };
+        // blocks of visible instants, rollbacks applied, in commit order: (order, file, block)
+        let mut blocks: Vec<(String, usize, usize)> = Vec::new();
         let mut rolled_back: HashSet<String> = HashSet::new();
         let mut cached = Vec::new();
         for l in &logs {
             let path = dir.join(&l.name);
             cached.push((self.cache.log(&path, self.connector)?, path, l.name.clone()));
         }
-        for (i, (c, path, name)) in cached.iter().enumerate() {
-            state.bytes_read += c.1;
-            for b in &c.0 {
+        for (i, (c, _, name)) in cached.iter().enumerate() {
+            bytes_read += c.1;
+            for (j, b) in c.0.iter().enumerate() {
                 let Some(instant) = b.instant() else { continue };
                 if b.block_type == BlockType::Command {
                     if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
@@ -249,36 +299,125 @@ impl SliceReader<'_> {
                     continue;
                 }
                 let order = self.timeline.completed_order(instant).unwrap_or_default();
-                blocks.push((order, i, b, path.as_path()));
-                if state.file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
-                    state.file = Some(name.clone());
+                blocks.push((order, i, j));
+                if file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
+                    file = Some(name.clone());
                 }
             }
         }
-        blocks.retain(|(_, _, b, _)| b.instant().map(|i| !rolled_back.contains(i)).unwrap_or(true));
+        blocks.retain(|&(_, i, j)| cached[i].0 .0[j].instant().map(|x| !rolled_back.contains(x)).unwrap_or(true));
         blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         if base.is_none() && blocks.is_empty() {
             return Ok(None);
         }
-        let decode = |b: &LogBlock, path: &Path| self.decode(b, path, partition);
-        let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
-        let last_data = blocks.iter().rposition(|(_, _, b, _)| is_data(b));
-        let mut last_batches = match last_data {
-            Some(i) => Some(decode(blocks[i].2, blocks[i].3)?),
-            None => None,
+        let mut merge = SliceMerge {
+            reader: self,
+            partition: partition.to_string(),
+            base: base_stream.map(|b| b.peekable()),
+            blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
+            cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
+            last_batches: None,
+            target: None,
+            file,
+            bytes_read,
         };
-        let mut base_raw = base_raw;
-        if self.merge.virtual_keys {
-            base_raw = base_raw.iter().map(|x| with_virtual_keys(x, &self.merge.key_fields, partition)).collect::<Result<_, _>>()?;
+        merge.plan_schema()?;
+        Ok(Some(merge))
+    }
+}
+
+/// The merge of one file slice, planned by [`SliceReader::open`] and run by [`SliceMerge::run`]:
+/// log records are merged first (held as merge columns, full rows within `read.memory.budget`,
+/// the rest spilled), then the base file streams through batch by batch, then the winning log
+/// records follow in log order. The output order is the same as merging everything at once in
+/// source order: base rows, then log rows in commit order.
+pub struct SliceMerge<'a> {
+    reader: &'a SliceReader<'a>,
+    partition: String,
+    base: Option<std::iter::Peekable<BaseBatches>>,
+    /// (file, block) of the log blocks taking part, in commit order.
+    blocks: Vec<(usize, usize)>,
+    cached: Vec<(Arc<(Vec<LogBlock>, u64)>, PathBuf)>,
+    /// The newest data block, decoded while planning (it gives the schema).
+    last_batches: Option<(usize, Vec<RecordBatch>)>,
+    target: Option<SchemaRef>,
+    /// The newest file that contributed (for `source.file`).
+    pub file: Option<String>,
+    pub bytes_read: u64,
+}
+
+/// Log-phase merge state of a key (see [`SliceMerge::run`]).
+#[derive(Clone, Copy)]
+enum LogWinner {
+    Row(Src),
+    /// Soft delete: keeps its ordering value for later comparisons.
+    SoftDeleted(Src),
+    HardDeleted,
+}
+
+struct LogState {
+    cur: LogWinner,
+    /// A hard delete happened: rows before it (the base row too) take no part.
+    reset: bool,
+    /// The base row outranked the log winner.
+    base_won: bool,
+}
+
+impl SliceMerge<'_> {
+    /// The slice's schema (rows are conformed to it): the newest data block's, else the base
+    /// file's, every column nullable, layout columns dropped. `None`: the slice has no rows.
+    pub fn schema(&self) -> Option<&SchemaRef> {
+        self.target.as_ref()
+    }
+
+    fn block(&self, k: usize) -> (&LogBlock, &Path) {
+        let (i, j) = self.blocks[k];
+        (&self.cached[i].0 .0[j], self.cached[i].1.as_path())
+    }
+
+    fn decode(&self, k: usize) -> Result<Vec<RecordBatch>, SourceError> {
+        let (b, path) = self.block(k);
+        self.reader.decode(b, path, &self.partition)
+    }
+
+    fn with_keys(&self, b: RecordBatch) -> Result<RecordBatch, SourceError> {
+        let m = self.reader.merge;
+        if m.virtual_keys { with_virtual_keys(&b, &m.key_fields, &self.partition) } else { Ok(b) }
+    }
+
+    fn plan_schema(&mut self) -> Result<(), SourceError> {
+        let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
+        let last_data = (0..self.blocks.len()).rev().find(|&k| is_data(self.block(k).0));
+        if let Some(k) = last_data {
+            self.last_batches = Some((k, self.decode(k)?));
         }
-        let newest = last_batches.as_ref().and_then(|v| v.first()).or(base_raw.first());
-        let Some(newest) = newest else { return Ok(Some(state)) };
-        let target = nullable(&newest.schema(), LAYOUT_META_COLUMNS);
+        let newest = match self.last_batches.as_ref().and_then(|(_, v)| v.first()) {
+            Some(b) => Some(b.schema()),
+            None => {
+                let peeked = self.base.as_mut().and_then(|b| b.peek()).map(|r| r.as_ref().map(RecordBatch::clone).map_err(|_| ()));
+                match peeked {
+                    Some(Ok(b)) => Some(self.with_keys(b)?.schema()),
+                    Some(Err(())) => {
+                        return Err(self.base.as_mut().and_then(Iterator::next).and_then(Result::err).expect("the peeked error"))
+                    }
+                    None => None,
+                }
+            }
+        };
+        self.target = newest.map(|s| nullable(&s, LAYOUT_META_COLUMNS));
+        Ok(())
+    }
+
+    /// Merge, handing the winning rows to `out` in batches (conformed to [`Self::schema`]).
+    /// Returns the rows read (base and log records).
+    pub fn run(mut self, out: &mut dyn FnMut(RecordBatch) -> Result<(), SourceError>) -> Result<u64, SourceError> {
+        let Some(target) = self.target.clone() else { return Ok(0) };
+        let reader = self.reader;
         let key_idx = target.index_of("_hoodie_record_key").map_err(|_| SourceError::Unreadable {
-            message: format!("{}: file group in `{partition}` has no _hoodie_record_key column", self.table.path.display()),
+            message: format!("{}: file group in `{}` has no _hoodie_record_key column", reader.table.path.display(), self.partition),
         })?;
-        let ord_idx: Vec<usize> = if self.merge.mode == MergeMode::EventTime {
-            self.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect()
+        let ord_idx: Vec<usize> = if reader.merge.mode == MergeMode::EventTime {
+            reader.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect()
         } else {
             Vec::new()
         };
@@ -286,23 +425,27 @@ impl SliceReader<'_> {
         let mut merge_cols = vec![key_idx];
         merge_cols.extend(&ord_idx);
         merge_cols.extend(del_idx);
-        let mut sources = Sources::new(self.spill.clone(), merge_cols);
-        for b in &base_raw {
-            sources.push(conform(b, &target)?, false)?;
-        }
-        let base_sources = sources.len();
         // log records in commit order; a delete block is a marker with its keys
         enum Step {
             Data(std::ops::Range<usize>),
             Delete(Vec<log::DeletedKey>),
         }
+        let mut sources = Sources::new(reader.spill.clone(), merge_cols.clone());
         let mut steps = Vec::new();
-        for (i, (_, _, b, path)) in blocks.iter().enumerate() {
+        let mut last = self.last_batches.take();
+        for k in 0..self.blocks.len() {
+            let (b, path) = self.block(k);
             match b.block_type {
                 BlockType::Delete => steps.push(Step::Delete(log::delete_block_keys(b, path)?)),
                 BlockType::Corrupt => {}
                 _ => {
-                    let batches = if Some(i) == last_data { last_batches.take().unwrap_or_default() } else { decode(b, path)? };
+                    let batches = match last.take() {
+                        Some((lk, v)) if lk == k => v,
+                        other => {
+                            last = other;
+                            self.decode(k)?
+                        }
+                    };
                     for x in batches {
                         // changelog-mode records: before-images take no part, `D` deletes
                         let (upserts, deletes) = split_operations(&x)?;
@@ -316,57 +459,130 @@ impl SliceReader<'_> {
                 }
             }
         }
-        state.rows_read = sources.rows();
-        let proj = sources.merge_batches();
-        let ord_rows = if ord_idx.is_empty() {
-            None
-        } else {
-            let conv = RowKeys::new(&proj[0].schema(), Some((1..=ord_idx.len()).collect()))?;
-            Some(proj.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
+        let mut rows_read = sources.rows();
+        let proj = sources.merge_batches().to_vec();
+        let proj_schema = proj.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
+        let ord_conv = if ord_idx.is_empty() { None } else { Some(RowKeys::new(&proj_schema, Some((1..=ord_idx.len()).collect()))?) };
+        let ord_rows = match &ord_conv {
+            Some(c) => Some(proj.iter().map(|b| c.rows(b)).collect::<Result<Vec<_>, _>>()?),
+            None => None,
         };
-        let keys: Vec<&StringArray> = proj
-            .iter()
-            .map(|b| b.column(0).as_any().downcast_ref::<StringArray>())
-            .collect::<Option<_>>()
-            .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })?;
-        let deleted_col: Vec<Option<&BooleanArray>> = proj
-            .iter()
-            .map(|b| del_idx.and_then(|_| b.column(b.num_columns() - 1).as_any().downcast_ref::<BooleanArray>()))
-            .collect();
-        let mut m = Merger { keys, ord_rows, deleted_col, winners: HashMap::new() };
-        for b in 0..base_sources {
-            for r in 0..proj[b].num_rows() {
-                m.offer((b, r));
-            }
-        }
+        let key_of = |b: &RecordBatch| -> Result<StringArray, SourceError> {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .cloned()
+                .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })
+        };
+        let deleted_of = |b: &RecordBatch| -> Option<BooleanArray> {
+            del_idx.and_then(|_| b.column(b.num_columns() - 1).as_any().downcast_ref::<BooleanArray>().cloned())
+        };
+        let keys: Vec<StringArray> = proj.iter().map(key_of).collect::<Result<_, _>>()?;
+        let deleted: Vec<Option<BooleanArray>> = proj.iter().map(deleted_of).collect();
+        let soft = |d: &Option<BooleanArray>, r: usize| d.as_ref().is_some_and(|c| c.is_valid(r) && c.value(r));
+        // 1. the log records among themselves, from an unknown base
+        let mut winners: HashMap<&str, LogState> = HashMap::new();
         for step in &steps {
             match step {
                 Step::Data(range) => {
                     for b in range.clone() {
                         for r in 0..proj[b].num_rows() {
-                            m.offer((b, r));
+                            if !keys[b].is_valid(r) {
+                                continue;
+                            }
+                            let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted((b, r)) } else { LogWinner::Row((b, r)) };
+                            match winners.get_mut(keys[b].value(r)) {
+                                None => {
+                                    winners.insert(keys[b].value(r), LogState { cur: w, reset: false, base_won: false });
+                                }
+                                Some(st) => {
+                                    let wins = match (&st.cur, &ord_rows) {
+                                        (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => ord[b].row(r) >= ord[o.0].row(o.1),
+                                        _ => true,
+                                    };
+                                    if wins {
+                                        st.cur = w;
+                                    }
+                                }
+                            }
                         }
                     }
                 }
                 Step::Delete(keys_deleted) => {
                     for d in keys_deleted {
-                        m.hard_delete(&d.record_key);
+                        match winners.get_mut(d.record_key.as_str()) {
+                            Some(st) => {
+                                st.cur = LogWinner::HardDeleted;
+                                st.reset = true;
+                            }
+                            None => {
+                                // the key may be in the base file: it is deleted there too
+                                winners.insert(d.record_key.as_str(), LogState { cur: LogWinner::HardDeleted, reset: true, base_won: false });
+                            }
+                        }
                     }
                 }
             }
         }
-        let mut picks: Vec<Src> = m
-            .winners
+        // 2. the base file, streamed: a base row stays unless a log record outranks it
+        if let Some(base) = self.base.take() {
+            for b in base {
+                let b = conform(&self.with_keys(b?)?, &target)?;
+                rows_read += b.num_rows() as u64;
+                let p = b.project(&merge_cols).map_err(SourceError::arrow("merge columns"))?;
+                let bk = key_of(&p)?;
+                let bd = deleted_of(&p);
+                let bord = match &ord_conv {
+                    Some(c) => Some(c.rows(&p)?),
+                    None => None,
+                };
+                let keep: BooleanArray = (0..b.num_rows())
+                    .map(|r| {
+                        if !bk.is_valid(r) {
+                            return Some(false);
+                        }
+                        let Some(st) = winners.get_mut(bk.value(r)) else { return Some(!soft(&bd, r)) };
+                        if st.reset {
+                            return Some(false);
+                        }
+                        let log_wins = match (&st.cur, &ord_rows, &bord) {
+                            (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord), Some(bo)) => ord[o.0].row(o.1) >= bo.row(r),
+                            _ => true,
+                        };
+                        if log_wins {
+                            return Some(false);
+                        }
+                        st.base_won = true;
+                        Some(!soft(&bd, r))
+                    })
+                    .collect();
+                let kept = if keep.true_count() == b.num_rows() {
+                    b
+                } else {
+                    arrow::compute::filter_record_batch(&b, &keep).map_err(SourceError::arrow("filtering base rows"))?
+                };
+                if kept.num_rows() > 0 {
+                    out(kept)?;
+                }
+            }
+        }
+        // 3. the winning log records, in log order, gathered one source batch at a time
+        let mut picks: Vec<Src> = winners
             .values()
-            .filter_map(|w| match w {
-                Winner::Row(src) => Some(*src),
+            .filter(|st| !st.base_won)
+            .filter_map(|st| match st.cur {
+                LogWinner::Row(src) => Some(src),
                 _ => None,
             })
             .collect();
-        // output in source order: deterministic, and spilled batches are read back one at a time
         picks.sort_unstable();
-        state.batches = sources.take(&picks)?;
-        Ok(Some(state))
+        drop(winners);
+        for chunk in picks.chunk_by(|a, b| a.0 == b.0) {
+            for b in sources.take(chunk)? {
+                out(b)?;
+            }
+        }
+        Ok(rows_read)
     }
 }
 
@@ -397,37 +613,6 @@ fn split_operations(batch: &RecordBatch) -> Result<(RecordBatch, Vec<log::Delete
         .collect();
     let kept = arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))?;
     Ok((kept, deletes))
-}
-
-struct Merger<'k> {
-    keys: Vec<&'k StringArray>,
-    ord_rows: Option<Vec<arrow::row::Rows>>,
-    deleted_col: Vec<Option<&'k BooleanArray>>,
-    winners: HashMap<&'k str, Winner>,
-}
-
-impl<'k> Merger<'k> {
-    fn offer(&mut self, src: Src) {
-        let (b, r) = src;
-        if !self.keys[b].is_valid(r) {
-            return;
-        }
-        let k = self.keys[b].value(r);
-        let wins = match (self.winners.get(k), &self.ord_rows) {
-            (Some(Winner::Row(old) | Winner::SoftDeleted(old)), Some(ord)) => ord[b].row(r) >= ord[old.0].row(old.1),
-            _ => true,
-        };
-        if wins {
-            let soft = self.deleted_col[b].map(|c| c.is_valid(r) && c.value(r)).unwrap_or(false);
-            self.winners.insert(k, if soft { Winner::SoftDeleted(src) } else { Winner::Row(src) });
-        }
-    }
-
-    fn hard_delete(&mut self, key: &str) {
-        if let Some(k) = self.winners.get_key_value(key).map(|(k, _)| *k) {
-            self.winners.insert(k, Winner::HardDeleted);
-        }
-    }
 }
 
 fn log_version(name: &str) -> u64 {

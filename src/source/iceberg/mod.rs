@@ -20,7 +20,7 @@ use self::manifest::ManifestCache;
 use self::monitor::{First, Plan, PlanKind, Task};
 use self::reader::{and_not, keep, read_range, FileRange};
 use super::rows::diff;
-use super::{par, ChangeRow, Position, RowRef, Source, SourceError, SplitChanges, TableInfo, Unit};
+use super::{par, ChangeRow, Position, Resume, RowRef, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
 
 pub struct IcebergSource {
@@ -167,6 +167,9 @@ impl IcebergSource {
         let rows = diff(&batches, &[old_idx], &[new_idx], &keys, None)?.remove(0);
         emit(SplitChanges {
             split: unit.splits[0].clone(),
+            first_row: 0,
+            last: true,
+            buckets: 1,
             file: String::new(),
             batches: Arc::new(batches),
             batch_files: labels,
@@ -217,6 +220,9 @@ impl IcebergSource {
                     let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
                     Ok(SplitChanges {
                         split: unit.splits[i].clone(),
+                        first_row: 0,
+                        last: true,
+                        buckets: 1,
                         file: first_file,
                         rows_read: rows.len() as u64,
                         rows,
@@ -277,8 +283,8 @@ impl Source for IcebergSource {
         self.unit(&md, id, snapshot, false)
     }
 
-    fn read_unit(&self, unit: &Unit, done: &HashSet<String>, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
-        self.read(unit, done, emit).map_err(|e| gone_hint(e, unit))
+    fn read_unit(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
+        self.read(unit, &resume.done, emit).map_err(|e| gone_hint(e, unit))
     }
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {

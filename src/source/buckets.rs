@@ -1,0 +1,381 @@
+//! Keyed diffs larger than memory (a Grace hash join on disk): while a change unit is read, every
+//! row of both sides is hash-partitioned by its key into one of N buckets, each an Arrow IPC file
+//! in `read.spill.dir`; each bucket is then diffed alone. All versions of a key meet in one bucket,
+//! so a key that moved between file groups is still paired into one update, and a duplicate key is
+//! still reduced to its newest row. Memory is one bucket (≈ the unit's data / N) plus a write
+//! buffer per bucket, whatever the unit's size.
+//!
+//! The bucket of a key comes from a hash of its values rendered as text ([`key_hashes`]): stable
+//! across processes, builds and column types that render alike, because the bucket count is part
+//! of a unit's row order and a resumed unit must reproduce it exactly.
+//!
+//! Plain std + arrow IPC (already dependencies); no external-sort crate was needed for a
+//! partition-then-diff pass.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+use super::{ChangeRow, RowRef, SourceError};
+
+/// FNV-1a, 64 bits: a fixed function (not `std`'s randomized or version-dependent hashers).
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for b in bytes {
+        *h ^= *b as u64;
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+/// A row's key columns rendered as text: the identity used to find a key's versions across
+/// files (types that render alike, such as `int` and `long` after a promotion, match).
+pub struct KeyText {
+    texts: Vec<StringArray>,
+}
+
+impl KeyText {
+    pub fn new(batch: &RecordBatch, key_cols: &[usize]) -> Result<Self, SourceError> {
+        let texts = key_cols
+            .iter()
+            .map(|&c| {
+                let col = batch.column(c);
+                let s = if col.data_type() == &DataType::Utf8 {
+                    col.clone()
+                } else {
+                    arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow(format!("key column {c} as text")))?
+                };
+                Ok(s.as_any().downcast_ref::<StringArray>().expect("utf8 after cast").clone())
+            })
+            .collect::<Result<_, SourceError>>()?;
+        Ok(Self { texts })
+    }
+
+    /// The key of row `r` as bytes (null and the separator are bytes that text never holds).
+    pub fn bytes(&self, r: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32);
+        self.each(r, |b| out.extend_from_slice(b));
+        out
+    }
+
+    /// A stable 64-bit hash of [`Self::bytes`].
+    pub fn hash(&self, r: usize) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        self.each(r, |b| fnv(&mut h, b));
+        h
+    }
+
+    fn each(&self, r: usize, mut f: impl FnMut(&[u8])) {
+        for t in &self.texts {
+            if t.is_valid(r) {
+                f(t.value(r).as_bytes());
+            } else {
+                f(&[0xfe]);
+            }
+            f(&[0xff]);
+        }
+    }
+}
+
+/// [`KeyText::hash`] of every row.
+pub fn key_hashes(batch: &RecordBatch, key_cols: &[usize]) -> Result<Vec<u64>, SourceError> {
+    let k = KeyText::new(batch, key_cols)?;
+    Ok((0..batch.num_rows()).map(|r| k.hash(r)).collect())
+}
+
+/// The bucket of a key hash (the high bits: FNV's low bits mix least).
+pub fn bucket_of(hash: u64, buckets: u32) -> u32 {
+    ((hash >> 32) % buckets as u64) as u32
+}
+
+const SPLIT_COL: &str = "__lakestream_split";
+const NEW_COL: &str = "__lakestream_new";
+/// Most buckets a unit is split into.
+pub const MAX_BUCKETS: u32 = 1024;
+
+/// A bucket: rows buffered in memory, then appended to its file (created on first flush) as an
+/// Arrow IPC stream per flush, so no file stays open between flushes.
+struct Bucket {
+    path: PathBuf,
+    pending: Vec<RecordBatch>,
+    pending_bytes: usize,
+    rows: u64,
+}
+
+/// Rows of a unit's old and new sides, partitioned into key buckets on disk.
+pub struct BucketWriter {
+    dir: tempfile::TempDir,
+    target: SchemaRef,
+    spilled: SchemaRef,
+    key_cols: Vec<usize>,
+    buckets: Vec<Bucket>,
+    flush_bytes: usize,
+    /// Bytes written to the bucket files (the spill metric).
+    pub bytes: u64,
+}
+
+impl BucketWriter {
+    /// `buckets` buffers of together about `budget / 4` bytes (64 KiB to 1 MiB each).
+    pub fn new(dir: &std::path::Path, target: SchemaRef, key_cols: Vec<usize>, buckets: u32, budget: usize) -> Result<Self, SourceError> {
+        std::fs::create_dir_all(dir).map_err(SourceError::io(dir))?;
+        let tmp = tempfile::Builder::new().prefix("lakestream-buckets-").tempdir_in(dir).map_err(SourceError::io(dir))?;
+        let mut fields: Vec<Field> = target.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(SPLIT_COL, DataType::UInt32, false));
+        fields.push(Field::new(NEW_COL, DataType::Boolean, false));
+        let spilled = Arc::new(Schema::new(fields));
+        let n = buckets.clamp(1, MAX_BUCKETS);
+        let buckets = (0..n)
+            .map(|i| Bucket { path: tmp.path().join(format!("{i}.arrows")), pending: Vec::new(), pending_bytes: 0, rows: 0 })
+            .collect();
+        let flush_bytes = (budget / 4 / n as usize).clamp(64 << 10, 1 << 20);
+        Ok(Self { dir: tmp, target, spilled, key_cols, buckets, flush_bytes, bytes: 0 })
+    }
+
+    /// Add rows of `split`'s old or new side (conformed to the unit's schema), in read order.
+    pub fn push(&mut self, split: u32, is_new: bool, batch: &RecordBatch) -> Result<(), SourceError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let n = self.buckets.len() as u32;
+        let hashes = key_hashes(batch, &self.key_cols)?;
+        let mut idx: Vec<Vec<u32>> = vec![Vec::new(); n as usize];
+        for (r, h) in hashes.iter().enumerate() {
+            idx[bucket_of(*h, n) as usize].push(r as u32);
+        }
+        let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
+        cols.push(Arc::new(UInt32Array::from(vec![split; batch.num_rows()])));
+        cols.push(Arc::new(BooleanArray::from(vec![is_new; batch.num_rows()])));
+        let tagged = RecordBatch::try_new(self.spilled.clone(), cols).map_err(SourceError::arrow("tagging bucketed rows"))?;
+        for (p, rows) in idx.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let part = if rows.len() == tagged.num_rows() {
+                tagged.clone()
+            } else {
+                arrow::compute::take_record_batch(&tagged, &UInt32Array::from(rows)).map_err(SourceError::arrow("bucketing rows"))?
+            };
+            let b = &mut self.buckets[p];
+            b.rows += part.num_rows() as u64;
+            b.pending_bytes += part.get_array_memory_size();
+            b.pending.push(part);
+            if b.pending_bytes >= self.flush_bytes {
+                self.bytes += flush(&self.spilled, b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finish writing; the buckets are then read back one at a time.
+    pub fn finish(mut self) -> Result<BucketReader, SourceError> {
+        for b in &mut self.buckets {
+            self.bytes += flush(&self.spilled, b)?;
+        }
+        Ok(BucketReader { _dir: self.dir, target: self.target, buckets: self.buckets, bytes: self.bytes })
+    }
+}
+
+fn bucket_err(what: &str, e: impl std::fmt::Display, path: &std::path::Path) -> SourceError {
+    SourceError::format(path, format!("key bucket file ({what}): {e}"))
+}
+
+fn flush(schema: &SchemaRef, b: &mut Bucket) -> Result<u64, SourceError> {
+    if b.pending.is_empty() {
+        return Ok(0);
+    }
+    let batch = arrow::compute::concat_batches(schema, &b.pending).map_err(SourceError::arrow("bucket buffer"))?;
+    b.pending.clear();
+    let bytes = std::mem::take(&mut b.pending_bytes) as u64;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&b.path).map_err(SourceError::io(&b.path))?;
+    let mut w = StreamWriter::try_new(std::io::BufWriter::new(file), schema).map_err(|e| bucket_err("open", e, &b.path))?;
+    w.write(&batch).map_err(|e| bucket_err("write", e, &b.path))?;
+    w.finish().map_err(|e| bucket_err("finish", e, &b.path))?;
+    Ok(bytes)
+}
+
+/// One bucket read back: one batch per (side, split) present, and per split the indexes of its
+/// old and new batches (the shape [`super::rows::diff`] takes).
+pub struct BucketRows {
+    pub batches: Vec<RecordBatch>,
+    pub old: Vec<Vec<u32>>,
+    pub new: Vec<Vec<u32>>,
+}
+
+pub struct BucketReader {
+    _dir: tempfile::TempDir,
+    target: SchemaRef,
+    buckets: Vec<Bucket>,
+    pub bytes: u64,
+}
+
+impl BucketReader {
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// Rows of bucket `p` for a unit of `splits` splits, each group in its original read order.
+    pub fn read(&self, p: usize, splits: usize) -> Result<BucketRows, SourceError> {
+        let b = &self.buckets[p];
+        let mut out = BucketRows { batches: Vec::new(), old: vec![Vec::new(); splits], new: vec![Vec::new(); splits] };
+        if b.rows == 0 {
+            return Ok(out);
+        }
+        // the file is one IPC stream per flush, back to back
+        let mut input = std::io::BufReader::new(File::open(&b.path).map_err(SourceError::io(&b.path))?);
+        let mut parts = Vec::new();
+        let mut schema = None;
+        while !std::io::BufRead::fill_buf(&mut input).map_err(SourceError::io(&b.path))?.is_empty() {
+            let reader = StreamReader::try_new(&mut input, None).map_err(|e| bucket_err("read", e, &b.path))?;
+            schema.get_or_insert(reader.schema());
+            for part in reader {
+                parts.push(part.map_err(|e| bucket_err("read", e, &b.path))?);
+            }
+        }
+        let Some(schema) = schema else { return Ok(out) };
+        let all = arrow::compute::concat_batches(&schema, &parts).map_err(SourceError::arrow("bucket rows"))?;
+        drop(parts);
+        let n = all.num_columns();
+        let split_col = all.column(n - 2).as_any().downcast_ref::<UInt32Array>().expect("split column").clone();
+        let new_col = all.column(n - 1).as_any().downcast_ref::<BooleanArray>().expect("side column").clone();
+        let data = all.project(&(0..n - 2).collect::<Vec<_>>()).map_err(SourceError::arrow("bucket columns"))?;
+        let data = RecordBatch::try_new(self.target.clone(), data.columns().to_vec()).map_err(SourceError::arrow("bucket schema"))?;
+        drop(all);
+        // (split, side) groups, in order of first appearance: rows keep their read order
+        let mut groups: std::collections::BTreeMap<(u32, bool), Vec<u32>> = Default::default();
+        for r in 0..data.num_rows() {
+            groups.entry((split_col.value(r), new_col.value(r))).or_default().push(r as u32);
+        }
+        for ((split, is_new), rows) in groups {
+            let s = split as usize;
+            if s >= splits {
+                return Err(bucket_err("read", format!("split {s} out of range"), &b.path));
+            }
+            let batch = if rows.len() == data.num_rows() {
+                data.clone()
+            } else {
+                arrow::compute::take_record_batch(&data, &UInt32Array::from(rows)).map_err(SourceError::arrow("bucket group"))?
+            };
+            let i = out.batches.len() as u32;
+            out.batches.push(batch);
+            if is_new { out.new[s].push(i) } else { out.old[s].push(i) }
+        }
+        Ok(out)
+    }
+}
+
+/// The batches `rows` refer to, and the rows re-pointed at that subset (a chunk of one split
+/// carries only what it encodes).
+pub fn restrict(batches: &[RecordBatch], rows: Vec<ChangeRow>) -> (Vec<RecordBatch>, Vec<ChangeRow>) {
+    let mut map: Vec<Option<u32>> = vec![None; batches.len()];
+    let mut out: Vec<RecordBatch> = Vec::new();
+    let mut remap = |r: Option<RowRef>| {
+        r.map(|r| {
+            let slot = map[r.batch as usize].get_or_insert_with(|| {
+                out.push(batches[r.batch as usize].clone());
+                out.len() as u32 - 1
+            });
+            RowRef { batch: *slot, row: r.row }
+        })
+    };
+    let rows = rows.into_iter().map(|c| ChangeRow { op: c.op, before: remap(c.before), after: remap(c.after) }).collect();
+    (out, rows)
+}
+
+/// Key buckets for a unit whose two sides decode to about `bytes`: enough that one bucket, with
+/// the diff's indexes over it (about three times its rows' size), fits in `budget`.
+pub fn buckets_for(bytes: u64, budget: usize) -> u32 {
+    let per_bucket = (budget as u64 / 3).max(1);
+    bytes.div_ceil(per_bucket).clamp(1, MAX_BUCKETS as u64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::rows::diff;
+    use crate::source::Op;
+    use arrow_array::Int64Array;
+
+    fn batch(keys: &[i64], vals: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("v", DataType::Int64, true)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys.to_vec())), Arc::new(Int64Array::from(vals.to_vec()))]).unwrap()
+    }
+
+    fn summary(batches: &[RecordBatch], rows: &[ChangeRow]) -> Vec<(Op, i64)> {
+        let key = |r: RowRef| batches[r.batch as usize].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(r.row as usize);
+        let mut v: Vec<(Op, i64)> = rows.iter().map(|c| (c.op, key(c.after.or(c.before).unwrap()))).collect();
+        v.sort_by_key(|x| x.1);
+        v
+    }
+
+    #[test]
+    fn bucketed_diff_equals_the_in_memory_diff() {
+        // split 0 and 1, old and new; key 3 moves from split 0 to 1, key 7 vanishes, 9 is new
+        let old = [batch(&[1, 2, 3, 4], &[1, 2, 3, 4]), batch(&[5, 6, 7], &[5, 6, 7])];
+        let new = [batch(&[1, 2, 4], &[1, 20, 4]), batch(&[5, 6, 3, 9], &[5, 6, 30, 9])];
+        let all: Vec<RecordBatch> = old.iter().chain(new.iter()).cloned().collect();
+        let whole = diff(&all, &[vec![0], vec![1]], &[vec![2], vec![3]], &[0], None).unwrap();
+        for n in [1u32, 2, 3, 7] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = BucketWriter::new(dir.path(), all[0].schema(), vec![0], n, 1 << 20).unwrap();
+            for s in 0..2 {
+                w.push(s as u32, false, &old[s]).unwrap();
+                w.push(s as u32, true, &new[s]).unwrap();
+            }
+            let r = w.finish().unwrap();
+            let mut per_split: Vec<Vec<(Op, i64)>> = vec![Vec::new(); 2];
+            for p in 0..r.len() {
+                let b = r.read(p, 2).unwrap();
+                let out = diff(&b.batches, &b.old, &b.new, &[0], None).unwrap();
+                for (s, rows) in out.into_iter().enumerate() {
+                    let (bs, rows) = restrict(&b.batches, rows);
+                    per_split[s].extend(summary(&bs, &rows));
+                }
+            }
+            for s in 0..2 {
+                per_split[s].sort_by_key(|x| x.1);
+                assert_eq!(per_split[s], summary(&all, &whole[s]), "{n} buckets, split {s}");
+            }
+        }
+        assert_eq!(summary(&all, &whole[1]), vec![(Op::Update, 3), (Op::Delete, 7), (Op::Create, 9)]);
+    }
+
+    #[test]
+    fn a_bucket_flushed_several_times_reads_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = |from: i64| batch(&(from..from + 40_000).collect::<Vec<_>>(), &vec![1; 40_000]);
+        let mut w = BucketWriter::new(dir.path(), big(0).schema(), vec![0], 1, 0).unwrap();
+        for (i, from) in [0i64, 40_000, 80_000].into_iter().enumerate() {
+            w.push((i % 2) as u32, i == 2, &big(from)).unwrap();
+        }
+        let r = w.finish().unwrap();
+        assert!(r.bytes > 0);
+        let b = r.read(0, 2).unwrap();
+        let keys = |i: u32| b.batches[i as usize].column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec();
+        assert_eq!(b.old[0].len(), 1);
+        assert_eq!(keys(b.old[0][0]), (0..40_000).collect::<Vec<i64>>());
+        assert_eq!(keys(b.old[1][0]), (40_000..80_000).collect::<Vec<i64>>());
+        assert_eq!(keys(b.new[0][0]), (80_000..120_000).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn key_hashes_are_stable_and_type_blind() {
+        let a = key_hashes(&batch(&[1, 2], &[0, 0]), &[0]).unwrap();
+        let s = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)])),
+            vec![Arc::new(StringArray::from(vec!["1", "2"]))],
+        )
+        .unwrap();
+        assert_eq!(a, key_hashes(&s, &[0]).unwrap());
+        // pinned: a change of this function changes the row order of resumed units
+        assert_eq!(a[0], 0x07f7_c907_b4b8_b319, "FNV-1a 64 of b\"1\\xff\"");
+        assert_eq!(buckets_for(0, 100), 1);
+        assert_eq!(buckets_for(1000, 300), 10);
+    }
+}

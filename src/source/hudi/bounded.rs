@@ -1,0 +1,370 @@
+//! Reading in bounded memory, whatever the table's size:
+//!
+//! * **Full scans** stream each file slice in chunks of [`CHUNK_ROWS`] rows (the base file batch
+//!   by batch, log records within `read.memory.budget`). A key held by several file groups (or
+//!   twice in one) must still be emitted once, from its newest commit: a pre-pass over the key
+//!   columns finds such keys from 64-bit key hashes (8 bytes a row, in several passes over hash
+//!   ranges when the table's rows exceed the budget), then confirms candidates by their exact key.
+//! * **Change units** whose two sides would not fit in the budget are diffed in key buckets on
+//!   disk (see [`crate::source::buckets`]); smaller ones keep the one in-memory diff.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::SchemaRef;
+
+use super::files::{base_as_of, Listings};
+use super::reader::cleaned_hint;
+use super::slice::FileCache;
+use super::timeline::Timeline;
+use super::{join_path, HudiSource};
+use crate::metrics;
+use crate::source::buckets::{bucket_of, buckets_for, restrict, BucketWriter, KeyText};
+use crate::source::rows::diff;
+use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
+
+/// Rows per chunk of a streamed split.
+pub const CHUNK_ROWS: usize = 65_536;
+
+/// Estimated bytes in memory per byte of Parquet / log file (decoded Arrow, conformed).
+const DECODED_PER_FILE_BYTE: u64 = 4;
+
+type Emit<'e> = dyn FnMut(SplitChanges) -> Result<(), SourceError> + 'e;
+
+/// Keys held more than once in a full scan, and the (split, row) that wins each.
+#[derive(Default)]
+struct Duplicates {
+    candidates: HashSet<u64>,
+    winners: HashMap<Vec<u8>, (usize, u64)>,
+}
+
+impl Duplicates {
+    /// Which rows of a batch (rows `seq..` of split `s`) to emit; `None`: all of them.
+    fn keep(&self, s: usize, seq: u64, batch: &RecordBatch, keys: &[usize]) -> Result<Option<BooleanArray>, SourceError> {
+        if self.winners.is_empty() {
+            return Ok(None);
+        }
+        let text = KeyText::new(batch, keys)?;
+        let mut dropped = false;
+        let keep: BooleanArray = (0..batch.num_rows())
+            .map(|r| {
+                let lost = self.candidates.contains(&text.hash(r))
+                    && self.winners.get(&text.bytes(r)).is_some_and(|w| *w != (s, seq + r as u64));
+                dropped |= lost;
+                Some(!lost)
+            })
+            .collect();
+        Ok(dropped.then_some(keep))
+    }
+}
+
+/// Rows of one split collected into a chunk.
+#[derive(Default)]
+struct Chunk {
+    batches: Vec<RecordBatch>,
+    rows: usize,
+    first_row: u64,
+}
+
+impl Chunk {
+    fn take(&mut self, split: &SplitSpec, file: &str, last: bool) -> SplitChanges {
+        let batches = std::mem::take(&mut self.batches);
+        let rows: Vec<ChangeRow> = batches
+            .iter()
+            .enumerate()
+            .flat_map(|(b, x)| {
+                (0..x.num_rows()).map(move |r| ChangeRow { op: Op::Read, before: None, after: Some(RowRef { batch: b as u32, row: r as u32 }) })
+            })
+            .collect();
+        let mut sc = SplitChanges::whole(split.clone(), file.to_string(), batches, rows);
+        sc.first_row = self.first_row;
+        sc.last = last;
+        self.first_row += self.rows as u64;
+        self.rows = 0;
+        sc
+    }
+}
+
+impl HudiSource {
+    /// Columns the key pre-pass reads.
+    fn key_pass_columns(&self) -> Vec<String> {
+        let mut only: Vec<String> =
+            ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"].iter().map(|s| s.to_string()).collect();
+        only.extend(self.info.key_fields.iter().cloned());
+        only.extend(self.merge.ordering.iter().cloned());
+        only
+    }
+
+    /// Stream the key columns of every split's merged slice as of the unit: `f(split, first row
+    /// index, batch, key columns, commit-time column)`.
+    #[allow(clippy::type_complexity)]
+    fn key_pass(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+        listings: &Listings,
+        f: &mut dyn FnMut(usize, u64, &RecordBatch, &[usize], Option<usize>) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let at = unit.position.order_key();
+        for (s, sp) in unit.splits.iter().enumerate() {
+            if replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
+                continue;
+            }
+            let files = listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
+            let cache = FileCache::streaming(Some(self.key_pass_columns()));
+            let reader = self.slice_reader(tl, &cache);
+            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { continue };
+            let Some(schema) = merge.schema().cloned() else { continue };
+            let (keys, order) = self.key_columns(&schema)?;
+            let mut seq = 0u64;
+            merge
+                .run(&mut |b| {
+                    f(s, seq, &b, &keys, order)?;
+                    seq += b.num_rows() as u64;
+                    Ok(())
+                })
+                .map_err(|e| cleaned_hint(e, unit))?;
+        }
+        Ok(())
+    }
+
+    /// The pre-pass of a full scan: keys held by more than one row of the latest slices.
+    fn duplicates(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+        listings: &Listings,
+    ) -> Result<Duplicates, SourceError> {
+        // hashes kept per pass: half the budget (sorting happens in place)
+        let cap = (self.spill.budget / 16).max(1 << 16);
+        let mut passes: u32 = 1;
+        let candidates = 'passes: loop {
+            let mut candidates = HashSet::new();
+            for p in 0..passes {
+                let (mut hashes, mut total, mut overflow) = (Vec::<u64>::new(), 0u64, false);
+                self.key_pass(unit, tl, replaced, listings, &mut |_, _, b, keys, _| {
+                    let text = KeyText::new(b, keys)?;
+                    for r in 0..b.num_rows() {
+                        let h = text.hash(r);
+                        total += 1;
+                        if passes == 1 || bucket_of(h, passes) == p {
+                            if hashes.len() < cap { hashes.push(h) } else { overflow = true }
+                        }
+                    }
+                    Ok(())
+                })?;
+                if overflow {
+                    passes = (total.div_ceil(cap as u64) as u32 * 2).max(passes * 2).min(1 << 16);
+                    tracing::info!(connector = %self.connector, rows = total, passes, budget = self.spill.budget,
+                        "full scan: the table's keys exceed read.memory.budget; checking for duplicate keys in several passes");
+                    continue 'passes;
+                }
+                hashes.sort_unstable();
+                candidates.extend(hashes.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]));
+            }
+            break candidates;
+        };
+        if candidates.is_empty() {
+            return Ok(Duplicates::default());
+        }
+        // confirm by the exact key; the winner is the newest commit, later rows winning ties
+        let mut seen: HashMap<Vec<u8>, Vec<(Option<String>, usize, u64)>> = HashMap::new();
+        self.key_pass(unit, tl, replaced, listings, &mut |s, seq, b, keys, order| {
+            let text = KeyText::new(b, keys)?;
+            let commits = order.and_then(|o| b.column(o).as_any().downcast_ref::<StringArray>());
+            for r in 0..b.num_rows() {
+                if candidates.contains(&text.hash(r)) {
+                    let commit = commits.and_then(|c| c.is_valid(r).then(|| c.value(r).to_string()));
+                    seen.entry(text.bytes(r)).or_default().push((commit, s, seq + r as u64));
+                }
+            }
+            Ok(())
+        })?;
+        let winners: HashMap<Vec<u8>, (usize, u64)> = seen
+            .into_iter()
+            .filter(|(_, v)| v.len() > 1)
+            .map(|(k, v)| {
+                let w = v.into_iter().max().expect("two or more rows");
+                (k, (w.1, w.2))
+            })
+            .collect();
+        if !winners.is_empty() {
+            tracing::info!(connector = %self.connector, keys = winners.len(), "full scan: keys held by several rows are emitted once (newest commit)");
+        }
+        Ok(Duplicates { candidates, winners })
+    }
+
+    /// A full scan, split by split, each streamed in chunks.
+    pub(super) fn read_snapshot(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+        listings: &Listings,
+        done: &HashSet<String>,
+        emit: &mut Emit<'_>,
+    ) -> Result<(), SourceError> {
+        let dups = self.duplicates(unit, tl, replaced, listings)?;
+        let at = unit.position.order_key();
+        for (s, sp) in unit.splits.iter().enumerate() {
+            if done.contains(&sp.id) || replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
+                continue;
+            }
+            let files = listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
+            let cache = FileCache::streaming(None);
+            let reader = self.slice_reader(tl, &cache);
+            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { continue };
+            let Some(schema) = merge.schema().cloned() else { continue };
+            let (keys, _) = self.key_columns(&schema)?;
+            let file = merge.file.as_deref().map(|f| join_path(&sp.partition, f)).unwrap_or_default();
+            let bytes_read = merge.bytes_read;
+            let mut chunk = Chunk::default();
+            let mut seq = 0u64;
+            let rows_read = merge
+                .run(&mut |b| {
+                    let n = b.num_rows();
+                    let b = match dups.keep(s, seq, &b, &keys)? {
+                        Some(keep) => arrow::compute::filter_record_batch(&b, &keep).map_err(SourceError::arrow("dropping duplicate keys"))?,
+                        None => b,
+                    };
+                    seq += n as u64;
+                    chunk.rows += b.num_rows();
+                    chunk.batches.push(b);
+                    if chunk.rows >= CHUNK_ROWS {
+                        emit(chunk.take(sp, &file, false))?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e| cleaned_hint(e, unit))?;
+            let mut sc = chunk.take(sp, &file, true);
+            sc.rows_read = rows_read;
+            sc.bytes_read = bytes_read;
+            emit(sc)?;
+        }
+        Ok(())
+    }
+
+    /// Key buckets for a change unit: one (the in-memory diff) while its file slices, decoded,
+    /// fit in `read.memory.budget`.
+    pub(super) fn change_buckets(&self, unit: &Unit, tl: &Timeline, listings: &Listings) -> Result<u32, SourceError> {
+        let at = unit.position.order_key();
+        let mut bytes = 0u64;
+        for sp in &unit.splits {
+            let files = listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
+            let dir = super::files::partition_dir(&self.table.path, &sp.partition);
+            for inclusive in [false, true] {
+                if let Some(b) = base_as_of(base, tl, at, inclusive) {
+                    bytes += crate::storage::size(&dir.join(&b.name)).unwrap_or(0);
+                }
+            }
+            for l in logs {
+                bytes += 2 * crate::storage::size(&dir.join(&l.name)).unwrap_or(0);
+            }
+        }
+        Ok(buckets_for(bytes * DECODED_PER_FILE_BYTE, self.spill.budget))
+    }
+
+    /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn read_bucketed(
+        &self,
+        unit: &Unit,
+        tl: &Timeline,
+        replaced: &BTreeSet<(String, String)>,
+        listings: &Listings,
+        done: &HashSet<String>,
+        buckets: u32,
+        emit: &mut Emit<'_>,
+    ) -> Result<(), SourceError> {
+        let at = unit.position.order_key();
+        let n = unit.splits.len();
+        let sides = |sp: &SplitSpec| -> [(bool, bool); 2] {
+            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
+            [(false, !unit.snapshot), (true, !is_replaced)]
+        };
+        // the unit's value schema: the newest slice's (last split with a new side, else old)
+        let mut target: Option<SchemaRef> = None;
+        'find: for want_new in [true, false] {
+            for sp in unit.splits.iter().rev() {
+                let files = listings.partition(&sp.partition)?;
+                let (base, logs) = files.group(&sp.file_group);
+                for (is_new, wanted) in sides(sp) {
+                    if is_new != want_new || !wanted {
+                        continue;
+                    }
+                    let cache = FileCache::streaming(None);
+                    let reader = self.slice_reader(tl, &cache);
+                    if let Some(m) = reader.open(&sp.partition, base, logs, at, is_new).map_err(|e| cleaned_hint(e, unit))? {
+                        if let Some(s) = m.schema() {
+                            target = Some(s.clone());
+                            break 'find;
+                        }
+                    }
+                }
+            }
+        }
+        let Some(target) = target else { return Ok(()) };
+        let (keys, order) = self.key_columns(&target)?;
+        tracing::info!(connector = %self.connector, instant = %unit.position.instant, buckets, budget = self.spill.budget,
+            "change unit larger than read.memory.budget: diffing in key buckets on disk");
+        let mut writer = BucketWriter::new(&self.spill.dir, target.clone(), keys.clone(), buckets, self.spill.budget)?;
+        let (mut file, mut rows_read, mut bytes_read) = (vec![String::new(); n], vec![0u64; n], vec![0u64; n]);
+        for (s, sp) in unit.splits.iter().enumerate() {
+            let files = listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
+            // log blocks decoded once for both sides; base files streamed
+            let cache = FileCache::streaming(None);
+            let reader = self.slice_reader(tl, &cache);
+            for (is_new, wanted) in sides(sp) {
+                if !wanted {
+                    continue;
+                }
+                let Some(merge) = reader.open(&sp.partition, base, logs, at, is_new).map_err(|e| cleaned_hint(e, unit))? else { continue };
+                if let Some(f) = &merge.file {
+                    if is_new || file[s].is_empty() {
+                        file[s] = join_path(&sp.partition, f);
+                    }
+                }
+                bytes_read[s] += merge.bytes_read;
+                rows_read[s] += merge
+                    .run(&mut |b| writer.push(s as u32, is_new, &crate::source::rows::conform(&b, &target)?))
+                    .map_err(|e| cleaned_hint(e, unit))?;
+            }
+        }
+        let buckets = writer.finish()?;
+        metrics::SPILLED_BYTES.with_label_values(&[&self.connector]).inc_by(buckets.bytes);
+        let mut first_row = vec![0u64; n];
+        for p in 0..buckets.len() {
+            let rows = buckets.read(p, n)?;
+            let per_split = diff(&rows.batches, &rows.old, &rows.new, &keys, order)?;
+            let last = p + 1 == buckets.len();
+            for (s, changes) in per_split.into_iter().enumerate() {
+                let sp = &unit.splits[s];
+                if done.contains(&sp.id) || (changes.is_empty() && !last) {
+                    continue;
+                }
+                let count = changes.len() as u64;
+                let (batches, changes) = restrict(&rows.batches, changes);
+                let mut sc = SplitChanges::whole(sp.clone(), file[s].clone(), batches, changes);
+                sc.first_row = first_row[s];
+                sc.last = last;
+                sc.buckets = buckets.len() as u32;
+                if last {
+                    sc.rows_read = rows_read[s];
+                    sc.bytes_read = bytes_read[s];
+                }
+                first_row[s] += count;
+                emit(sc)?;
+            }
+            if (p + 1) % 16 == 0 || last {
+                tracing::info!(connector = %self.connector, instant = %unit.position.instant, done = p + 1, total = buckets.len(), "change unit: buckets diffed");
+            }
+        }
+        Ok(())
+    }
+}
