@@ -3,8 +3,8 @@
 //! * **Full scans** stream each file slice in chunks of [`CHUNK_ROWS`] rows (the base file batch
 //!   by batch, log records within `read.memory.budget`). A key held by several file groups (or
 //!   twice in one) must still be emitted once, from its newest commit: a pre-pass over the key
-//!   columns finds such keys from 64-bit key hashes (8 bytes a row, in several passes over hash
-//!   ranges when the table's rows exceed the budget), then confirms candidates by their exact key.
+//!   columns finds such keys from 64-bit key hashes (8 bytes a row; beyond the budget spilled to
+//!   hash-partitioned runs on disk, each sorted alone), then confirms candidates by their exact key.
 //! * **Change units** whose two sides would not fit in the budget are diffed in key buckets on
 //!   disk (see [`crate::source::buckets`]); smaller ones keep the one in-memory diff.
 
@@ -19,7 +19,7 @@ use super::slice::FileCache;
 use super::timeline::Timeline;
 use super::{join_path, HudiSource};
 use crate::metrics;
-use crate::source::buckets::{bucket_of, buckets_for, restrict, BucketWriter, KeyText};
+use crate::source::buckets::{buckets_for, restrict, BucketWriter, KeyText};
 use crate::source::rows::diff;
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
@@ -85,6 +85,80 @@ impl Chunk {
     }
 }
 
+/// Runs of key hashes on disk when they exceed the budget (one read of the table whatever its size).
+const HASH_RUNS: usize = 128;
+
+/// Key hashes of a full scan: in memory up to `cap`, then partitioned by hash into [`HASH_RUNS`]
+/// files, each sorted alone to find the hashes seen more than once.
+struct HashRuns {
+    dir: std::path::PathBuf,
+    cap: usize,
+    mem: Vec<u64>,
+    runs: Option<(tempfile::TempDir, Vec<std::io::BufWriter<std::fs::File>>)>,
+    total: u64,
+}
+
+impl HashRuns {
+    fn new(dir: &std::path::Path, cap: usize) -> Self {
+        Self { dir: dir.into(), cap, mem: Vec::new(), runs: None, total: 0 }
+    }
+
+    fn spilled(&self) -> bool {
+        self.runs.is_some()
+    }
+
+    fn push(&mut self, h: u64) -> Result<(), SourceError> {
+        self.total += 1;
+        if self.runs.is_none() {
+            self.mem.push(h);
+            if self.mem.len() <= self.cap {
+                return Ok(());
+            }
+            std::fs::create_dir_all(&self.dir).map_err(SourceError::io(&self.dir))?;
+            let tmp = tempfile::Builder::new().prefix("lakestream-keys-").tempdir_in(&self.dir).map_err(SourceError::io(&self.dir))?;
+            let files = (0..HASH_RUNS)
+                .map(|i| {
+                    let p = tmp.path().join(format!("{i}.u64"));
+                    std::fs::File::create(&p).map(|f| std::io::BufWriter::with_capacity(64 << 10, f)).map_err(SourceError::io(&p))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.runs = Some((tmp, files));
+            for h in std::mem::take(&mut self.mem) {
+                self.write(h)?;
+            }
+            return Ok(());
+        }
+        self.write(h)
+    }
+
+    fn write(&mut self, h: u64) -> Result<(), SourceError> {
+        use std::io::Write;
+        let (tmp, files) = self.runs.as_mut().expect("runs open");
+        let i = (h % HASH_RUNS as u64) as usize;
+        files[i].write_all(&h.to_le_bytes()).map_err(SourceError::io(tmp.path()))
+    }
+
+    /// Hashes pushed more than once.
+    fn repeated(self) -> Result<HashSet<u64>, SourceError> {
+        let mut out = HashSet::new();
+        let mut dups = |mut v: Vec<u64>| {
+            v.sort_unstable();
+            out.extend(v.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]));
+        };
+        let Some((tmp, files)) = self.runs else {
+            dups(self.mem);
+            return Ok(out);
+        };
+        for (i, f) in files.into_iter().enumerate() {
+            let path = tmp.path().join(format!("{i}.u64"));
+            drop(f.into_inner().map_err(|e| SourceError::Io { path: path.clone(), source: e.into_error() })?);
+            let bytes = std::fs::read(&path).map_err(SourceError::io(&path))?;
+            dups(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect());
+        }
+        Ok(out)
+    }
+}
+
 impl HudiSource {
     /// Columns the key pre-pass reads.
     fn key_pass_columns(&self) -> Vec<String> {
@@ -138,35 +212,16 @@ impl HudiSource {
         replaced: &BTreeSet<(String, String)>,
         listings: &Listings,
     ) -> Result<Duplicates, SourceError> {
-        // hashes kept per pass: half the budget (sorting happens in place)
-        let cap = (self.spill.budget / 16).max(1 << 16);
-        let mut passes: u32 = 1;
-        let candidates = 'passes: loop {
-            let mut candidates = HashSet::new();
-            for p in 0..passes {
-                let (mut hashes, mut total, mut overflow) = (Vec::<u64>::new(), 0u64, false);
-                self.key_pass(unit, tl, replaced, listings, &mut |_, _, b, keys, _| {
-                    let text = KeyText::new(b, keys)?;
-                    for r in 0..b.num_rows() {
-                        let h = text.hash(r);
-                        total += 1;
-                        if passes == 1 || bucket_of(h, passes) == p {
-                            if hashes.len() < cap { hashes.push(h) } else { overflow = true }
-                        }
-                    }
-                    Ok(())
-                })?;
-                if overflow {
-                    passes = (total.div_ceil(cap as u64) as u32 * 2).max(passes * 2).min(1 << 16);
-                    tracing::info!(connector = %self.connector, rows = total, passes, budget = self.spill.budget,
-                        "full scan: the table's keys exceed read.memory.budget; checking for duplicate keys in several passes");
-                    continue 'passes;
-                }
-                hashes.sort_unstable();
-                candidates.extend(hashes.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]));
-            }
-            break candidates;
-        };
+        let mut runs = HashRuns::new(&self.spill.dir, (self.spill.budget / 16).max(4));
+        self.key_pass(unit, tl, replaced, listings, &mut |_, _, b, keys, _| {
+            let text = KeyText::new(b, keys)?;
+            (0..b.num_rows()).try_for_each(|r| runs.push(text.hash(r)))
+        })?;
+        if runs.spilled() {
+            tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.spill.budget,
+                "full scan: the table's keys exceed read.memory.budget; key hashes spilled to runs on disk");
+        }
+        let candidates = runs.repeated()?;
         if candidates.is_empty() {
             return Ok(Duplicates::default());
         }
