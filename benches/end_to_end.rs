@@ -1,14 +1,17 @@
 //! End-to-end benchmark: tables streamed into Kafka through the real pipeline (Parquet / log
 //! blocks → merge → diff → Avro → registry → transactional producer), each case in its own child
-//! process so that its peak RSS is its own.
+//! process so that its peak RSS and CPU time are its own; each case's topics are deleted after it
+//! (the test broker keeps every byte in RAM).
 //!
-//! * a generated 1,000,000-row copy-on-write table (`BENCH_ROWS`) + one upsert commit: full scan,
-//!   and change streaming (the bulk insert as 1M `c`, then the upsert diffed);
-//! * the 1M-row merge-on-read fixture `perf_mor_v8` (5 rounds of 100k upserts in log files) as
-//!   changes, with a small `read.memory.budget` (spilling) and a large one;
+//! * generated copy-on-write and merge-on-read tables at each size in `BENCH_SIZES` (default
+//!   1M, 4M, 16M rows; 10 partitions, one file group each) plus one upsert commit touching every
+//!   file group (10 % updated, 1 % deleted, 1 % inserted): the full scan, and the upsert instant
+//!   alone, at the default `read.memory.budget`; hudi-rs (PyPI `hudi`) reading the same MOR
+//!   table, side by side;
+//! * the 1M-row merge-on-read fixture `perf_mor_v8` (5 rounds of 100k upserts in log files): full
+//!   scan next to hudi-rs reading it, and changes with a small and a large budget;
 //! * a 1,000,000-row Iceberg table written by pyiceberg (`scripts/gen_iceberg.py`, run with
-//!   `BENCH_PYTHON`): one append, then a copy-on-write delete of ~1% of rows rewriting every file:
-//!   full scan, and changes (1M `c`, then the rewrite diffed into ~10k `d`).
+//!   `BENCH_PYTHON`): full scan, and changes (1M `c`, then a copy-on-write delete diffed).
 //!
 //! Needs `KAFKA_BOOTSTRAP` and `SCHEMA_REGISTRY_URL` (scripts/bench.sh starts both).
 
@@ -25,6 +28,18 @@ fn counter_sum(c: &prometheus::IntCounterVec, ops: &[&str]) -> u64 {
     ops.iter().map(|op| c.get_metric_with_label_values(&["bench", op]).map(|c| c.get()).unwrap_or(0)).sum()
 }
 
+/// User + system CPU seconds of this process (/proc/self/stat, 100 ticks a second).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -36,7 +51,7 @@ fn peak_rss_mib() -> f64 {
 /// Child: stream one table with the given extra properties and print one result line.
 fn run_case(label: &str, table: &Path, extra: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let topic = format!("bench-{}-{}", std::process::id(), label.replace(|c: char| !c.is_ascii_alphanumeric(), ""));
+    let topic = std::env::var("BENCH_TOPIC").expect("BENCH_TOPIC");
     let p = dir.path().join("bench.properties");
     std::fs::write(
         &p,
@@ -60,34 +75,112 @@ fn run_case(label: &str, table: &Path, extra: &str) {
     let rows = metrics::ROWS_READ.get_metric_with_label_values(&["bench"]).map(|c| c.get()).unwrap_or(0);
     let spilled = metrics::SPILLED_BYTES.get_metric_with_label_values(&["bench"]).map(|c| c.get()).unwrap_or(0);
     println!(
-        "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s {:>8.0} rows read/s  peak RSS {:>5.0} MiB  spilled {:>4} MiB",
+        "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB",
         events as f64 / secs,
-        rows as f64 / secs,
+        cpu_seconds(),
         peak_rss_mib(),
         spilled >> 20
     );
 }
 
 fn child(label: &str, table: &Path, extra: &str) {
+    let topic = format!("bench-{}-{}", std::process::id(), label.replace(|c: char| !c.is_ascii_alphanumeric(), ""));
     let status = Command::new(std::env::current_exe().expect("current exe"))
         .env("BENCH_CASE", label)
         .env("BENCH_TABLE", table)
         .env("BENCH_EXTRA", extra)
+        .env("BENCH_TOPIC", &topic)
         .status()
         .expect("spawn bench case");
+    delete_topics(&[topic.clone(), format!("{topic}-offsets")]);
     assert!(status.success(), "case {label} failed");
 }
 
-fn first_instant(table: &Path) -> String {
-    let mut names: Vec<String> = ["", "timeline"]
+/// The broker keeps every byte in RAM: drop a case's topics once it is measured.
+fn delete_topics(topics: &[String]) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"))
+        .create()
+        .expect("admin client");
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    if let Err(e) = rt.block_on(admin.delete_topics(&names, &AdminOptions::new())) {
+        println!("(could not delete topics {names:?}: {e})");
+    }
+}
+
+/// hudi-rs (PyPI `hudi`) reading the table's latest snapshot, read only, timed inside Python.
+fn hudi_rs(label: &str, table: &Path) {
+    let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = "import sys, time, resource\nfrom hudi import HudiTableBuilder\nt0 = time.time()\n\
+        rows = sum(b.num_rows for b in HudiTableBuilder.from_base_uri(sys.argv[1]).build().read())\n\
+        s = time.time() - t0\nr = resource.getrusage(resource.RUSAGE_SELF)\n\
+        print(f'{rows} {s:.3f} {r.ru_utime + r.ru_stime:.1f} {r.ru_maxrss / 1024:.0f}')";
+    match Command::new(&python).arg("-c").arg(script).arg(table).output() {
+        Ok(o) if o.status.success() => {
+            let out = String::from_utf8_lossy(&o.stdout);
+            let f: Vec<f64> = out.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            if let [rows, secs, cpu, rss] = f[..] {
+                println!(
+                    "{label:<58} {rows:>9} rows (read only) {secs:>16.2} s {:>8.0} rows/s      cpu {cpu:>6.1} s  peak RSS {rss:>5.0} MiB",
+                    rows / secs
+                );
+            }
+        }
+        _ => println!("(hudi-rs not available to {python}: {label} skipped)"),
+    }
+}
+
+fn second_instant(table: &Path) -> String {
+    let mut names = instants(table);
+    names.sort();
+    names.get(1).cloned().expect("a second instant")
+}
+
+fn instants(table: &Path) -> Vec<String> {
+    ["", "timeline"]
         .iter()
         .filter_map(|d| std::fs::read_dir(table.join(".hoodie").join(d)).ok())
         .flatten()
         .filter_map(|e| e.ok()?.file_name().to_str().map(String::from))
         .filter(|n| n.ends_with(".commit") || n.ends_with(".deltacommit"))
-        .collect();
-    names.sort();
-    names[0].split(['_', '.']).next().expect("instant").to_string()
+        .map(|n| n.split(['_', '.']).next().expect("instant").to_string())
+        .collect()
+}
+
+/// Generated COW and MOR tables of `rows` rows: full scan and the upsert instant alone.
+fn generated_cases(dir: &Path, rows: usize) {
+    let m = if rows % 1_000_000 == 0 { format!("{}M", rows / 1_000_000) } else { rows.to_string() };
+    for table_type in [TableType::Cow, TableType::Mor] {
+        let kind = if table_type == TableType::Cow { "COW" } else { "MOR" };
+        let path = dir.join(format!("gen_{kind}_{rows}"));
+        let t = Instant::now();
+        generate::hudi(&GenerateOptions {
+            table_type,
+            path: path.clone(),
+            rows,
+            partitions: 10,
+            commits: 1,
+            interval: Duration::ZERO,
+            update_fraction: 0.1,
+            delete_fraction: 0.01,
+            insert_fraction: 0.01,
+            compact_every: 0,
+            seed: 7,
+            operation_field: false,
+            repeat_updates: false,
+        })
+        .expect("generate");
+        println!("generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());
+        child(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n");
+        child(&format!("{kind} {m} upsert instant (every file group)"), &path, &format!("read.start-commit={}\n", second_instant(&path)));
+        if table_type == TableType::Mor {
+            hudi_rs(&format!("hudi-rs {kind} {m} read (same table)"), &path);
+        }
+        let _ = std::fs::remove_dir_all(&path);
+    }
 }
 
 fn main() {
@@ -98,49 +191,43 @@ fn main() {
         eprintln!("set KAFKA_BOOTSTRAP and SCHEMA_REGISTRY_URL (scripts/bench.sh does)");
         return;
     }
-    let rows: usize = std::env::var("BENCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .unwrap_or_else(|_| "1000000,4000000,16000000".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let dir = tempfile::tempdir().expect("tempdir");
-    let cow = dir.path().join("bench_cow");
-    let t = Instant::now();
-    generate::hudi(&GenerateOptions {
-        table_type: TableType::Cow,
-        path: cow.clone(),
-        rows,
-        partitions: 10,
-        commits: 1,
-        interval: Duration::ZERO,
-        update_fraction: 0.1,
-        delete_fraction: 0.01,
-        insert_fraction: 0.01,
-        compact_every: 0,
-        seed: 7,
-        operation_field: false,
-        repeat_updates: false,
-    })
-    .expect("generate");
-    println!("generated {rows}-row COW table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());
-    child("COW full scan (earliest)", &cow, "read.start-commit=earliest\n");
-    child("COW changes: bulk insert + upsert", &cow, &format!("read.start-commit={}\n", first_instant(&cow)));
+    if only.is_empty() || only.contains("perf") {
+        perf_mor_cases(dir.path());
+    }
+    if only.is_empty() || only.contains("gen") {
+        for rows in sizes {
+            generated_cases(dir.path(), rows);
+        }
+    }
+    if only.is_empty() || only.contains("iceberg") {
+        iceberg_cases(dir.path(), 1_000_000);
+    }
+}
 
-    iceberg_cases(dir.path(), rows);
-
+fn perf_mor_cases(dir: &Path) {
     let zip = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/hudi/generated/perf_mor_v8.zip");
     if !zip.exists() {
-        println!("(perf_mor_v8 fixture not found at {}: MOR cases skipped)", zip.display());
+        println!("(perf_mor_v8 fixture not found at {}: MOR fixture cases skipped)", zip.display());
         return;
     }
-    let ok = Command::new("python3")
-        .args(["-m", "zipfile", "-e"])
-        .arg(&zip)
-        .arg(dir.path())
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&zip).arg(dir).status().is_ok_and(|s| s.success());
     assert!(ok, "cannot extract {}", zip.display());
-    let mor = dir.path().join("perf_mor_v8");
-    let start = format!("read.start-commit={}\n", first_instant(&mor));
-    child("MOR perf_mor_v8 full scan (earliest), budget 256MiB", &mor, "read.start-commit=earliest\n");
+    let mor = dir.join("perf_mor_v8");
+    let mut names = instants(&mor);
+    names.sort();
+    let start = format!("read.start-commit={}\n", names[0]);
+    hudi_rs("hudi-rs perf_mor_v8 read (same table)", &mor);
+    child("MOR perf_mor_v8 full scan (earliest)", &mor, "read.start-commit=earliest\n");
+    hudi_rs("hudi-rs perf_mor_v8 read (same table, again)", &mor);
     child("MOR perf_mor_v8 changes, read.memory.budget=1GiB", &mor, &format!("{start}read.memory.budget=1GiB\n"));
-    child("MOR perf_mor_v8 changes, read.memory.budget=4MiB (spills)", &mor, &format!("{start}read.memory.budget=4MiB\n"));
+    child("MOR perf_mor_v8 changes, read.memory.budget=4MiB", &mor, &format!("{start}read.memory.budget=4MiB\n"));
 }
 
 fn iceberg_cases(dir: &Path, rows: usize) {

@@ -153,3 +153,16 @@ def test_start_from_snapshot_timestamp(env, registry, tmp_path):
     seen = [int(e["source"]["instant"]) for e in events]
     assert seen and seen[0] == snaps[5]["snapshot_id"], seen[:3]
     assert set(seen) <= {s["snapshot_id"] for s in snaps[5:]}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n in ("db.cow_v2", "db.mor_v3", "db.eq_v2", "db.part_mor_v2", "pyice.events")])
+def test_tiny_memory_budget_diffs_in_buckets(env, registry, tmp_path, name):
+    """read.memory.budget of one byte: every snapshot that removes rows is diffed in key buckets on
+    disk (copy-on-write rewrites, deletion vectors, equality deletes); the replay is the same and
+    updates are still single `u` events."""
+    testkit.RUN_LOGS.clear()
+    replay, _, _ = ik.replay_revealed(env, registry, name, tmp_path, **{
+        "starting-strategy": "INCREMENTAL_FROM_EARLIEST_SNAPSHOT", "read.memory.budget": "1",
+        "read.spill.dir": str(tmp_path / "spill")})
+    assert "diffing in key buckets" in "\n".join(testkit.RUN_LOGS), "the bucketed diff did not run"
+    assert not any(p.is_file() for p in (tmp_path / "spill").rglob("*")), "spill files left behind"

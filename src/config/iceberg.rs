@@ -35,8 +35,6 @@ pub const HUDI_ONLY_KEYS: &[(&str, &str)] = &[
     ("read.streaming.skip_clustering", "(replace snapshots never emit)"),
     ("changelog.enabled", "(Iceberg changes are always net per snapshot)"),
     ("hoodie.datasource.merge.type", "(none)"),
-    ("read.memory.budget", "(none)"),
-    ("read.spill.dir", "(none)"),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

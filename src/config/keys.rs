@@ -21,7 +21,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("read.commits.limit", "(none)", "at most this many instants per poll"),
     ("read.streaming.skip_compaction", "true", "do not read compaction commits (they change no rows)"),
     ("read.streaming.skip_clustering", "true", "do not read clustering commits (they change no rows)"),
-    ("read.memory.budget", "256MiB", "decoded log records kept in memory per file-slice merge; beyond it they spill to disk (bytes, or KiB/MiB/GiB)"),
+    ("read.memory.budget", "256MiB", "memory for reading a unit: log records of a merge, full-scan key hashes, change units diffed in memory; beyond it they spill to disk (bytes, or KiB/MiB/GiB)"),
     ("read.spill.dir", "(system temp dir)", "directory for spilled log records"),
     ("changelog.enabled", "false", "merge-on-read: emit every log record of an instant (op from `_hoodie_operation`, `-U`/`U` paired into one `u`) instead of its net change"),
     ("hoodie.datasource.merge.type", "payload_combine", "`skip_merge`: like changelog mode, but log records are emitted without event-time ordering (Flink's skip_merge)"),

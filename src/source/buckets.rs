@@ -93,6 +93,7 @@ pub fn bucket_of(hash: u64, buckets: u32) -> u32 {
 
 const SPLIT_COL: &str = "__lakestream_split";
 const NEW_COL: &str = "__lakestream_new";
+const TAG_COL: &str = "__lakestream_tag";
 /// Most buckets a unit is split into.
 pub const MAX_BUCKETS: u32 = 1024;
 
@@ -125,6 +126,7 @@ impl BucketWriter {
         let mut fields: Vec<Field> = target.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(SPLIT_COL, DataType::UInt32, false));
         fields.push(Field::new(NEW_COL, DataType::Boolean, false));
+        fields.push(Field::new(TAG_COL, DataType::UInt32, false));
         let spilled = Arc::new(Schema::new(fields));
         let n = buckets.clamp(1, MAX_BUCKETS);
         let buckets = (0..n)
@@ -134,8 +136,9 @@ impl BucketWriter {
         Ok(Self { dir: tmp, target, spilled, key_cols, buckets, flush_bytes, bytes: 0 })
     }
 
-    /// Add rows of `split`'s old or new side (conformed to the unit's schema), in read order.
-    pub fn push(&mut self, split: u32, is_new: bool, batch: &RecordBatch) -> Result<(), SourceError> {
+    /// Add rows of `split`'s old or new side (conformed to the unit's schema), in read order;
+    /// `tag` comes back with them (a label of the file they came from).
+    pub fn push(&mut self, split: u32, is_new: bool, tag: u32, batch: &RecordBatch) -> Result<(), SourceError> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -148,6 +151,7 @@ impl BucketWriter {
         let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
         cols.push(Arc::new(UInt32Array::from(vec![split; batch.num_rows()])));
         cols.push(Arc::new(BooleanArray::from(vec![is_new; batch.num_rows()])));
+        cols.push(Arc::new(UInt32Array::from(vec![tag; batch.num_rows()])));
         let tagged = RecordBatch::try_new(self.spilled.clone(), cols).map_err(SourceError::arrow("tagging bucketed rows"))?;
         for (p, rows) in idx.into_iter().enumerate() {
             if rows.is_empty() {
@@ -196,10 +200,12 @@ fn flush(schema: &SchemaRef, b: &mut Bucket) -> Result<u64, SourceError> {
     Ok(bytes)
 }
 
-/// One bucket read back: one batch per (side, split) present, and per split the indexes of its
-/// old and new batches (the shape [`super::rows::diff`] takes).
+/// One bucket read back: batches per (side, split) present (one per run of equal tags), and per
+/// split the indexes of its old and new batches (the shape [`super::rows::diff`] takes).
 pub struct BucketRows {
     pub batches: Vec<RecordBatch>,
+    /// The tag of each batch.
+    pub tags: Vec<u32>,
     pub old: Vec<Vec<u32>>,
     pub new: Vec<Vec<u32>>,
 }
@@ -223,7 +229,7 @@ impl BucketReader {
     /// Rows of bucket `p` for a unit of `splits` splits, each group in its original read order.
     pub fn read(&self, p: usize, splits: usize) -> Result<BucketRows, SourceError> {
         let b = &self.buckets[p];
-        let mut out = BucketRows { batches: Vec::new(), old: vec![Vec::new(); splits], new: vec![Vec::new(); splits] };
+        let mut out = BucketRows { batches: Vec::new(), tags: Vec::new(), old: vec![Vec::new(); splits], new: vec![Vec::new(); splits] };
         if b.rows == 0 {
             return Ok(out);
         }
@@ -242,9 +248,10 @@ impl BucketReader {
         let all = arrow::compute::concat_batches(&schema, &parts).map_err(SourceError::arrow("bucket rows"))?;
         drop(parts);
         let n = all.num_columns();
-        let split_col = all.column(n - 2).as_any().downcast_ref::<UInt32Array>().expect("split column").clone();
-        let new_col = all.column(n - 1).as_any().downcast_ref::<BooleanArray>().expect("side column").clone();
-        let data = all.project(&(0..n - 2).collect::<Vec<_>>()).map_err(SourceError::arrow("bucket columns"))?;
+        let split_col = all.column(n - 3).as_any().downcast_ref::<UInt32Array>().expect("split column").clone();
+        let new_col = all.column(n - 2).as_any().downcast_ref::<BooleanArray>().expect("side column").clone();
+        let tag_col = all.column(n - 1).as_any().downcast_ref::<UInt32Array>().expect("tag column").clone();
+        let data = all.project(&(0..n - 3).collect::<Vec<_>>()).map_err(SourceError::arrow("bucket columns"))?;
         let data = RecordBatch::try_new(self.target.clone(), data.columns().to_vec()).map_err(SourceError::arrow("bucket schema"))?;
         drop(all);
         // (split, side) groups, in order of first appearance: rows keep their read order
@@ -257,14 +264,23 @@ impl BucketReader {
             if s >= splits {
                 return Err(bucket_err("read", format!("split {s} out of range"), &b.path));
             }
+            let tags: Vec<u32> = rows.iter().map(|&r| tag_col.value(r as usize)).collect();
             let batch = if rows.len() == data.num_rows() {
                 data.clone()
             } else {
                 arrow::compute::take_record_batch(&data, &UInt32Array::from(rows)).map_err(SourceError::arrow("bucket group"))?
             };
-            let i = out.batches.len() as u32;
-            out.batches.push(batch);
-            if is_new { out.new[s].push(i) } else { out.old[s].push(i) }
+            for run in tags.chunk_by(|a, b| a == b).scan(0usize, |start, run| {
+                let r = (*start, run.len(), run[0]);
+                *start += run.len();
+                Some(r)
+            }) {
+                let (start, len, tag) = run;
+                let i = out.batches.len() as u32;
+                out.batches.push(if len == batch.num_rows() { batch.clone() } else { batch.slice(start, len) });
+                out.tags.push(tag);
+                if is_new { out.new[s].push(i) } else { out.old[s].push(i) }
+            }
         }
         Ok(out)
     }
@@ -273,20 +289,29 @@ impl BucketReader {
 /// The batches `rows` refer to, and the rows re-pointed at that subset (a chunk of one split
 /// carries only what it encodes).
 pub fn restrict(batches: &[RecordBatch], rows: Vec<ChangeRow>) -> (Vec<RecordBatch>, Vec<ChangeRow>) {
-    let mut map: Vec<Option<u32>> = vec![None; batches.len()];
-    let mut out: Vec<RecordBatch> = Vec::new();
+    let (picked, rows) = restrict_indexes(batches.len(), rows);
+    (picked.iter().map(|&i| batches[i].clone()).collect(), rows)
+}
+
+/// [`restrict`] as indexes: which of `n` batches the rows refer to, in order of first use.
+pub fn restrict_indexes(n: usize, rows: Vec<ChangeRow>) -> (Vec<usize>, Vec<ChangeRow>) {
+    let mut map: Vec<Option<u32>> = vec![None; n];
+    let mut picked: Vec<usize> = Vec::new();
     let mut remap = |r: Option<RowRef>| {
         r.map(|r| {
             let slot = map[r.batch as usize].get_or_insert_with(|| {
-                out.push(batches[r.batch as usize].clone());
-                out.len() as u32 - 1
+                picked.push(r.batch as usize);
+                picked.len() as u32 - 1
             });
             RowRef { batch: *slot, row: r.row }
         })
     };
     let rows = rows.into_iter().map(|c| ChangeRow { op: c.op, before: remap(c.before), after: remap(c.after) }).collect();
-    (out, rows)
+    (picked, rows)
 }
+
+/// Estimated bytes in memory per byte of Parquet / log file read (decoded Arrow, conformed).
+pub const DECODED_PER_FILE_BYTE: u64 = 4;
 
 /// Key buckets for a unit whose two sides decode to about `bytes`: enough that one bucket, with
 /// the diff's indexes over it (about three times its rows' size), fits in `budget`.
@@ -325,8 +350,8 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let mut w = BucketWriter::new(dir.path(), all[0].schema(), vec![0], n, 1 << 20).unwrap();
             for s in 0..2 {
-                w.push(s as u32, false, &old[s]).unwrap();
-                w.push(s as u32, true, &new[s]).unwrap();
+                w.push(s as u32, false, 0, &old[s]).unwrap();
+                w.push(s as u32, true, 0, &new[s]).unwrap();
             }
             let r = w.finish().unwrap();
             let mut per_split: Vec<Vec<(Op, i64)>> = vec![Vec::new(); 2];
@@ -352,7 +377,7 @@ mod tests {
         let big = |from: i64| batch(&(from..from + 40_000).collect::<Vec<_>>(), &vec![1; 40_000]);
         let mut w = BucketWriter::new(dir.path(), big(0).schema(), vec![0], 1, 0).unwrap();
         for (i, from) in [0i64, 40_000, 80_000].into_iter().enumerate() {
-            w.push((i % 2) as u32, i == 2, &big(from)).unwrap();
+            w.push((i % 2) as u32, i == 2, 0, &big(from)).unwrap();
         }
         let r = w.finish().unwrap();
         assert!(r.bytes > 0);
@@ -362,6 +387,21 @@ mod tests {
         assert_eq!(keys(b.old[0][0]), (0..40_000).collect::<Vec<i64>>());
         assert_eq!(keys(b.old[1][0]), (40_000..80_000).collect::<Vec<i64>>());
         assert_eq!(keys(b.new[0][0]), (80_000..120_000).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn tags_come_back_as_runs_in_read_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = BucketWriter::new(dir.path(), batch(&[1], &[1]).schema(), vec![0], 1, 0).unwrap();
+        w.push(0, true, 7, &batch(&[1, 2], &[0, 0])).unwrap();
+        w.push(0, true, 3, &batch(&[3], &[0])).unwrap();
+        w.push(0, false, 5, &batch(&[4], &[0])).unwrap();
+        w.push(0, true, 7, &batch(&[5], &[0])).unwrap();
+        let b = w.finish().unwrap().read(0, 1).unwrap();
+        let tags: Vec<u32> = b.new[0].iter().map(|&i| b.tags[i as usize]).collect();
+        let rows: Vec<usize> = b.new[0].iter().map(|&i| b.batches[i as usize].num_rows()).collect();
+        assert_eq!((tags, rows), (vec![7, 3, 7], vec![2, 1, 1]));
+        assert_eq!(b.old[0].iter().map(|&i| b.tags[i as usize]).collect::<Vec<_>>(), vec![5]);
     }
 
     #[test]

@@ -19,15 +19,13 @@ use super::slice::FileCache;
 use super::timeline::Timeline;
 use super::{join_path, HudiSource};
 use crate::metrics;
-use crate::source::buckets::{buckets_for, restrict, BucketWriter, KeyText};
+use crate::source::buckets::{buckets_for, restrict, BucketWriter, KeyText, DECODED_PER_FILE_BYTE};
 use crate::source::rows::diff;
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
 /// Rows per chunk of a streamed split.
 pub const CHUNK_ROWS: usize = 65_536;
 
-/// Estimated bytes in memory per byte of Parquet / log file (decoded Arrow, conformed).
-const DECODED_PER_FILE_BYTE: u64 = 4;
 
 type Emit<'e> = dyn FnMut(SplitChanges) -> Result<(), SourceError> + 'e;
 
@@ -387,7 +385,7 @@ impl HudiSource {
                 }
                 bytes_read[s] += merge.bytes_read;
                 rows_read[s] += merge
-                    .run(&mut |b| writer.push(s as u32, is_new, &crate::source::rows::conform(&b, &target)?))
+                    .run(&mut |b| writer.push(s as u32, is_new, 0, &crate::source::rows::conform(&b, &target)?))
                     .map_err(|e| cleaned_hint(e, unit))?;
             }
         }

@@ -11,7 +11,7 @@ pub mod metadata;
 mod monitor;
 pub mod reader;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
@@ -19,6 +19,7 @@ use arrow_array::RecordBatch;
 use self::manifest::ManifestCache;
 use self::monitor::{First, Plan, PlanKind, Task};
 use self::reader::{and_not, keep, read_range, FileRange};
+use super::buckets::{buckets_for, restrict_indexes, BucketWriter, DECODED_PER_FILE_BYTE};
 use super::rows::diff;
 use super::{par, ChangeRow, Position, Resume, RowRef, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
@@ -30,7 +31,12 @@ pub struct IcebergSource {
     /// Plans of the units handed out, by (snapshot id, full scan).
     plans: Mutex<HashMap<(i64, bool), Arc<Plan>>>,
     threads: usize,
+    /// `read.memory.budget` / `read.spill.dir`: a diff beyond the budget goes to key buckets.
+    budget: usize,
+    spill_dir: std::path::PathBuf,
+    connector: String,
 }
+
 
 impl IcebergSource {
     pub fn open(cfg: &ConnectorConfig) -> Result<Self, SourceError> {
@@ -78,6 +84,9 @@ impl IcebergSource {
             manifests: ManifestCache::default(),
             plans: Default::default(),
             threads: par::default_threads(),
+            budget: cfg.memory_budget,
+            spill_dir: cfg.spill_dir.clone(),
+            connector: cfg.name.clone(),
         })
     }
 
@@ -129,8 +138,21 @@ impl IcebergSource {
         Ok(sides)
     }
 
-    fn read_diff(&self, unit: &Unit, plan: &Plan, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
+    fn read_diff(
+        &self,
+        unit: &Unit,
+        plan: &Plan,
+        resume: &Resume,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
         let PlanKind::Diff { old, new, rewritten } = &plan.kind else { return Ok(()) };
+        let buckets = match resume.buckets {
+            Some(b) => b.max(1),
+            None => {
+                let bytes: i64 = old.iter().chain(new).map(|t| t.0.len).chain(rewritten.iter().map(|r| r.0.len)).sum();
+                buckets_for(bytes.max(0) as u64 * DECODED_PER_FILE_BYTE, self.budget)
+            }
+        };
         let n = old.len() + new.len() + rewritten.len();
         let read = |i: usize| -> Result<Sides, SourceError> {
             let side = |tasks: &[Task], is_new: bool| -> Result<Sides, SourceError> {
@@ -147,6 +169,9 @@ impl IcebergSource {
                 self.read_rewritten(plan, r, b, a)
             }
         };
+        if buckets > 1 {
+            return self.read_diff_bucketed(unit, plan, buckets, n, &read, emit);
+        }
         let mut all = Sides::default();
         par::ordered(n, self.threads, &read, &mut |s: Sides| {
             all.old.extend(s.old);
@@ -165,6 +190,9 @@ impl IcebergSource {
         let keys = self.key_columns(plan)?;
         let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
         let rows = diff(&batches, &[old_idx], &[new_idx], &keys, None)?.remove(0);
+        let (picked, rows) = restrict_indexes(batches.len(), rows);
+        let batches: Vec<RecordBatch> = picked.iter().map(|&i| batches[i].clone()).collect();
+        let labels: Vec<(String, String)> = picked.iter().map(|&i| labels[i].clone()).collect();
         emit(SplitChanges {
             split: unit.splits[0].clone(),
             first_row: 0,
@@ -179,6 +207,67 @@ impl IcebergSource {
         })
     }
 
+    /// A diff larger than `read.memory.budget`, in key buckets on disk (see
+    /// [`crate::source::buckets`]): one chunk of the unit's one split per bucket.
+    fn read_diff_bucketed(
+        &self,
+        unit: &Unit,
+        plan: &Plan,
+        buckets: u32,
+        n: usize,
+        read: &(dyn Fn(usize) -> Result<Sides, SourceError> + Sync),
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let keys = self.key_columns(plan)?;
+        tracing::info!(snapshot = %unit.position.instant, buckets, budget = self.budget,
+            "change unit larger than read.memory.budget: diffing in key buckets on disk");
+        let mut writer = BucketWriter::new(&self.spill_dir, plan.schema.clone(), keys.clone(), buckets, self.budget)?;
+        let mut labels: Vec<(String, String)> = Vec::new();
+        let mut label_ids: HashMap<(String, String), u32> = HashMap::new();
+        let (mut rows_read, mut bytes_read) = (0u64, 0u64);
+        par::ordered(n, self.threads, read, &mut |s: Sides| {
+            bytes_read += s.bytes;
+            for (is_new, side) in [(false, s.old), (true, s.new)] {
+                for (b, label) in side {
+                    rows_read += b.num_rows() as u64;
+                    let tag = *label_ids.entry(label.clone()).or_insert_with(|| {
+                        labels.push(label);
+                        labels.len() as u32 - 1
+                    });
+                    writer.push(0, is_new, tag, &b)?;
+                }
+            }
+            Ok(())
+        })?;
+        let reader = writer.finish()?;
+        crate::metrics::SPILLED_BYTES.with_label_values(&[&self.connector]).inc_by(reader.bytes);
+        let mut first_row = 0u64;
+        for p in 0..reader.len() {
+            let rows = reader.read(p, 1)?;
+            let changes = diff(&rows.batches, &rows.old, &rows.new, &keys, None)?.remove(0);
+            let last = p + 1 == reader.len();
+            if changes.is_empty() && !last {
+                continue;
+            }
+            let count = changes.len() as u64;
+            let (picked, changes) = restrict_indexes(rows.batches.len(), changes);
+            emit(SplitChanges {
+                split: unit.splits[0].clone(),
+                first_row,
+                last,
+                buckets: reader.len() as u32,
+                file: String::new(),
+                batches: Arc::new(picked.iter().map(|&i| rows.batches[i].clone()).collect()),
+                batch_files: picked.iter().map(|&i| labels[rows.tags[i] as usize].clone()).collect(),
+                rows: changes,
+                rows_read: if last { rows_read } else { 0 },
+                bytes_read: if last { bytes_read } else { 0 },
+            })?;
+            first_row += count;
+        }
+        Ok(())
+    }
+
     fn key_columns(&self, plan: &Plan) -> Result<Vec<usize>, SourceError> {
         self.info
             .key_fields
@@ -191,7 +280,8 @@ impl IcebergSource {
             .collect()
     }
 
-    fn read(&self, unit: &Unit, done: &HashSet<String>, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
+    fn read(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
+        let done = &resume.done;
         if unit.splits.is_empty() {
             return Ok(());
         }
@@ -199,7 +289,7 @@ impl IcebergSource {
         match &plan.kind {
             PlanKind::Nothing(_) => Ok(()),
             PlanKind::Diff { .. } => {
-                if done.contains(&unit.splits[0].id) { Ok(()) } else { self.read_diff(unit, &plan, emit) }
+                if resume.done.contains(&unit.splits[0].id) { Ok(()) } else { self.read_diff(unit, &plan, resume, emit) }
             }
             PlanKind::Rows { op, splits } => {
                 let todo: Vec<usize> = (0..splits.len()).filter(|i| !done.contains(&unit.splits[*i].id)).collect();
@@ -284,7 +374,7 @@ impl Source for IcebergSource {
     }
 
     fn read_unit(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
-        self.read(unit, &resume.done, emit).map_err(|e| gone_hint(e, unit))
+        self.read(unit, resume, emit).map_err(|e| gone_hint(e, unit))
     }
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {
