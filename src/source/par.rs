@@ -80,6 +80,86 @@ pub fn ordered<R: Send>(
     })
 }
 
+/// A part of a streamed item, or its end.
+enum Msg<R> {
+    Part(R),
+    End,
+    Failed(SourceError),
+}
+
+/// Items are streamed by `produce(i, send)` for every `i < n` on up to `threads` threads (each
+/// item in several parts, in order); `sink` gets every part of item 0, then of item 1, ... Each
+/// item's parts wait in a queue of `depth`, so at most about `threads × depth` parts are held.
+/// The first error (from either side) stops everything and is returned.
+#[allow(clippy::type_complexity)]
+pub fn ordered_streams<R: Send>(
+    n: usize,
+    threads: usize,
+    depth: usize,
+    produce: &(dyn Fn(usize, &mut dyn FnMut(R) -> Result<(), SourceError>) -> Result<(), SourceError> + Sync),
+    sink: &mut dyn FnMut(R) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
+    let threads = threads.clamp(1, n.max(1));
+    if threads == 1 {
+        for i in 0..n {
+            produce(i, sink)?;
+        }
+        return Ok(());
+    }
+    let mut senders = Vec::with_capacity(n);
+    let mut receivers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (tx, rx) = mpsc::sync_channel::<Msg<R>>(depth.max(1));
+        senders.push(Mutex::new(Some(tx)));
+        receivers.push(rx);
+    }
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let stopped = || SourceError::Unsupported { message: "reading stopped".into() };
+    std::thread::scope(|scope| {
+        let (senders, next, stop) = (&senders, &next, &stop);
+        for _ in 0..threads {
+            scope.spawn(move || loop {
+                // items are claimed in order, so the one the sink waits for is always in hand
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n || stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Some(tx) = senders[i].lock().expect("lock").take() else { return };
+                let res = produce(i, &mut |part| {
+                    if stop.load(Ordering::SeqCst) {
+                        return Err(stopped());
+                    }
+                    tx.send(Msg::Part(part)).map_err(|_| stopped())
+                });
+                let end = match res {
+                    Ok(()) => Msg::End,
+                    Err(e) => Msg::Failed(e),
+                };
+                if tx.send(end).is_err() {
+                    return;
+                }
+            });
+        }
+        let result = (|| {
+            for rx in &receivers {
+                loop {
+                    match rx.recv() {
+                        Ok(Msg::Part(p)) => sink(p)?,
+                        Ok(Msg::End) => break,
+                        Ok(Msg::Failed(e)) => return Err(e),
+                        Err(_) => return Err(stopped()),
+                    }
+                }
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::SeqCst);
+        drop(receivers); // a producer blocked on a full queue sees the end
+        result
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +183,31 @@ mod tests {
         });
         assert!(err.is_err());
         assert_eq!(seen, 7);
+    }
+
+    #[test]
+    fn streamed_parts_arrive_in_item_order_and_errors_stop() {
+        let produce = |i: usize, send: &mut dyn FnMut((usize, usize)) -> Result<(), SourceError>| {
+            for k in 0..(i % 5) * 3 {
+                std::thread::sleep(std::time::Duration::from_micros(((i * 31 + k) % 7) as u64 * 50));
+                send((i, k))?;
+            }
+            if i == 23 { Err(SourceError::Unsupported { message: "boom".into() }) } else { Ok(()) }
+        };
+        let mut got = Vec::new();
+        let err = ordered_streams(40, 3, 2, &produce, &mut |p| {
+            got.push(p);
+            Ok(())
+        });
+        assert!(matches!(err, Err(SourceError::Unsupported { ref message }) if message == "boom"));
+        let want: Vec<(usize, usize)> = (0..=23).flat_map(|i| (0..(i % 5) * 3).map(move |k| (i, k))).collect();
+        assert_eq!(got, want);
+        let mut all = Vec::new();
+        ordered_streams(30, 2, 1, &|i, send| send(i), &mut |p| {
+            all.push(p);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(all, (0..30).collect::<Vec<_>>());
     }
 }

@@ -9,6 +9,7 @@
 //!   disk (see [`crate::source::buckets`]); smaller ones keep the one in-memory diff.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
 
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
@@ -20,6 +21,7 @@ use super::timeline::Timeline;
 use super::{join_path, HudiSource};
 use crate::metrics;
 use crate::source::buckets::{buckets_for, restrict, BucketWriter, KeyText, DECODED_PER_FILE_BYTE};
+use crate::source::par;
 use crate::source::rows::diff;
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
@@ -83,8 +85,9 @@ impl Chunk {
     }
 }
 
-/// Runs of key hashes on disk when they exceed the budget (one read of the table whatever its size).
-const HASH_RUNS: usize = 128;
+/// Runs of key hashes on disk beyond 1 Mi hashes (one read of the table whatever its size; a run
+/// holds 1/512 of the table's hashes: 156 MB at 10 billion rows).
+const HASH_RUNS: usize = 512;
 
 /// Key hashes of a full scan: in memory up to `cap`, then partitioned by hash into [`HASH_RUNS`]
 /// files, each sorted alone to find the hashes seen more than once.
@@ -117,7 +120,7 @@ impl HashRuns {
             let files = (0..HASH_RUNS)
                 .map(|i| {
                     let p = tmp.path().join(format!("{i}.u64"));
-                    std::fs::File::create(&p).map(|f| std::io::BufWriter::with_capacity(64 << 10, f)).map_err(SourceError::io(&p))
+                    std::fs::File::create(&p).map(|f| std::io::BufWriter::with_capacity(16 << 10, f)).map_err(SourceError::io(&p))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             self.runs = Some((tmp, files));
@@ -167,8 +170,8 @@ impl HudiSource {
         only
     }
 
-    /// Stream the key columns of every split's merged slice as of the unit: `f(split, first row
-    /// index, batch, key columns, commit-time column)`.
+    /// Stream the key columns of every split's merged slice as of the unit, splits read in
+    /// parallel: `f(split, first row index, batch, key columns, commit-time column)`.
     #[allow(clippy::type_complexity)]
     fn key_pass(
         &self,
@@ -176,19 +179,20 @@ impl HudiSource {
         tl: &Timeline,
         replaced: &BTreeSet<(String, String)>,
         listings: &Listings,
-        f: &mut dyn FnMut(usize, u64, &RecordBatch, &[usize], Option<usize>) -> Result<(), SourceError>,
+        f: &(dyn Fn(usize, u64, &RecordBatch, &[usize], Option<usize>) -> Result<(), SourceError> + Sync),
     ) -> Result<(), SourceError> {
         let at = unit.position.order_key();
-        for (s, sp) in unit.splits.iter().enumerate() {
+        let read = |s: usize| -> Result<(), SourceError> {
+            let sp = &unit.splits[s];
             if replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
-                continue;
+                return Ok(());
             }
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
             let cache = FileCache::streaming(Some(self.key_pass_columns()));
-            let reader = self.slice_reader(tl, &cache);
-            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { continue };
-            let Some(schema) = merge.schema().cloned() else { continue };
+            let reader = self.shared_slice_reader(tl, &cache);
+            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { return Ok(()) };
+            let Some(schema) = merge.schema().cloned() else { return Ok(()) };
             let (keys, order) = self.key_columns(&schema)?;
             let mut seq = 0u64;
             merge
@@ -198,8 +202,9 @@ impl HudiSource {
                     Ok(())
                 })
                 .map_err(|e| cleaned_hint(e, unit))?;
-        }
-        Ok(())
+            Ok(())
+        };
+        par::ordered(unit.splits.len(), self.threads, &read, &mut |_| Ok(()))
     }
 
     /// The pre-pass of a full scan: keys held by more than one row of the latest slices.
@@ -210,11 +215,15 @@ impl HudiSource {
         replaced: &BTreeSet<(String, String)>,
         listings: &Listings,
     ) -> Result<Duplicates, SourceError> {
-        let mut runs = HashRuns::new(&self.spill.dir, (self.spill.budget / 16).max(4));
-        self.key_pass(unit, tl, replaced, listings, &mut |_, _, b, keys, _| {
+        // a few MiB of hashes in memory; beyond that runs on disk are cheap (8 bytes a row, once)
+        let runs = Mutex::new(HashRuns::new(&self.spill.dir, (self.spill.budget / 32).clamp(4, 1 << 20)));
+        self.key_pass(unit, tl, replaced, listings, &|_, _, b, keys, _| {
             let text = KeyText::new(b, keys)?;
-            (0..b.num_rows()).try_for_each(|r| runs.push(text.hash(r)))
+            let hashes: Vec<u64> = (0..b.num_rows()).map(|r| text.hash(r)).collect();
+            let mut runs = runs.lock().expect("hash runs lock");
+            hashes.into_iter().try_for_each(|h| runs.push(h))
         })?;
+        let runs = runs.into_inner().expect("hash runs lock");
         if runs.spilled() {
             tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.spill.budget,
                 "full scan: the table's keys exceed read.memory.budget; key hashes spilled to runs on disk");
@@ -224,18 +233,19 @@ impl HudiSource {
             return Ok(Duplicates::default());
         }
         // confirm by the exact key; the winner is the newest commit, later rows winning ties
-        let mut seen: HashMap<Vec<u8>, Vec<(Option<String>, usize, u64)>> = HashMap::new();
-        self.key_pass(unit, tl, replaced, listings, &mut |s, seq, b, keys, order| {
+        let seen: Mutex<HashMap<Vec<u8>, Vec<(Option<String>, usize, u64)>>> = Mutex::default();
+        self.key_pass(unit, tl, replaced, listings, &|s, seq, b, keys, order| {
             let text = KeyText::new(b, keys)?;
             let commits = order.and_then(|o| b.column(o).as_any().downcast_ref::<StringArray>());
             for r in 0..b.num_rows() {
                 if candidates.contains(&text.hash(r)) {
                     let commit = commits.and_then(|c| c.is_valid(r).then(|| c.value(r).to_string()));
-                    seen.entry(text.bytes(r)).or_default().push((commit, s, seq + r as u64));
+                    seen.lock().expect("seen lock").entry(text.bytes(r)).or_default().push((commit, s, seq + r as u64));
                 }
             }
             Ok(())
         })?;
+        let seen = seen.into_inner().expect("seen lock");
         let winners: HashMap<Vec<u8>, (usize, u64)> = seen
             .into_iter()
             .filter(|(_, v)| v.len() > 1)
@@ -250,7 +260,8 @@ impl HudiSource {
         Ok(Duplicates { candidates, winners })
     }
 
-    /// A full scan, split by split, each streamed in chunks.
+    /// A full scan, split by split, each streamed in chunks; splits are read on several threads
+    /// and handed on in split order.
     pub(super) fn read_snapshot(
         &self,
         unit: &Unit,
@@ -262,16 +273,21 @@ impl HudiSource {
     ) -> Result<(), SourceError> {
         let dups = self.duplicates(unit, tl, replaced, listings)?;
         let at = unit.position.order_key();
-        for (s, sp) in unit.splits.iter().enumerate() {
-            if done.contains(&sp.id) || replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
-                continue;
-            }
+        let todo: Vec<usize> = (0..unit.splits.len())
+            .filter(|&s| {
+                let sp = &unit.splits[s];
+                !done.contains(&sp.id) && !replaced.contains(&(sp.partition.clone(), sp.file_group.clone()))
+            })
+            .collect();
+        let read = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| -> Result<(), SourceError> {
+            let s = todo[k];
+            let sp = &unit.splits[s];
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
             let cache = FileCache::streaming(None);
-            let reader = self.slice_reader(tl, &cache);
-            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { continue };
-            let Some(schema) = merge.schema().cloned() else { continue };
+            let reader = self.shared_slice_reader(tl, &cache);
+            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { return Ok(()) };
+            let Some(schema) = merge.schema().cloned() else { return Ok(()) };
             let (keys, _) = self.key_columns(&schema)?;
             let file = merge.file.as_deref().map(|f| join_path(&sp.partition, f)).unwrap_or_default();
             let bytes_read = merge.bytes_read;
@@ -288,7 +304,7 @@ impl HudiSource {
                     chunk.rows += b.num_rows();
                     chunk.batches.push(b);
                     if chunk.rows >= CHUNK_ROWS {
-                        emit(chunk.take(sp, &file, false))?;
+                        send(chunk.take(sp, &file, false))?;
                     }
                     Ok(())
                 })
@@ -296,9 +312,9 @@ impl HudiSource {
             let mut sc = chunk.take(sp, &file, true);
             sc.rows_read = rows_read;
             sc.bytes_read = bytes_read;
-            emit(sc)?;
-        }
-        Ok(())
+            send(sc)
+        };
+        par::ordered_streams(todo.len(), self.threads, 2, &read, emit)
     }
 
     /// Key buckets for a change unit: one (the in-memory diff) while its file slices, decoded,

@@ -38,6 +38,8 @@ pub struct HudiSource {
     skip_merge: bool,
     spill: spill::SpillConfig,
     connector: String,
+    /// Threads reading the splits of a full scan.
+    threads: usize,
     /// Archived instants by history version.
     archived: std::sync::Mutex<Option<(Option<String>, Arc<Vec<Instant>>)>>,
 }
@@ -61,6 +63,7 @@ impl HudiSource {
             skip_merge: cfg.skip_merge,
             spill: spill::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
             connector: cfg.name.clone(),
+            threads: super::par::default_threads(),
             archived: Default::default(),
             table,
         })

@@ -21,6 +21,13 @@ impl HudiSource {
         SliceReader { spill: self.spill.clone(), table: &self.table, timeline, merge: &self.merge, cache, connector: &self.connector }
     }
 
+    /// A slice reader for one of the threads of a parallel read: its share of the budget.
+    pub(super) fn shared_slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
+        let mut r = self.slice_reader(timeline, cache);
+        r.spill.budget /= self.threads.max(1);
+        r
+    }
+
     fn load_sides(
         &self,
         splits: &[SplitSpec],
