@@ -51,7 +51,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("tombstones.on.delete", "true", "follow each `d` event with a null-value tombstone for compaction"),
     ("transaction.boundary", "instant", "`instant`: one transaction per instant; `interval`: every `transaction.interval.ms`"),
     ("transaction.interval.ms", "1000", "commit interval with `transaction.boundary=interval`"),
-    ("transaction.max.records", "100000", "a transaction is committed at least every this many records"),
+    ("transaction.max.records", "1000000", "a transaction commits at least every this many records, or when a third of transaction.timeout.ms old (large instants span several, resumable mid-split)"),
     ("transaction.timeout.ms", "60000", "producer `transaction.timeout.ms`"),
     ("metrics.port", "(none)", "serve `/metrics`, `/healthz`, `/ready` on this port (CLI `--metrics-port` wins)"),
     ("topic.creation.default.partitions", "1", "partitions of the change topic when lakestream creates it"),

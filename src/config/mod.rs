@@ -350,7 +350,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             }
         },
         boundary,
-        max_txn_records: v.u64_or("transaction.max.records", 100_000)?.max(1) as usize,
+        max_txn_records: v.u64_or("transaction.max.records", 1_000_000)?.max(1) as usize,
         transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,
         task_id,
         tasks: tasks as u32,

@@ -245,6 +245,7 @@ impl Task {
         let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
         let mut key_buf = Vec::with_capacity(64);
         let filter = self.cfg.tasks > 1 || self.state.handoff.is_some();
+        let txn_age_limit = Duration::from_millis(self.cfg.transaction_timeout_ms / 3);
         let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>| InFlight {
             unit: unit.position.clone(),
             snapshot: unit.snapshot,
@@ -281,7 +282,10 @@ impl Task {
                 }
                 self.state.records += records.len() as u64;
                 progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
-                if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || (i % 1024 == 0 && self.stopping()) {
+                // by size, by age (a transaction older than transaction.timeout.ms is aborted by the
+                // broker: the unit would replay forever), and on shutdown
+                let old = i % 1024 == 0 && self.sink.txn_age().is_some_and(|a| a >= txn_age_limit);
+                if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || old || (i % 1024 == 0 && self.stopping()) {
                     self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets)));
                     self.commit().await?;
                     if self.stopping() {
