@@ -72,7 +72,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
     rt.block_on(run_connector(cfg, RunOptions { once: true, shutdown: rx })).expect("run");
     let secs = t.elapsed().as_secs_f64();
     let events = counter_sum(&metrics::RECORDS_POLLED, &["r", "c", "u", "d"]);
-    let rows = metrics::ROWS_READ.get_metric_with_label_values(&["bench"]).map(|c| c.get()).unwrap_or(0);
+    let rows = metrics::ROWS_READ.get_metric_with_label_values(&["bench", "0"]).map(|c| c.get()).unwrap_or(0);
     let spilled = metrics::SPILLED_BYTES.get_metric_with_label_values(&["bench"]).map(|c| c.get()).unwrap_or(0);
     println!(
         "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB",

@@ -23,9 +23,9 @@ metric!(RECORDS_POLLED, IntCounterVec, register_int_counter_vec_with_registry!(
 metric!(RECORDS_WRITTEN, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_records_written_total", "Kafka records committed (events and tombstones), by op", &["connector", "op"], REGISTRY));
 metric!(ROWS_READ, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_rows_read_total", "Rows read from data files", &["connector"], REGISTRY));
+    "lakestream_source_rows_read_total", "Rows read from data files", &["connector", "task"], REGISTRY));
 metric!(BYTES_READ, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_bytes_read_total", "Bytes of data files read", &["connector"], REGISTRY));
+    "lakestream_source_bytes_read_total", "Bytes of data files read", &["connector", "task"], REGISTRY));
 metric!(UNITS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_units_total", "Instants processed, by outcome (emitted, skipped, snapshot)", &["connector", "outcome"], REGISTRY));
 metric!(TXN_COMMITTED, Counter, register_counter_with_registry!(

@@ -246,6 +246,7 @@ impl Task {
         let mut key_buf = Vec::with_capacity(64);
         let filter = self.cfg.tasks > 1 || self.state.handoff.is_some();
         let txn_age_limit = Duration::from_millis(self.cfg.transaction_timeout_ms / 3);
+        let task_label = self.cfg.task_id.to_string();
         let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>| InFlight {
             unit: unit.position.clone(),
             snapshot: unit.snapshot,
@@ -253,8 +254,8 @@ impl Task {
             buckets: buckets.filter(|b| *b != 1),
         };
         while let Some(sc) = rx.recv().await {
-            metrics::ROWS_READ.with_label_values(&[&name]).inc_by(sc.rows_read);
-            metrics::BYTES_READ.with_label_values(&[&name]).inc_by(sc.bytes_read);
+            metrics::ROWS_READ.with_label_values(&[&name, &task_label]).inc_by(sc.rows_read);
+            metrics::BYTES_READ.with_label_values(&[&name, &task_label]).inc_by(sc.bytes_read);
             let enc = self.encoder.split(unit, &sc).await?;
             let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();

@@ -8,22 +8,21 @@
 //! * **Change units** whose two sides would not fit in the budget are diffed in key buckets on
 //!   disk (see [`crate::source::buckets`]); smaller ones keep the one in-memory diff.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
-use super::files::{base_as_of, Listings};
-use super::reader::cleaned_hint;
+use super::files::base_as_of;
+use super::reader::{cleaned_hint, UnitRead};
 use super::slice::FileCache;
-use super::timeline::Timeline;
 use super::{join_path, HudiSource};
 use crate::metrics;
 use crate::source::buckets::{buckets_for, restrict, BucketWriter, KeyText, DECODED_PER_FILE_BYTE};
 use crate::source::par;
 use crate::source::rows::diff;
-use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
+use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
 
 /// Rows per chunk of a streamed split.
 pub const CHUNK_ROWS: usize = 65_536;
@@ -175,16 +174,14 @@ impl HudiSource {
     #[allow(clippy::type_complexity)]
     fn key_pass(
         &self,
-        unit: &Unit,
-        tl: &Timeline,
-        replaced: &BTreeSet<(String, String)>,
-        listings: &Listings,
+        r: &UnitRead<'_>,
         f: &(dyn Fn(usize, u64, &RecordBatch, &[usize], Option<usize>) -> Result<(), SourceError> + Sync),
     ) -> Result<(), SourceError> {
+        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
         let at = unit.position.order_key();
         let read = |s: usize| -> Result<(), SourceError> {
             let sp = &unit.splits[s];
-            if replaced.contains(&(sp.partition.clone(), sp.file_group.clone())) {
+            if r.is_replaced(sp) {
                 return Ok(());
             }
             let files = listings.partition(&sp.partition)?;
@@ -208,16 +205,10 @@ impl HudiSource {
     }
 
     /// The pre-pass of a full scan: keys held by more than one row of the latest slices.
-    fn duplicates(
-        &self,
-        unit: &Unit,
-        tl: &Timeline,
-        replaced: &BTreeSet<(String, String)>,
-        listings: &Listings,
-    ) -> Result<Duplicates, SourceError> {
+    fn duplicates(&self, r: &UnitRead<'_>) -> Result<Duplicates, SourceError> {
         // a few MiB of hashes in memory; beyond that runs on disk are cheap (8 bytes a row, once)
         let runs = Mutex::new(HashRuns::new(&self.spill.dir, (self.spill.budget / 32).clamp(4, 1 << 20)));
-        self.key_pass(unit, tl, replaced, listings, &|_, _, b, keys, _| {
+        self.key_pass(r, &|_, _, b, keys, _| {
             let text = KeyText::new(b, keys)?;
             let hashes: Vec<u64> = (0..b.num_rows()).map(|r| text.hash(r)).collect();
             let mut runs = runs.lock().expect("hash runs lock");
@@ -233,8 +224,10 @@ impl HudiSource {
             return Ok(Duplicates::default());
         }
         // confirm by the exact key; the winner is the newest commit, later rows winning ties
-        let seen: Mutex<HashMap<Vec<u8>, Vec<(Option<String>, usize, u64)>>> = Mutex::default();
-        self.key_pass(unit, tl, replaced, listings, &|s, seq, b, keys, order| {
+        // exact key -> (commit time, split, row) of each row holding it
+        type Seen = HashMap<Vec<u8>, Vec<(Option<String>, usize, u64)>>;
+        let seen: Mutex<Seen> = Mutex::default();
+        self.key_pass(r, &|s, seq, b, keys, order| {
             let text = KeyText::new(b, keys)?;
             let commits = order.and_then(|o| b.column(o).as_any().downcast_ref::<StringArray>());
             for r in 0..b.num_rows() {
@@ -262,21 +255,14 @@ impl HudiSource {
 
     /// A full scan, split by split, each streamed in chunks; splits are read on several threads
     /// and handed on in split order.
-    pub(super) fn read_snapshot(
-        &self,
-        unit: &Unit,
-        tl: &Timeline,
-        replaced: &BTreeSet<(String, String)>,
-        listings: &Listings,
-        done: &HashSet<String>,
-        emit: &mut Emit<'_>,
-    ) -> Result<(), SourceError> {
-        let dups = self.duplicates(unit, tl, replaced, listings)?;
+    pub(super) fn read_snapshot(&self, r: &UnitRead<'_>, done: &HashSet<String>, emit: &mut Emit<'_>) -> Result<(), SourceError> {
+        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
+        let dups = self.duplicates(r)?;
         let at = unit.position.order_key();
         let todo: Vec<usize> = (0..unit.splits.len())
             .filter(|&s| {
                 let sp = &unit.splits[s];
-                !done.contains(&sp.id) && !replaced.contains(&(sp.partition.clone(), sp.file_group.clone()))
+                !done.contains(&sp.id) && !r.is_replaced(sp)
             })
             .collect();
         let read = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| -> Result<(), SourceError> {
@@ -319,7 +305,8 @@ impl HudiSource {
 
     /// Key buckets for a change unit: one (the in-memory diff) while its file slices, decoded,
     /// fit in `read.memory.budget`.
-    pub(super) fn change_buckets(&self, unit: &Unit, tl: &Timeline, listings: &Listings) -> Result<u32, SourceError> {
+    pub(super) fn change_buckets(&self, r: &UnitRead<'_>) -> Result<u32, SourceError> {
+        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
         let at = unit.position.order_key();
         let mut bytes = 0u64;
         for sp in &unit.splits {
@@ -339,23 +326,11 @@ impl HudiSource {
     }
 
     /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn read_bucketed(
-        &self,
-        unit: &Unit,
-        tl: &Timeline,
-        replaced: &BTreeSet<(String, String)>,
-        listings: &Listings,
-        done: &HashSet<String>,
-        buckets: u32,
-        emit: &mut Emit<'_>,
-    ) -> Result<(), SourceError> {
+    pub(super) fn read_bucketed(&self, r: &UnitRead<'_>, done: &HashSet<String>, buckets: u32, emit: &mut Emit<'_>) -> Result<(), SourceError> {
+        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
         let at = unit.position.order_key();
         let n = unit.splits.len();
-        let sides = |sp: &SplitSpec| -> [(bool, bool); 2] {
-            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
-            [(false, !unit.snapshot), (true, !is_replaced)]
-        };
+        let sides = |sp: &SplitSpec| -> [(bool, bool); 2] { [(false, !unit.snapshot), (true, !r.is_replaced(sp))] };
         // the unit's value schema: the newest slice's (last split with a new side, else old)
         let mut target: Option<SchemaRef> = None;
         'find: for want_new in [true, false] {

@@ -127,9 +127,6 @@ impl HudiSource {
         Ok(unit)
     }
 
-    /// Read the given slices of each split, conform to one schema, return (batches, per split
-    /// batch indexes, file names, rows read, bytes read).
-
     pub(super) fn plan(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
         let tl = self.timeline()?;
         let mut candidates: Vec<&Instant> = match after {

@@ -28,15 +28,8 @@ impl HudiSource {
         r
     }
 
-    fn load_sides(
-        &self,
-        splits: &[SplitSpec],
-        tl: &Timeline,
-        unit: &Unit,
-        replaced: &BTreeSet<(String, String)>,
-        cache: &FileCache,
-        listings: &Listings,
-    ) -> Result<Sides, SourceError> {
+    fn load_sides(&self, r: &UnitRead<'_>, splits: &[SplitSpec], cache: &FileCache) -> Result<Sides, SourceError> {
+        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
         let at = unit.position.order_key();
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
@@ -44,7 +37,7 @@ impl HudiSource {
         for (s, sp) in splits.iter().enumerate() {
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
-            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
+            let is_replaced = r.is_replaced(sp);
             let old = if unit.snapshot { None } else { reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))? };
             let new = if is_replaced { None } else { reader.state(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? };
             for (is_new, st) in [(false, old), (true, new)] {
@@ -85,13 +78,11 @@ impl HudiSource {
     /// the instant wrote a base file for (inserts, compaction) are diffed.
     fn read_changelog(
         &self,
-        unit: &Unit,
-        tl: &Timeline,
-        replaced: &BTreeSet<(String, String)>,
-        listings: &Listings,
+        r: &UnitRead<'_>,
         done: &HashSet<String>,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
+        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
         let cache = FileCache::default();
         let reader = self.slice_reader(tl, &cache);
         let at = unit.position.order_key();
@@ -103,9 +94,8 @@ impl HudiSource {
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
             let wrote_base = base.iter().any(|b| b.instant == unit.position.instant);
-            let is_replaced = replaced.contains(&(sp.partition.clone(), sp.file_group.clone()));
-            let (batches, rows, file) = if wrote_base || is_replaced {
-                let sides = self.load_sides(std::slice::from_ref(sp), tl, unit, replaced, &cache, listings)?;
+            let (batches, rows, file) = if wrote_base || r.is_replaced(sp) {
+                let sides = self.load_sides(r, std::slice::from_ref(sp), &cache)?;
                 match sides.batches.first() {
                     None => (Vec::new(), Vec::new(), String::new()),
                     Some(first) => {
@@ -222,21 +212,22 @@ impl HudiSource {
             self.verify_inputs(unit, &md, &listings)?;
             md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
         };
+        let r = UnitRead { unit, tl: &tl, replaced: &replaced, listings: &listings };
         if unit.snapshot {
-            return self.read_snapshot(unit, &tl, &replaced, &listings, &resume.done, emit);
+            return self.read_snapshot(&r, &resume.done, emit);
         }
         if (self.changelog || self.skip_merge) && self.table.is_mor() {
-            return self.read_changelog(unit, &tl, &replaced, &listings, done, emit);
+            return self.read_changelog(&r, done, emit);
         }
         let buckets = match resume.buckets {
             Some(b) => b.max(1),
-            None => self.change_buckets(unit, &tl, &listings)?,
+            None => self.change_buckets(&r)?,
         };
         if buckets > 1 {
-            return self.read_bucketed(unit, &tl, &replaced, &listings, done, buckets, emit);
+            return self.read_bucketed(&r, done, buckets, emit);
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched
-        let sides = self.load_sides(&unit.splits, &tl, unit, &replaced, &FileCache::default(), &listings)?;
+        let sides = self.load_sides(&r, &unit.splits, &FileCache::default())?;
         let Some(first) = sides.batches.first() else { return Ok(()) };
         let (keys, order) = self.key_columns(&first.schema())?;
         let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
@@ -252,6 +243,21 @@ impl HudiSource {
             emit(sc)?;
         }
         Ok(())
+    }
+}
+
+/// What reading one unit needs: the unit, the timeline, the file groups replaced by then, and
+/// the partition listings (each partition listed once per unit).
+pub(super) struct UnitRead<'a> {
+    pub unit: &'a Unit,
+    pub tl: &'a Timeline,
+    pub replaced: &'a BTreeSet<(String, String)>,
+    pub listings: &'a Listings,
+}
+
+impl UnitRead<'_> {
+    pub fn is_replaced(&self, sp: &SplitSpec) -> bool {
+        self.replaced.contains(&(sp.partition.clone(), sp.file_group.clone()))
     }
 }
 

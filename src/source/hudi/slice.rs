@@ -79,13 +79,18 @@ pub struct SliceState {
 pub struct FileCache {
     only: Option<Vec<String>>,
     stream_base: bool,
-    base: Mutex<HashMap<PathBuf, Arc<(SchemaRef, Vec<RecordBatch>, u64)>>>,
-    logs: Mutex<HashMap<PathBuf, Arc<(Vec<LogBlock>, u64)>>>,
+    base: Mutex<HashMap<PathBuf, CachedBase>>,
+    logs: Mutex<HashMap<PathBuf, CachedLog>>,
 }
+
+/// A base file read whole: schema, batches, size in bytes.
+type CachedBase = Arc<(SchemaRef, Vec<RecordBatch>, u64)>;
+/// A log file's blocks and size in bytes.
+type CachedLog = Arc<(Vec<LogBlock>, u64)>;
 
 /// A base file's batches: from the cache, or streamed from storage.
 enum BaseBatches {
-    Cached(Arc<(SchemaRef, Vec<RecordBatch>, u64)>, usize),
+    Cached(CachedBase, usize),
     Stream(parquet::arrow::arrow_reader::ParquetRecordBatchReader, PathBuf),
 }
 
@@ -128,7 +133,7 @@ impl FileCache {
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
-    fn log(&self, path: &Path, connector: &str) -> Result<Arc<(Vec<LogBlock>, u64)>, SourceError> {
+    fn log(&self, path: &Path, connector: &str) -> Result<CachedLog, SourceError> {
         if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
             return Ok(v.clone());
         }
@@ -337,7 +342,7 @@ pub struct SliceMerge<'a> {
     base: Option<std::iter::Peekable<BaseBatches>>,
     /// (file, block) of the log blocks taking part, in commit order.
     blocks: Vec<(usize, usize)>,
-    cached: Vec<(Arc<(Vec<LogBlock>, u64)>, PathBuf)>,
+    cached: Vec<(CachedLog, PathBuf)>,
     /// The newest data block, decoded while planning (it gives the schema).
     last_batches: Option<(usize, Vec<RecordBatch>)>,
     target: Option<SchemaRef>,
@@ -394,10 +399,10 @@ impl SliceMerge<'_> {
         let newest = match self.last_batches.as_ref().and_then(|(_, v)| v.first()) {
             Some(b) => Some(b.schema()),
             None => {
-                let peeked = self.base.as_mut().and_then(|b| b.peek()).map(|r| r.as_ref().map(RecordBatch::clone).map_err(|_| ()));
+                let peeked = self.base.as_mut().and_then(|b| b.peek()).map(|r| r.as_ref().ok().cloned());
                 match peeked {
-                    Some(Ok(b)) => Some(self.with_keys(b)?.schema()),
-                    Some(Err(())) => {
+                    Some(Some(b)) => Some(self.with_keys(b)?.schema()),
+                    Some(None) => {
                         return Err(self.base.as_mut().and_then(Iterator::next).and_then(Result::err).expect("the peeked error"))
                     }
                     None => None,
