@@ -25,7 +25,7 @@ use crate::source::rows::diff;
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
 
 /// Rows per chunk of a streamed split.
-pub const CHUNK_ROWS: usize = 65_536;
+pub const CHUNK_ROWS: usize = 16_384;
 
 
 type Emit<'e> = dyn FnMut(SplitChanges) -> Result<(), SourceError> + 'e;
@@ -186,7 +186,7 @@ impl HudiSource {
             }
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
-            let cache = FileCache::streaming(Some(self.key_pass_columns()));
+            let cache = FileCache::single_pass(Some(self.key_pass_columns()));
             let reader = self.shared_slice_reader(tl, &cache);
             let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { return Ok(()) };
             let Some(schema) = merge.schema().cloned() else { return Ok(()) };
@@ -270,7 +270,7 @@ impl HudiSource {
             let sp = &unit.splits[s];
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
-            let cache = FileCache::streaming(None);
+            let cache = FileCache::single_pass(None);
             let reader = self.shared_slice_reader(tl, &cache);
             let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { return Ok(()) };
             let Some(schema) = merge.schema().cloned() else { return Ok(()) };
@@ -341,7 +341,7 @@ impl HudiSource {
                     if is_new != want_new || !wanted {
                         continue;
                     }
-                    let cache = FileCache::streaming(None);
+                    let cache = FileCache::single_pass(None);
                     let reader = self.slice_reader(tl, &cache);
                     if let Some(m) = reader.open(&sp.partition, base, logs, at, is_new).map_err(|e| cleaned_hint(e, unit))? {
                         if let Some(s) = m.schema() {

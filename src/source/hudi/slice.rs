@@ -79,6 +79,8 @@ pub struct SliceState {
 pub struct FileCache {
     only: Option<Vec<String>>,
     stream_base: bool,
+    /// Log files are read for one merge only: nothing to keep once decoded.
+    single_pass: bool,
     base: Mutex<HashMap<PathBuf, CachedBase>>,
     logs: Mutex<HashMap<PathBuf, CachedLog>>,
 }
@@ -120,6 +122,12 @@ impl FileCache {
         Self { only, stream_base: true, ..Default::default() }
     }
 
+    /// For one merge per file group (a full scan): base files streamed, log files not kept
+    /// once their records are decoded.
+    pub fn single_pass(only: Option<Vec<String>>) -> Self {
+        Self { only, stream_base: true, single_pass: true, ..Default::default() }
+    }
+
     fn base(&self, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
@@ -139,7 +147,9 @@ impl FileCache {
         }
         let size = crate::storage::size(path).unwrap_or(0);
         let v = Arc::new((log::read_blocks(path, connector)?, size));
-        self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
+        if !self.single_pass {
+            self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
+        }
         Ok(v)
     }
 }
@@ -464,6 +474,8 @@ impl SliceMerge<'_> {
                 }
             }
         }
+        // the raw log blocks are decoded: a single-pass cache holds no other reference to them
+        self.cached.clear();
         let mut rows_read = sources.rows();
         let proj = sources.merge_batches().to_vec();
         let proj_schema = proj.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
