@@ -10,6 +10,7 @@ mod bounded;
 pub mod changelog;
 pub mod files;
 pub mod log;
+pub mod merge;
 mod monitor;
 mod reader;
 pub mod slice;

@@ -3,7 +3,7 @@
 //! table's merge mode: commit-time ordering (later write wins) or event-time ordering (the
 //! greater ordering value wins, ties to the later write; a late record with a lower value loses).
 //! Hard deletes (delete blocks) always win; soft deletes (`_hoodie_is_deleted = true`) take part
-//! in ordering and then remove the row.
+//! in ordering and then remove the row. The merge itself streams (see [`super::merge`]).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
-use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
+use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile};
 use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
 use super::timeline::{TableConfig, Timeline};
-use super::spill::{SpillConfig, Sources};
-use crate::source::rows::{conform, nullable, RowKeys};
+use super::merge::SliceMerge;
+use super::spill::SpillConfig;
 use crate::source::SourceError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,10 +88,10 @@ pub struct FileCache {
 /// A base file read whole: schema, batches, size in bytes.
 type CachedBase = Arc<(SchemaRef, Vec<RecordBatch>, u64)>;
 /// A log file's blocks and size in bytes.
-type CachedLog = Arc<(Vec<LogBlock>, u64)>;
+pub(super) type CachedLog = Arc<(Vec<LogBlock>, u64)>;
 
 /// A base file's batches: from the cache, or streamed from storage.
-enum BaseBatches {
+pub(super) enum BaseBatches {
     Cached(CachedBase, usize),
     Stream(parquet::arrow::arrow_reader::ParquetRecordBatchReader, PathBuf),
 }
@@ -164,7 +164,7 @@ pub struct SliceReader<'a> {
 }
 
 /// A record source while merging: (batch index, row).
-type Src = (usize, usize);
+pub(super) type Src = (usize, usize);
 
 impl SliceReader<'_> {
     fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
@@ -191,7 +191,7 @@ impl SliceReader<'_> {
     }
 
     /// A data block's records as Arrow (virtual keys derived), `_hoodie_operation` kept.
-    fn decode(&self, b: &LogBlock, path: &Path, partition: &str) -> Result<Vec<RecordBatch>, SourceError> {
+    pub(super) fn decode(&self, b: &LogBlock, path: &Path, partition: &str) -> Result<Vec<RecordBatch>, SourceError> {
         let batches = match b.block_type {
             BlockType::AvroData => log::avro_block_batches(b, path)?,
             BlockType::ParquetData => log::parquet_block_batches(b, path)?,
@@ -341,268 +341,6 @@ impl SliceReader<'_> {
     }
 }
 
-/// The merge of one file slice, planned by [`SliceReader::open`] and run by [`SliceMerge::run`]:
-/// log records are merged first (held as merge columns, full rows within `read.memory.budget`,
-/// the rest spilled), then the base file streams through batch by batch, then the winning log
-/// records follow in log order. The output order is the same as merging everything at once in
-/// source order: base rows, then log rows in commit order.
-pub struct SliceMerge<'a> {
-    reader: &'a SliceReader<'a>,
-    partition: String,
-    base: Option<std::iter::Peekable<BaseBatches>>,
-    /// (file, block) of the log blocks taking part, in commit order.
-    blocks: Vec<(usize, usize)>,
-    cached: Vec<(CachedLog, PathBuf)>,
-    /// The newest data block, decoded while planning (it gives the schema).
-    last_batches: Option<(usize, Vec<RecordBatch>)>,
-    target: Option<SchemaRef>,
-    /// The newest file that contributed (for `source.file`).
-    pub file: Option<String>,
-    pub bytes_read: u64,
-}
-
-/// Log-phase merge state of a key (see [`SliceMerge::run`]).
-#[derive(Clone, Copy)]
-enum LogWinner {
-    Row(Src),
-    /// Soft delete: keeps its ordering value for later comparisons.
-    SoftDeleted(Src),
-    HardDeleted,
-}
-
-struct LogState {
-    cur: LogWinner,
-    /// A hard delete happened: rows before it (the base row too) take no part.
-    reset: bool,
-    /// The base row outranked the log winner.
-    base_won: bool,
-}
-
-impl SliceMerge<'_> {
-    /// The slice's schema (rows are conformed to it): the newest data block's, else the base
-    /// file's, every column nullable, layout columns dropped. `None`: the slice has no rows.
-    pub fn schema(&self) -> Option<&SchemaRef> {
-        self.target.as_ref()
-    }
-
-    fn block(&self, k: usize) -> (&LogBlock, &Path) {
-        let (i, j) = self.blocks[k];
-        (&self.cached[i].0 .0[j], self.cached[i].1.as_path())
-    }
-
-    fn decode(&self, k: usize) -> Result<Vec<RecordBatch>, SourceError> {
-        let (b, path) = self.block(k);
-        self.reader.decode(b, path, &self.partition)
-    }
-
-    fn with_keys(&self, b: RecordBatch) -> Result<RecordBatch, SourceError> {
-        let m = self.reader.merge;
-        if m.virtual_keys { with_virtual_keys(&b, &m.key_fields, &self.partition) } else { Ok(b) }
-    }
-
-    fn plan_schema(&mut self) -> Result<(), SourceError> {
-        let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
-        let last_data = (0..self.blocks.len()).rev().find(|&k| is_data(self.block(k).0));
-        if let Some(k) = last_data {
-            self.last_batches = Some((k, self.decode(k)?));
-        }
-        let newest = match self.last_batches.as_ref().and_then(|(_, v)| v.first()) {
-            Some(b) => Some(b.schema()),
-            None => {
-                let peeked = self.base.as_mut().and_then(|b| b.peek()).map(|r| r.as_ref().ok().cloned());
-                match peeked {
-                    Some(Some(b)) => Some(self.with_keys(b)?.schema()),
-                    Some(None) => {
-                        return Err(self.base.as_mut().and_then(Iterator::next).and_then(Result::err).expect("the peeked error"))
-                    }
-                    None => None,
-                }
-            }
-        };
-        self.target = newest.map(|s| nullable(&s, LAYOUT_META_COLUMNS));
-        Ok(())
-    }
-
-    /// Merge, handing the winning rows to `out` in batches (conformed to [`Self::schema`]).
-    /// Returns the rows read (base and log records).
-    pub fn run(mut self, out: &mut dyn FnMut(RecordBatch) -> Result<(), SourceError>) -> Result<u64, SourceError> {
-        let Some(target) = self.target.clone() else { return Ok(0) };
-        let reader = self.reader;
-        let key_idx = target.index_of("_hoodie_record_key").map_err(|_| SourceError::Unreadable {
-            message: format!("{}: file group in `{}` has no _hoodie_record_key column", reader.table.path.display(), self.partition),
-        })?;
-        let ord_idx: Vec<usize> = if reader.merge.mode == MergeMode::EventTime {
-            reader.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect()
-        } else {
-            Vec::new()
-        };
-        let del_idx = target.index_of("_hoodie_is_deleted").ok();
-        let mut merge_cols = vec![key_idx];
-        merge_cols.extend(&ord_idx);
-        merge_cols.extend(del_idx);
-        // log records in commit order; a delete block is a marker with its keys
-        enum Step {
-            Data(std::ops::Range<usize>),
-            Delete(Vec<log::DeletedKey>),
-        }
-        let mut sources = Sources::new(reader.spill.clone(), merge_cols.clone());
-        let mut steps = Vec::new();
-        let mut last = self.last_batches.take();
-        for k in 0..self.blocks.len() {
-            let (b, path) = self.block(k);
-            match b.block_type {
-                BlockType::Delete => steps.push(Step::Delete(log::delete_block_keys(b, path)?)),
-                BlockType::Corrupt => {}
-                _ => {
-                    let batches = match last.take() {
-                        Some((lk, v)) if lk == k => v,
-                        other => {
-                            last = other;
-                            self.decode(k)?
-                        }
-                    };
-                    for x in batches {
-                        // changelog-mode records: before-images take no part, `D` deletes
-                        let (upserts, deletes) = split_operations(&x)?;
-                        let start = sources.len();
-                        sources.push(conform(&upserts, &target)?, true)?;
-                        steps.push(Step::Data(start..sources.len()));
-                        if !deletes.is_empty() {
-                            steps.push(Step::Delete(deletes));
-                        }
-                    }
-                }
-            }
-        }
-        // the raw log blocks are decoded: a single-pass cache holds no other reference to them
-        self.cached.clear();
-        let mut rows_read = sources.rows();
-        let proj = sources.merge_batches().to_vec();
-        let proj_schema = proj.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
-        let ord_conv = if ord_idx.is_empty() { None } else { Some(RowKeys::new(&proj_schema, Some((1..=ord_idx.len()).collect()))?) };
-        let ord_rows = match &ord_conv {
-            Some(c) => Some(proj.iter().map(|b| c.rows(b)).collect::<Result<Vec<_>, _>>()?),
-            None => None,
-        };
-        let key_of = |b: &RecordBatch| -> Result<StringArray, SourceError> {
-            b.column(0)
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .cloned()
-                .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })
-        };
-        let deleted_of = |b: &RecordBatch| -> Option<BooleanArray> {
-            del_idx.and_then(|_| b.column(b.num_columns() - 1).as_any().downcast_ref::<BooleanArray>().cloned())
-        };
-        let keys: Vec<StringArray> = proj.iter().map(key_of).collect::<Result<_, _>>()?;
-        let deleted: Vec<Option<BooleanArray>> = proj.iter().map(deleted_of).collect();
-        let soft = |d: &Option<BooleanArray>, r: usize| d.as_ref().is_some_and(|c| c.is_valid(r) && c.value(r));
-        // 1. the log records among themselves, from an unknown base
-        let mut winners: HashMap<&str, LogState> = HashMap::new();
-        for step in &steps {
-            match step {
-                Step::Data(range) => {
-                    for b in range.clone() {
-                        for r in 0..proj[b].num_rows() {
-                            if !keys[b].is_valid(r) {
-                                continue;
-                            }
-                            let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted((b, r)) } else { LogWinner::Row((b, r)) };
-                            match winners.get_mut(keys[b].value(r)) {
-                                None => {
-                                    winners.insert(keys[b].value(r), LogState { cur: w, reset: false, base_won: false });
-                                }
-                                Some(st) => {
-                                    let wins = match (&st.cur, &ord_rows) {
-                                        (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => ord[b].row(r) >= ord[o.0].row(o.1),
-                                        _ => true,
-                                    };
-                                    if wins {
-                                        st.cur = w;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                Step::Delete(keys_deleted) => {
-                    for d in keys_deleted {
-                        match winners.get_mut(d.record_key.as_str()) {
-                            Some(st) => {
-                                st.cur = LogWinner::HardDeleted;
-                                st.reset = true;
-                            }
-                            None => {
-                                // the key may be in the base file: it is deleted there too
-                                winners.insert(d.record_key.as_str(), LogState { cur: LogWinner::HardDeleted, reset: true, base_won: false });
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // 2. the base file, streamed: a base row stays unless a log record outranks it
-        if let Some(base) = self.base.take() {
-            for b in base {
-                let b = conform(&self.with_keys(b?)?, &target)?;
-                rows_read += b.num_rows() as u64;
-                let p = b.project(&merge_cols).map_err(SourceError::arrow("merge columns"))?;
-                let bk = key_of(&p)?;
-                let bd = deleted_of(&p);
-                let bord = match &ord_conv {
-                    Some(c) => Some(c.rows(&p)?),
-                    None => None,
-                };
-                let keep: BooleanArray = (0..b.num_rows())
-                    .map(|r| {
-                        if !bk.is_valid(r) {
-                            return Some(false);
-                        }
-                        let Some(st) = winners.get_mut(bk.value(r)) else { return Some(!soft(&bd, r)) };
-                        if st.reset {
-                            return Some(false);
-                        }
-                        let log_wins = match (&st.cur, &ord_rows, &bord) {
-                            (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord), Some(bo)) => ord[o.0].row(o.1) >= bo.row(r),
-                            _ => true,
-                        };
-                        if log_wins {
-                            return Some(false);
-                        }
-                        st.base_won = true;
-                        Some(!soft(&bd, r))
-                    })
-                    .collect();
-                let kept = if keep.true_count() == b.num_rows() {
-                    b
-                } else {
-                    arrow::compute::filter_record_batch(&b, &keep).map_err(SourceError::arrow("filtering base rows"))?
-                };
-                if kept.num_rows() > 0 {
-                    out(kept)?;
-                }
-            }
-        }
-        // 3. the winning log records, in log order, gathered one source batch at a time
-        let mut picks: Vec<Src> = winners
-            .values()
-            .filter(|st| !st.base_won)
-            .filter_map(|st| match st.cur {
-                LogWinner::Row(src) => Some(src),
-                _ => None,
-            })
-            .collect();
-        picks.sort_unstable();
-        drop(winners);
-        for chunk in picks.chunk_by(|a, b| a.0 == b.0) {
-            for b in sources.take(chunk)? {
-                out(b)?;
-            }
-        }
-        Ok(rows_read)
-    }
-}
-
 /// A block one instant wrote (changelog mode): records with their `_hoodie_operation`, or keys.
 pub enum InstantBlock {
     Data(Vec<RecordBatch>),
@@ -611,7 +349,7 @@ pub enum InstantBlock {
 
 /// Split log records by `_hoodie_operation`: upserts (`I`, `U`, none) and the keys of `D` records;
 /// `-U` before-images are dropped.
-fn split_operations(batch: &RecordBatch) -> Result<(RecordBatch, Vec<log::DeletedKey>), SourceError> {
+pub(super) fn split_operations(batch: &RecordBatch) -> Result<(RecordBatch, Vec<log::DeletedKey>), SourceError> {
     let Some(ops) = batch.column_by_name("_hoodie_operation").and_then(|c| c.as_any().downcast_ref::<StringArray>()) else {
         return Ok((batch.clone(), Vec::new()));
     };
