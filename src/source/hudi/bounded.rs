@@ -27,7 +27,6 @@ use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec}
 /// Rows per chunk of a streamed split.
 pub const CHUNK_ROWS: usize = 16_384;
 
-
 type Emit<'e> = dyn FnMut(SplitChanges) -> Result<(), SourceError> + 'e;
 
 /// Keys held more than once in a full scan, and the (split, row) that wins each.
@@ -177,18 +176,15 @@ impl HudiSource {
         r: &UnitRead<'_>,
         f: &(dyn Fn(usize, u64, &RecordBatch, &[usize], Option<usize>) -> Result<(), SourceError> + Sync),
     ) -> Result<(), SourceError> {
-        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
-        let at = unit.position.order_key();
+        let unit = r.unit;
         let read = |s: usize| -> Result<(), SourceError> {
             let sp = &unit.splits[s];
             if r.is_replaced(sp) {
                 return Ok(());
             }
-            let files = listings.partition(&sp.partition)?;
-            let (base, logs) = files.group(&sp.file_group);
             let cache = FileCache::single_pass(Some(self.key_pass_columns()));
-            let reader = self.shared_slice_reader(tl, &cache);
-            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { return Ok(()) };
+            let reader = self.shared_slice_reader(r.tl, &cache);
+            let Some(merge) = self.open_slice(r, &reader, sp, true)? else { return Ok(()) };
             let Some(schema) = merge.schema().cloned() else { return Ok(()) };
             let (keys, order) = self.key_columns(&schema)?;
             let mut seq = 0u64;
@@ -256,9 +252,8 @@ impl HudiSource {
     /// A full scan, split by split, each streamed in chunks; splits are read on several threads
     /// and handed on in split order.
     pub(super) fn read_snapshot(&self, r: &UnitRead<'_>, done: &HashSet<String>, emit: &mut Emit<'_>) -> Result<(), SourceError> {
-        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
+        let unit = r.unit;
         let dups = self.duplicates(r)?;
-        let at = unit.position.order_key();
         let todo: Vec<usize> = (0..unit.splits.len())
             .filter(|&s| {
                 let sp = &unit.splits[s];
@@ -268,11 +263,9 @@ impl HudiSource {
         let read = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| -> Result<(), SourceError> {
             let s = todo[k];
             let sp = &unit.splits[s];
-            let files = listings.partition(&sp.partition)?;
-            let (base, logs) = files.group(&sp.file_group);
             let cache = FileCache::single_pass(None);
-            let reader = self.shared_slice_reader(tl, &cache);
-            let Some(merge) = reader.open(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? else { return Ok(()) };
+            let reader = self.shared_slice_reader(r.tl, &cache);
+            let Some(merge) = self.open_slice(r, &reader, sp, true)? else { return Ok(()) };
             let Some(schema) = merge.schema().cloned() else { return Ok(()) };
             let (keys, _) = self.key_columns(&schema)?;
             let file = merge.file.as_deref().map(|f| join_path(&sp.partition, f)).unwrap_or_default();
@@ -309,41 +302,34 @@ impl HudiSource {
         let (unit, tl, listings) = (r.unit, r.tl, r.listings);
         let at = unit.position.order_key();
         let mut bytes = 0u64;
+        // sizes come with the listing: no request per file
         for sp in &unit.splits {
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
-            let dir = super::files::partition_dir(&self.table.path, &sp.partition);
             for inclusive in [false, true] {
-                if let Some(b) = base_as_of(base, tl, at, inclusive) {
-                    bytes += crate::storage::size(&dir.join(&b.name)).unwrap_or(0);
-                }
+                bytes += base_as_of(base, tl, at, inclusive).map_or(0, |b| b.size);
             }
-            for l in logs {
-                bytes += 2 * crate::storage::size(&dir.join(&l.name)).unwrap_or(0);
-            }
+            bytes += 2 * logs.iter().map(|l| l.size).sum::<u64>();
         }
         Ok(buckets_for(bytes * DECODED_PER_FILE_BYTE, self.spill.budget))
     }
 
     /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]).
     pub(super) fn read_bucketed(&self, r: &UnitRead<'_>, done: &HashSet<String>, buckets: u32, emit: &mut Emit<'_>) -> Result<(), SourceError> {
-        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
-        let at = unit.position.order_key();
+        let unit = r.unit;
         let n = unit.splits.len();
         let sides = |sp: &SplitSpec| -> [(bool, bool); 2] { [(false, !unit.snapshot), (true, !r.is_replaced(sp))] };
         // the unit's value schema: the newest slice's (last split with a new side, else old)
         let mut target: Option<SchemaRef> = None;
         'find: for want_new in [true, false] {
             for sp in unit.splits.iter().rev() {
-                let files = listings.partition(&sp.partition)?;
-                let (base, logs) = files.group(&sp.file_group);
                 for (is_new, wanted) in sides(sp) {
                     if is_new != want_new || !wanted {
                         continue;
                     }
                     let cache = FileCache::single_pass(None);
-                    let reader = self.slice_reader(tl, &cache);
-                    if let Some(m) = reader.open(&sp.partition, base, logs, at, is_new).map_err(|e| cleaned_hint(e, unit))? {
+                    let reader = self.slice_reader(r.tl, &cache);
+                    if let Some(m) = self.open_slice(r, &reader, sp, is_new)? {
                         if let Some(s) = m.schema() {
                             target = Some(s.clone());
                             break 'find;
@@ -359,16 +345,14 @@ impl HudiSource {
         let mut writer = BucketWriter::new(&self.spill.dir, target.clone(), keys.clone(), buckets, self.spill.budget)?;
         let (mut file, mut rows_read, mut bytes_read) = (vec![String::new(); n], vec![0u64; n], vec![0u64; n]);
         for (s, sp) in unit.splits.iter().enumerate() {
-            let files = listings.partition(&sp.partition)?;
-            let (base, logs) = files.group(&sp.file_group);
             // log blocks decoded once for both sides; base files streamed
             let cache = FileCache::streaming(None);
-            let reader = self.slice_reader(tl, &cache);
+            let reader = self.slice_reader(r.tl, &cache);
             for (is_new, wanted) in sides(sp) {
                 if !wanted {
                     continue;
                 }
-                let Some(merge) = reader.open(&sp.partition, base, logs, at, is_new).map_err(|e| cleaned_hint(e, unit))? else { continue };
+                let Some(merge) = self.open_slice(r, &reader, sp, is_new)? else { continue };
                 if let Some(f) = &merge.file {
                     if is_new || file[s].is_empty() {
                         file[s] = join_path(&sp.partition, f);

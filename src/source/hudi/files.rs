@@ -21,6 +21,8 @@ pub struct BaseFile {
     pub file_id: String,
     pub instant: String,
     pub name: String,
+    /// Bytes, from the listing (0 when parsed from a bare name).
+    pub size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,8 @@ pub struct LogFile {
     pub file_id: String,
     pub instant: String,
     pub name: String,
+    /// Bytes, from the listing (0 when parsed from a bare name).
+    pub size: u64,
 }
 
 /// `<fileId>_<writeToken>_<instant>.parquet`
@@ -38,7 +42,7 @@ pub fn parse_base_name(name: &str) -> Option<BaseFile> {
     let stem = name.strip_suffix(".parquet")?;
     let (rest, instant) = stem.rsplit_once('_')?;
     let (file_id, _token) = rest.rsplit_once('_')?;
-    Some(BaseFile { file_id: file_id.into(), instant: instant.into(), name: name.into() })
+    Some(BaseFile { file_id: file_id.into(), instant: instant.into(), name: name.into(), size: 0 })
 }
 
 /// `.<fileId>_<instant>.log.<version>_<writeToken>`
@@ -46,7 +50,7 @@ pub fn parse_log_name(name: &str) -> Option<LogFile> {
     let rest = name.strip_prefix('.')?;
     let (head, _) = rest.split_once(".log.")?;
     let (file_id, instant) = head.rsplit_once('_')?;
-    Some(LogFile { file_id: file_id.into(), instant: instant.into(), name: name.into() })
+    Some(LogFile { file_id: file_id.into(), instant: instant.into(), name: name.into(), size: 0 })
 }
 
 /// The files of one partition, by file group id.
@@ -67,9 +71,9 @@ pub fn list_partition(table: &Path, partition: &str) -> Result<PartitionFiles, S
     for e in entries {
         let name = e.name;
         if let Some(b) = parse_base_name(&name) {
-            out.base.entry(b.file_id.clone()).or_default().push(b);
+            out.base.entry(b.file_id.clone()).or_default().push(BaseFile { size: e.size, ..b });
         } else if let Some(l) = parse_log_name(&name) {
-            out.logs.entry(l.file_id.clone()).or_default().push(l);
+            out.logs.entry(l.file_id.clone()).or_default().push(LogFile { size: e.size, ..l });
         }
     }
     Ok(out)

@@ -12,7 +12,7 @@ use arrow_schema::SchemaRef;
 
 use super::files::{with_virtual_keys, LAYOUT_META_COLUMNS};
 use super::log::{self, BlockType, LogBlock};
-use super::slice::{split_operations, BaseBatches, CachedLog, MergeMode, SliceReader, Src};
+use super::slice::{split_operations, BaseBatches, CachedLog, MergeMode, SliceReader, SliceState, Src};
 use super::spill::Sources;
 use crate::source::rows::{conform, nullable, RowKeys};
 use crate::source::SourceError;
@@ -97,6 +97,17 @@ impl SliceMerge<'_> {
         };
         self.target = newest.map(|s| nullable(&s, LAYOUT_META_COLUMNS));
         Ok(())
+    }
+
+    /// Merge, keeping every winning row in memory (change units diffed in memory, changelog mode).
+    pub fn collect(self) -> Result<SliceState, SourceError> {
+        let (file, bytes_read) = (self.file.clone(), self.bytes_read);
+        let mut batches = Vec::new();
+        let rows_read = self.run(&mut |b| {
+            batches.push(b);
+            Ok(())
+        })?;
+        Ok(SliceState { batches, file, rows_read, bytes_read })
     }
 
     /// Merge, handing the winning rows to `out` in batches (conformed to [`Self::schema`]).

@@ -9,7 +9,8 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::files::Listings;
-use super::slice::{FileCache, SliceReader};
+use super::merge::SliceMerge;
+use super::slice::{FileCache, SliceReader, SliceState};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
 use crate::source::buckets::restrict;
@@ -28,18 +29,32 @@ impl HudiSource {
         r
     }
 
+    /// The merge of split `sp`'s file slice as of the unit (after it when `inclusive`), read
+    /// through `reader`; a file gone from storage becomes the cleaned-file error with its way out.
+    pub(super) fn open_slice<'r>(
+        &self,
+        r: &UnitRead<'_>,
+        reader: &'r SliceReader<'r>,
+        sp: &SplitSpec,
+        inclusive: bool,
+    ) -> Result<Option<SliceMerge<'r>>, SourceError> {
+        let files = r.listings.partition(&sp.partition)?;
+        let (base, logs) = files.group(&sp.file_group);
+        reader.open(&sp.partition, base, logs, r.unit.position.order_key(), inclusive).map_err(|e| cleaned_hint(e, r.unit))
+    }
+
     fn load_sides(&self, r: &UnitRead<'_>, splits: &[SplitSpec], cache: &FileCache) -> Result<Sides, SourceError> {
-        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
-        let at = unit.position.order_key();
+        let unit = r.unit;
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
-        let reader = self.slice_reader(tl, cache);
+        let reader = self.slice_reader(r.tl, cache);
         for (s, sp) in splits.iter().enumerate() {
-            let files = listings.partition(&sp.partition)?;
-            let (base, logs) = files.group(&sp.file_group);
-            let is_replaced = r.is_replaced(sp);
-            let old = if unit.snapshot { None } else { reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))? };
-            let new = if is_replaced { None } else { reader.state(&sp.partition, base, logs, at, true).map_err(|e| cleaned_hint(e, unit))? };
+            let side = |inclusive: bool| -> Result<Option<SliceState>, SourceError> {
+                let merge = self.open_slice(r, &reader, sp, inclusive)?;
+                merge.map(SliceMerge::collect).transpose().map_err(|e| cleaned_hint(e, unit))
+            };
+            let old = if unit.snapshot { None } else { side(false)? };
+            let new = if r.is_replaced(sp) { None } else { side(true)? };
             for (is_new, st) in [(false, old), (true, new)] {
                 let Some(st) = st else { continue };
                 sides.rows_read[s] += st.rows_read;
@@ -105,7 +120,7 @@ impl HudiSource {
                     }
                 }
             } else {
-                let old = reader.state(&sp.partition, base, logs, at, false).map_err(|e| cleaned_hint(e, unit))?;
+                let old = self.open_slice(r, &reader, sp, false)?.map(SliceMerge::collect).transpose().map_err(|e| cleaned_hint(e, unit))?;
                 let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
                 let old_batches = old.map(|o| o.batches).unwrap_or_default();
                 let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.skip_merge)?;

@@ -246,26 +246,6 @@ impl SliceReader<'_> {
         Ok(out)
     }
 
-    /// The merged state of one file group as of `at` (inclusive or not), collected in memory.
-    /// `None`: no visible slice.
-    pub fn state(
-        &self,
-        partition: &str,
-        base_files: &[BaseFile],
-        log_files: &[LogFile],
-        at: &str,
-        inclusive: bool,
-    ) -> Result<Option<SliceState>, SourceError> {
-        let Some(merge) = self.open(partition, base_files, log_files, at, inclusive)? else { return Ok(None) };
-        let mut batches = Vec::new();
-        let (file, bytes_read) = (merge.file.clone(), merge.bytes_read);
-        let rows_read = merge.run(&mut |b| {
-            batches.push(b);
-            Ok(())
-        })?;
-        Ok(Some(SliceState { batches, file, rows_read, bytes_read }))
-    }
-
     /// Plan the merge of one file group as of `at`: which base file and log blocks take part, the
     /// slice's schema and newest file. Nothing is merged yet. `None`: no visible slice.
     pub fn open(
