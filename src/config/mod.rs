@@ -54,6 +54,17 @@ pub enum TxnBoundary {
     Interval(Duration),
 }
 
+/// `tasks.ownership`: how `tasks.max` tasks divide a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOwnership {
+    /// By partition where the table proves a row's identity cannot leave its partition, else by key.
+    Auto,
+    /// Every task reads everything and keeps the keys that hash to it.
+    Key,
+    /// Each task reads only its partitions (the operator vouches that no key crosses partitions).
+    Partition,
+}
+
 /// One connector, fully validated.
 #[derive(Clone)]
 pub struct ConnectorConfig {
@@ -90,6 +101,11 @@ pub struct ConnectorConfig {
     pub task_id: u32,
     /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
     pub tasks: u32,
+    pub ownership: TaskOwnership,
+    /// Tasks divide the table by partition: `tasks.ownership` resolved against the table by the
+    /// source when it opens (false until then). Part of the task's offsets key and transactional
+    /// id, so a change of scheme is a new generation.
+    pub by_partition: bool,
     pub metrics_port: Option<u16>,
     pub memory_budget: usize,
     pub spill_dir: PathBuf,
@@ -115,27 +131,32 @@ impl fmt::Debug for ConnectorConfig {
 impl ConnectorConfig {
     /// The offsets-record key: `["<name>", {"table": ..., "task": ...}]` (Kafka Connect's shape).
     pub fn offsets_key(&self) -> String {
-        self.offsets_key_for(self.tasks, self.task_id)
+        self.offsets_key_for(self.tasks, self.task_id, self.by_partition)
     }
 
     /// The offsets key of task `task` of a generation of `tasks` tasks (one task: Kafka
     /// Connect's shape without the generation, as single-task connectors always wrote it).
-    pub fn offsets_key_for(&self, tasks: u32, task: u32) -> String {
-        if tasks <= 1 {
-            serde_json::json!([self.name, {"table": self.table_id, "task": task}]).to_string()
-        } else {
-            serde_json::json!([self.name, {"table": self.table_id, "task": task, "tasks": tasks}]).to_string()
+    pub fn offsets_key_for(&self, tasks: u32, task: u32, by_partition: bool) -> String {
+        match (tasks, by_partition) {
+            (0 | 1, _) => serde_json::json!([self.name, {"table": self.table_id, "task": task}]).to_string(),
+            (_, false) => serde_json::json!([self.name, {"table": self.table_id, "task": task, "tasks": tasks}]).to_string(),
+            (_, true) => serde_json::json!([self.name, {"table": self.table_id, "task": task, "tasks": tasks, "by": "partition"}])
+                .to_string(),
         }
     }
 
     pub fn transactional_id(&self) -> String {
-        self.transactional_id_for(self.tasks, self.task_id)
+        self.transactional_id_for(self.tasks, self.task_id, self.by_partition)
     }
 
     /// Transactional ids differ per generation, so fencing an old generation never fences a
     /// task of the new one.
-    pub fn transactional_id_for(&self, tasks: u32, task: u32) -> String {
-        if tasks <= 1 { format!("{}-{task}", self.name) } else { format!("{}-{tasks}-{task}", self.name) }
+    pub fn transactional_id_for(&self, tasks: u32, task: u32, by_partition: bool) -> String {
+        match (tasks, by_partition) {
+            (0 | 1, _) => format!("{}-{task}", self.name),
+            (_, false) => format!("{}-{tasks}-{task}", self.name),
+            (_, true) => format!("{}-{tasks}p-{task}", self.name),
+        }
     }
 
     /// This connector as task `task`.
@@ -354,6 +375,13 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,
         task_id,
         tasks: tasks as u32,
+        ownership: match v.get("tasks.ownership").as_deref() {
+            None | Some("auto") => TaskOwnership::Auto,
+            Some("key") => TaskOwnership::Key,
+            Some("partition") => TaskOwnership::Partition,
+            Some(s) => return Err(v.invalid("tasks.ownership", format!("`{s}` is not one of: auto, key, partition"))),
+        },
+        by_partition: false,
         metrics_port: v.get("metrics.port").map(|_| v.u64_or("metrics.port", 0)).transpose()?.map(|p| p as u16),
         memory_budget: match v.get("read.memory.budget") {
             None => 256 << 20,

@@ -14,11 +14,11 @@ mod tasks;
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
 use crate::metrics;
-use crate::sink::offsets::{read_offsets, FirstUnit, InFlight, Offsets};
+use crate::sink::offsets::{read_offsets, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;
-use crate::source::{Resume, Source, SourceError, SplitChanges, Unit};
+use crate::source::{Ownership, Resume, Source, SourceError, SplitChanges, Unit};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -68,6 +68,8 @@ struct Task {
     written: HashMap<&'static str, u64>,
     /// Commit time (epoch ms) of the last emitted instant, for the lag gauge.
     last_ts_ms: Option<i64>,
+    /// Rows and bytes this task read from storage (logged when it stops).
+    read: (u64, u64),
     opts: RunOptions,
 }
 
@@ -88,7 +90,7 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     res
 }
 
-async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
+async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
     crate::storage::configure(&cfg.storage);
     let source: Arc<dyn Source> = {
         let c = cfg.clone();
@@ -101,42 +103,22 @@ async fn run_inner(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Runtime
         .await
         .expect("open panicked")?
     };
+    cfg.by_partition = source.ownership() == Ownership::Partition;
     let sink = TxnSink::start(&cfg).await?;
     let (state, new_state) = tasks::resume_state(&cfg, &source).await?;
-    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, issued = ?state.issued,
+    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = ?source.ownership(), issued = ?state.issued,
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?;
     metrics::set_ready(true);
-    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, opts };
+    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, read: (0, 0), opts };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it
         task.commit().await?;
     }
-    loop {
-        match task.cycle().await {
-            Ok(Flow::Stop) => return Ok(()),
-            Ok(Flow::Continue) => {}
-            Err(RuntimeError::Sink(SinkError::Aborted(why))) => {
-                tracing::warn!(connector = %task.cfg.name, %why, "transaction aborted; replaying from the last committed offsets");
-                task.sink.abort().await?;
-                task.state = task.committed.clone();
-                task.written.clear();
-                continue;
-            }
-            Err(e) => {
-                let _ = task.sink.abort().await;
-                return Err(e);
-            }
-        }
-        if task.stopping() {
-            return Ok(());
-        }
-        let mut sd = task.opts.shutdown.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(task.cfg.check_interval) => {}
-            _ = sd.changed() => {}
-        }
-    }
+    let res = task.run().await;
+    tracing::info!(connector = %task.cfg.name, task = task.cfg.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
+        "task stopped");
+    res
 }
 
 fn now_ms() -> i64 {
@@ -144,6 +126,35 @@ fn now_ms() -> i64 {
 }
 
 impl Task {
+    /// Cycles until stopped; an aborted transaction replays from the last committed offsets.
+    async fn run(&mut self) -> Result<(), RuntimeError> {
+        loop {
+            match self.cycle().await {
+                Ok(Flow::Stop) => return Ok(()),
+                Ok(Flow::Continue) => {}
+                Err(RuntimeError::Sink(SinkError::Aborted(why))) => {
+                    tracing::warn!(connector = %self.cfg.name, %why, "transaction aborted; replaying from the last committed offsets");
+                    self.sink.abort().await?;
+                    self.state = self.committed.clone();
+                    self.written.clear();
+                    continue;
+                }
+                Err(e) => {
+                    let _ = self.sink.abort().await;
+                    return Err(e);
+                }
+            }
+            if self.stopping() {
+                return Ok(());
+            }
+            let mut sd = self.opts.shutdown.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.check_interval) => {}
+                _ = sd.changed() => {}
+            }
+        }
+    }
+
     fn stopping(&self) -> bool {
         *self.opts.shutdown.borrow()
     }
@@ -234,17 +245,23 @@ impl Task {
             snapshot = unit.snapshot, splits = unit.splits.len(), resumed_splits = done.len(), ?buckets, "emitting instant");
         let resume = Resume { done, buckets };
         let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
-        let (src, u) = (self.source.clone(), unit.clone());
+        let (src, mut u) = (self.source.clone(), unit.clone());
+        // divided by partition: this task reads only the splits of its partitions
+        let (tasks, me) = (self.cfg.tasks, self.cfg.task_id);
+        let by_partition = tasks > 1 && self.cfg.by_partition;
+        if by_partition {
+            u.splits.retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
+        }
+        let total = u.splits.len();
         let reader = tokio::task::spawn_blocking(move || {
             src.read_unit(&u, &resume, &mut |sc| {
                 tx.blocking_send(sc).map_err(|_| SourceError::Unsupported { message: "reader stopped".into() })
             })
         });
-        let total = unit.splits.len();
         let mut finished = progress.values().filter(|p| p.done).count();
         let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
         let mut key_buf = Vec::with_capacity(64);
-        let filter = self.cfg.tasks > 1 || self.state.handoff.is_some();
+        let filter = (tasks > 1 && !by_partition) || self.state.handoff.is_some();
         let txn_age_limit = Duration::from_millis(self.cfg.transaction_timeout_ms / 3);
         let task_label = self.cfg.task_id.to_string();
         let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>| InFlight {
@@ -256,6 +273,9 @@ impl Task {
         while let Some(sc) = rx.recv().await {
             metrics::ROWS_READ.with_label_values(&[&name, &task_label]).inc_by(sc.rows_read);
             metrics::BYTES_READ.with_label_values(&[&name, &task_label]).inc_by(sc.bytes_read);
+            self.read.0 += sc.rows_read;
+            self.read.1 += sc.bytes_read;
+            let split_partition = Ownership::partition_hash(&sc.split.partition);
             let enc = self.encoder.split(unit, &sc).await?;
             let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();
@@ -263,10 +283,14 @@ impl Task {
             for (i, row) in sc.rows.iter().enumerate().skip(skip) {
                 let index = sc.first_row + i as u64;
                 if filter {
-                    let h = enc.key_hash(row, &mut key_buf);
-                    let mine = tasks::owner(h, self.cfg.tasks) == self.cfg.task_id;
+                    let partition_hash = match row.after.or(row.before) {
+                        Some(r) if !sc.batch_files.is_empty() => Ownership::partition_hash(&sc.batch_files[r.batch as usize].0),
+                        _ => split_partition,
+                    };
+                    let owner = RowOwner { key_hash: enc.key_hash(row, &mut key_buf), partition_hash };
+                    let mine = by_partition || owner.task(Ownership::Key, tasks) == me;
                     let published = self.state.handoff.as_ref().is_some_and(|ho| {
-                        ho.published(h, &unit.position, unit.snapshot, &sc.split.id, index)
+                        ho.published(owner, &unit.position, unit.snapshot, &sc.split.id, index)
                     });
                     if !mine || published {
                         progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;

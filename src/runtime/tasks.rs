@@ -1,8 +1,11 @@
-//! Tasks and generations. `tasks.max=N` runs N tasks over one table; a row belongs to task
-//! `hash(key) % N`, so every event of a key comes from one task, in order. Each task has its own
-//! transactional producer and offsets record. Changing N starts a new generation (epoch + 1):
-//! its tasks fence the previous generation's transactional ids, then take over from the previous
-//! generation's positions — a key's events up to its old owner's position are not emitted again.
+//! Tasks and generations. `tasks.max=N` runs N tasks over one table. A row belongs to one task:
+//! by key (`hash(key) % N`: every task reads every split and keeps its keys) or, where the
+//! source says a row's identity cannot leave its partition, by partition (`hash(partition) % N`:
+//! a task reads only its partitions' splits) — either way every event of a key comes from one
+//! task, in order. Each task has its own transactional producer and offsets record. Changing N or
+//! the scheme starts a new generation (epoch + 1): its tasks fence the previous generation's
+//! transactional ids, then take over from the previous generation's positions — a row's events up
+//! to its old owner's position are not emitted again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,10 +14,19 @@ use super::RuntimeError;
 use crate::config::ConnectorConfig;
 use crate::sink::offsets::{read_offsets_matching, FirstUnit, Handoff, InFlight, OldTask, Offsets};
 use crate::sink::{fence, SinkError};
-use crate::source::{Position, Source};
+use crate::source::{Ownership, Position, Source};
 
-/// Every committed offsets record of this connector and table, by (tasks, task).
-fn read_generations(cfg: &ConnectorConfig) -> Result<HashMap<(u32, u32), Offsets>, SinkError> {
+/// A generation's shape: its `tasks.max` and how it divides the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Shape {
+    tasks: u32,
+    ownership: Ownership,
+}
+
+type Records = HashMap<(Shape, u32), Offsets>;
+
+/// Every committed offsets record of this connector and table, by (shape, task).
+fn read_generations(cfg: &ConnectorConfig) -> Result<Records, SinkError> {
     let parse = |k: &[u8]| -> Option<(u32, u32)> {
         let v: serde_json::Value = serde_json::from_slice(k).ok()?;
         let (name, part) = (v.get(0)?.as_str()?, v.get(1)?);
@@ -26,23 +38,20 @@ fn read_generations(cfg: &ConnectorConfig) -> Result<HashMap<(u32, u32), Offsets
         Some((tasks, task))
     };
     let all = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| parse(k).is_some())?;
-    Ok(all.into_iter().filter_map(|(k, o)| parse(&k).map(|id| (id, o))).collect())
+    Ok(all
+        .into_iter()
+        .filter_map(|(k, o)| parse(&k).map(|(tasks, task)| ((Shape { tasks, ownership: o.ownership }, task), o)))
+        .collect())
 }
 
 /// The records of generation `epoch` (of `tasks` tasks), a missing task's record filled in with
 /// the state it would have started from (it never committed).
-fn generation(
-    cfg: &ConnectorConfig,
-    source: &Arc<dyn Source>,
-    all: &HashMap<(u32, u32), Offsets>,
-    tasks: u32,
-    epoch: u64,
-) -> Result<BTreeMap<u32, Offsets>, RuntimeError> {
+fn generation(cfg: &ConnectorConfig, source: &Arc<dyn Source>, all: &Records, shape: Shape, epoch: u64) -> Result<BTreeMap<u32, Offsets>, RuntimeError> {
     let mut out = BTreeMap::new();
-    for j in 0..tasks {
-        let o = match all.get(&(tasks, j)).filter(|o| o.epoch == epoch) {
+    for j in 0..shape.tasks {
+        let o = match all.get(&(shape, j)).filter(|o| o.epoch == epoch) {
             Some(o) => o.clone(),
-            None => initial(cfg, source, all, tasks, j, epoch)?,
+            None => initial(cfg, source, all, shape, j, epoch)?,
         };
         out.insert(j, o);
     }
@@ -51,48 +60,52 @@ fn generation(
 
 /// The state task `task` of generation `epoch` starts from: fresh in the first generation, else a
 /// handoff from the generation before.
-fn initial(
-    cfg: &ConnectorConfig,
-    source: &Arc<dyn Source>,
-    all: &HashMap<(u32, u32), Offsets>,
-    tasks: u32,
-    task: u32,
-    epoch: u64,
-) -> Result<Offsets, RuntimeError> {
+fn initial(cfg: &ConnectorConfig, source: &Arc<dyn Source>, all: &Records, shape: Shape, task: u32, epoch: u64) -> Result<Offsets, RuntimeError> {
     let prev = all.values().map(|o| o.epoch).filter(|e| *e < epoch).max();
     match prev {
-        None => Ok(Offsets { tasks, epoch, ..Default::default() }),
+        None => Ok(Offsets { tasks: shape.tasks, ownership: shape.ownership, epoch, ..Default::default() }),
         Some(prev) => {
-            let prev_tasks = generation_size(all, prev);
-            let old = generation(cfg, source, all, prev_tasks, prev)?;
-            handoff_state(cfg, source, (tasks, task), prev_tasks, old, epoch)
+            let prev_shape = generation_shape(all, prev);
+            let old = generation(cfg, source, all, prev_shape, prev)?;
+            handoff_state(cfg, source, (shape, task), prev_shape, old, epoch)
         }
     }
 }
 
-/// `tasks.max` of a generation (records of older builds have tasks 0: one task).
-fn generation_size(all: &HashMap<(u32, u32), Offsets>, epoch: u64) -> u32 {
-    all.iter().filter(|(_, o)| o.epoch == epoch).map(|((t, _), _)| *t).max().unwrap_or(1).max(1)
+/// The shape of a generation (records of older builds have tasks 0: one task, by key).
+fn generation_shape(all: &Records, epoch: u64) -> Shape {
+    let of = all.iter().filter(|(_, o)| o.epoch == epoch).map(|((s, _), _)| *s).max_by_key(|s| s.tasks);
+    of.map(|s| Shape { tasks: s.tasks.max(1), ..s }).unwrap_or(Shape { tasks: 1, ownership: Ownership::Key })
 }
 
 fn handoff_state(
     cfg: &ConnectorConfig,
     source: &Arc<dyn Source>,
-    (new_tasks, task): (u32, u32),
-    tasks: u32,
+    (new, task): (Shape, u32),
+    shape: Shape,
     old: BTreeMap<u32, Offsets>,
     epoch: u64,
 ) -> Result<Offsets, RuntimeError> {
-    let stuck = |why: &str| {
+    let (tasks, new_tasks) = (shape.tasks, new.tasks);
+    let stuck = |why: &str, undo: String| {
         RuntimeError::Sink(SinkError::Offsets(format!(
-            "connector {}: tasks.max changed from {tasks} to {new_tasks}, but {why}; run it with tasks.max={tasks} \
-             until its first unit is emitted, then change tasks.max",
-            cfg.name
+            "connector {}: tasks.max changed from {tasks} to {new_tasks} (dividing by {:?}, before by {:?}), but {why}; \
+             run it with {undo} until {}, then change it",
+            cfg.name, new.ownership, shape.ownership,
+            if why.contains("first") { "its first unit is emitted" } else { "that unit is emitted" }
         )))
     };
     let fresh = old.values().all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
     if fresh {
-        return Ok(Offsets { tasks: new_tasks, epoch, ..Default::default() });
+        return Ok(Offsets { tasks: new_tasks, ownership: new.ownership, epoch, ..Default::default() });
+    }
+    if shape.ownership != new.ownership && source.splits_follow_ownership() {
+        // the unit an old task half emitted would be cut into other splits now: its progress
+        // could not be matched row by row
+        if let Some(f) = old.values().filter_map(|o| o.in_flight.as_ref()).find(|f| !f.splits.is_empty()) {
+            let undo = format!("tasks.ownership={}", if shape.ownership == Ownership::Key { "key" } else { "partition" });
+            return Err(stuck(&format!("a task of the old generation had unit {} half emitted", f.unit.instant), undo));
+        }
     }
     // a task that has not finished its first unit: the new task redoes that unit (the same one
     // every old task started with) for the keys it had not emitted
@@ -109,7 +122,7 @@ fn handoff_state(
         match firsts.as_slice() {
             [f] => Some(f.clone()),
             [] => None,
-            _ => return Err(stuck("its tasks started from different first units")),
+            _ => return Err(stuck("its tasks started from different first units", format!("tasks.max={tasks}"))),
         }
     } else {
         None
@@ -134,13 +147,14 @@ fn handoff_state(
         })
         .collect();
     tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch, start = ?start, first = ?first,
-        "tasks.max changed: taking over from the previous generation");
+        from_ownership = ?shape.ownership, to_ownership = ?new.ownership, "tasks.max or ownership changed: taking over from the previous generation");
     Ok(Offsets {
         issued: start,
         in_flight: first.as_ref().map(|f| InFlight::new(f.unit.clone(), f.snapshot)),
         tasks: new_tasks,
+        ownership: new.ownership,
         epoch,
-        handoff: Some(Handoff { tasks, old: old_tasks }),
+        handoff: Some(Handoff { tasks, ownership: shape.ownership, old: old_tasks }),
         first,
         ..Default::default()
     })
@@ -155,19 +169,20 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
     };
     let all = read(cfg.clone()).await?;
     let newest = all.values().map(|o| o.epoch).max();
-    let (n, i) = (cfg.tasks, cfg.task_id);
+    let shape = Shape { tasks: cfg.tasks, ownership: source.ownership() };
+    let i = cfg.task_id;
     let epoch = match newest {
-        None => return Ok((Offsets { tasks: n, ..Default::default() }, true)),
-        Some(e) if generation_size(&all, e) == n => {
-            if let Some(own) = all.get(&(n, i)).filter(|o| o.epoch == e) {
-                return Ok((Offsets { tasks: n, ..own.clone() }, false));
+        None => return Ok((Offsets { tasks: shape.tasks, ownership: shape.ownership, ..Default::default() }, true)),
+        Some(e) if generation_shape(&all, e) == shape => {
+            if let Some(own) = all.get(&(shape, i)).filter(|o| o.epoch == e) {
+                return Ok((Offsets { tasks: shape.tasks, ..own.clone() }, false));
             }
             e
         }
         Some(e) => {
-            let old_tasks = generation_size(&all, e);
-            for j in 0..old_tasks {
-                let id = cfg.transactional_id_for(old_tasks, j);
+            let old = generation_shape(&all, e);
+            for j in 0..old.tasks {
+                let id = cfg.transactional_id_for(old.tasks, j, old.ownership == Ownership::Partition);
                 if id != cfg.transactional_id() {
                     fence(cfg, &id).await?;
                 }
@@ -178,7 +193,7 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
     // read again: the fenced generation can no longer change its records
     let all = read(cfg.clone()).await?;
     let (src, cfg) = (source.clone(), cfg.clone());
-    let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, n, i, epoch)).await.expect("handoff panicked")?;
+    let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, shape, i, epoch)).await.expect("handoff panicked")?;
     Ok((state, true))
 }
 
@@ -208,7 +223,8 @@ pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
         }
         let c = cfg.clone();
         let recorded = tokio::task::spawn_blocking(move || read_generations(&c)).await.ok()?.ok()?;
-        if let Some(f) = recorded.get(&(cfg.tasks, 0)).and_then(|o| o.first.clone()) {
+        let shape = Shape { tasks: cfg.tasks, ownership: if cfg.by_partition { Ownership::Partition } else { Ownership::Key } };
+        if let Some(f) = recorded.get(&(shape, 0)).and_then(|o| o.first.clone()) {
             return Some(f);
         }
         if tokio::time::Instant::now() > deadline {
@@ -219,7 +235,3 @@ pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
     }
 }
 
-/// The task a key belongs to.
-pub fn owner(key_hash: u32, tasks: u32) -> u32 {
-    key_hash % tasks.max(1)
-}

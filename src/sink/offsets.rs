@@ -12,7 +12,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::SinkError;
-use crate::source::Position;
+use crate::source::{Ownership, Position};
 
 /// Progress inside a unit that is not fully emitted yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +59,12 @@ pub struct Offsets {
     /// `tasks.max` of the generation that wrote this record (0 in records of older builds: 1).
     #[serde(default)]
     pub tasks: u32,
-    /// Generation counter: bumped each time `tasks.max` changes.
+    /// Generation counter: bumped each time `tasks.max` or the ownership scheme changes.
     #[serde(default)]
     pub epoch: u64,
+    /// How the generation divides the table (records of older builds: by key).
+    #[serde(default, skip_serializing_if = "is_key")]
+    pub ownership: Ownership,
     /// While this task still covers keys the previous generation had partly emitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
@@ -69,6 +72,27 @@ pub struct Offsets {
     /// can redo it for keys whose owner never finished it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first: Option<FirstUnit>,
+}
+
+fn is_key(o: &Ownership) -> bool {
+    *o == Ownership::Key
+}
+
+/// What places a row on a task under either scheme.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowOwner {
+    pub key_hash: u32,
+    pub partition_hash: u32,
+}
+
+impl RowOwner {
+    pub fn task(&self, ownership: Ownership, tasks: u32) -> u32 {
+        let h = match ownership {
+            Ownership::Key => self.key_hash,
+            Ownership::Partition => self.partition_hash,
+        };
+        h % tasks.max(1)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +106,9 @@ pub struct FirstUnit {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handoff {
     pub tasks: u32,
+    /// The old generation's scheme.
+    #[serde(default, skip_serializing_if = "is_key")]
+    pub ownership: Ownership,
     pub old: BTreeMap<u32, OldTask>,
 }
 
@@ -102,8 +129,8 @@ impl Handoff {
     /// Whether a key's event at `row` of `split` of `unit` is already published: by its old owner
     /// (up to the owner's position, or inside the unit it had in flight), or by whoever the old
     /// owner had taken over from.
-    pub fn published(&self, key_hash: u32, unit: &Position, snapshot: bool, split: &str, row: u64) -> bool {
-        let Some(old) = self.old.get(&(key_hash % self.tasks.max(1))) else { return false };
+    pub fn published(&self, owner: RowOwner, unit: &Position, snapshot: bool, split: &str, row: u64) -> bool {
+        let Some(old) = self.old.get(&owner.task(self.ownership, self.tasks)) else { return false };
         if !old.passed {
             return true;
         }
@@ -111,7 +138,7 @@ impl Handoff {
             Some(f) if f.unit == *unit && f.snapshot == snapshot => f.splits.get(split).is_some_and(|p| p.done || row < p.consumed),
             _ => false,
         };
-        partial || old.handoff.as_ref().is_some_and(|h| h.published(key_hash, unit, snapshot, split, row))
+        partial || old.handoff.as_ref().is_some_and(|h| h.published(owner, unit, snapshot, split, row))
     }
 
     /// After the new task finished `unit`: old tasks whose position it was are passed. True once
@@ -250,12 +277,15 @@ mod tests {
         // old task 0 is at 5 with 6 half emitted; old task 1 is at 3 (the new task starts there)
         old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits, buckets: None }), passed: false, handoff: None });
         old.insert(1, OldTask { issued: Some(pos("3")), in_flight: None, passed: true, handoff: None });
-        let mut h = Handoff { tasks: 2, old };
-        assert!(h.published(0, &pos("4"), false, "s", 0), "owner 0 emitted up to 5");
-        assert!(!h.published(1, &pos("4"), false, "s", 0), "owner 1 stopped at 3");
+        let key = |h: u32| RowOwner { key_hash: h, partition_hash: h + 1 };
+        let mut h = Handoff { tasks: 2, ownership: Ownership::Key, old };
+        assert!(h.published(key(0), &pos("4"), false, "s", 0), "owner 0 emitted up to 5");
+        assert!(!h.published(key(1), &pos("4"), false, "s", 0), "owner 1 stopped at 3");
+        let by_partition = Handoff { ownership: Ownership::Partition, ..h.clone() };
+        assert!(by_partition.published(key(1), &pos("4"), false, "s", 0), "an old partition-owned generation: partition 2 was task 0's");
         assert!(!h.finished(&pos("4")));
         assert!(!h.finished(&pos("5")));
-        assert!(h.published(0, &pos("6"), false, "s", 1) && !h.published(0, &pos("6"), false, "s", 2), "inside the unit");
+        assert!(h.published(key(0), &pos("6"), false, "s", 1) && !h.published(key(0), &pos("6"), false, "s", 2), "inside the unit");
         assert!(h.finished(&pos("6")), "past every old position and in-flight unit");
     }
 
@@ -272,6 +302,7 @@ mod tests {
             epoch: 2,
             handoff: None,
             first: None,
+            ownership: Ownership::Partition,
         };
         let s = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<Offsets>(&s).unwrap(), o);

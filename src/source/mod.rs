@@ -66,6 +66,57 @@ impl Position {
     }
 }
 
+/// How the tasks of a connector divide a table (see `tasks.ownership`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ownership {
+    /// A row belongs to the task its key hashes to; every task reads every split.
+    #[default]
+    Key,
+    /// A row belongs to the task its partition hashes to; a task reads only its partitions' splits.
+    Partition,
+}
+
+impl Ownership {
+    /// The scheme a table gets: `proof` is `Ok` when the table shows a row's identity cannot
+    /// leave its partition, else why not. Logged once, at open.
+    pub fn decide(cfg: &crate::config::ConnectorConfig, table: &str, partitioned: bool, proof: Result<(), String>) -> Ownership {
+        use crate::config::TaskOwnership as C;
+        let (choice, many) = (cfg.ownership, cfg.tasks > 1);
+        let chosen = match (choice, partitioned, &proof) {
+            (C::Key, ..) => Ownership::Key,
+            (_, false, _) => Ownership::Key,
+            (C::Auto, true, Ok(())) | (C::Partition, true, Ok(())) => Ownership::Partition,
+            (C::Auto, true, Err(why)) => {
+                if many {
+                    tracing::info!(table, why = %why, "tasks divide this table by key hash (every task reads every file): \
+                    set tasks.ownership=partition if no key ever lives in two partitions (non-global index)");
+                }
+                Ownership::Key
+            }
+            (C::Partition, true, Err(why)) => {
+                tracing::warn!(table, why = %why, "tasks.ownership=partition: tasks read only their partitions; a key \
+                    that moves to another partition may then be published out of order (correct only where a \
+                    (partition, key) pair is the row's identity, as under Hudi's non-global indexes)");
+                Ownership::Partition
+            }
+        };
+        if many && chosen == Ownership::Partition {
+            tracing::info!(table, "tasks divide this table by partition: each task reads only its partitions' files");
+        }
+        if choice == C::Partition && !partitioned {
+            tracing::warn!(table, "tasks.ownership=partition on an unpartitioned table: tasks divide it by key hash");
+        }
+        chosen
+    }
+
+    /// The hash that places a partition on a task.
+    pub fn partition_hash(partition: &str) -> u32 {
+        // FNV-1a: stable across builds and processes (the owner of a partition is stored state)
+        partition.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     Read,
@@ -202,6 +253,17 @@ pub trait Source: Send + Sync {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError>;
+
+    /// How tasks divide this table (decided at open from `tasks.ownership` and the table).
+    fn ownership(&self) -> Ownership {
+        Ownership::Key
+    }
+
+    /// Whether a unit's splits depend on the ownership scheme (then a scheme change cannot hand
+    /// over a unit an old task had half emitted).
+    fn splits_follow_ownership(&self) -> bool {
+        false
+    }
 
     /// Whether the configured end (`read.end-commit`, `end-snapshot-id`) has been emitted.
     fn reached_end(&self, issued: &Position) -> bool;

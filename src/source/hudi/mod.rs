@@ -41,6 +41,7 @@ pub struct HudiSource {
     connector: String,
     /// Threads reading the splits of a full scan.
     threads: usize,
+    ownership: super::Ownership,
     /// Archived instants by history version.
     archived: std::sync::Mutex<Option<(Option<String>, Arc<Vec<Instant>>)>>,
 }
@@ -52,7 +53,14 @@ impl HudiSource {
         if key_fields.is_empty() {
             key_fields.push("_hoodie_record_key".into());
         }
+        let partition_fields = table.partition_fields();
+        let proof = match partition_fields.iter().find(|f| !key_fields.contains(f)) {
+            None => Ok(()),
+            Some(f) => Err(format!("partition field `{f}` is not a record-key field, so a key can change partition")),
+        };
+        let ownership = super::Ownership::decide(cfg, &table.name, !partition_fields.is_empty(), proof);
         Ok(Self {
+            ownership,
             info: TableInfo { name: table.name.clone(), key_fields, connector: "hudi" },
             start: cfg.start.clone(),
             end_commit: cfg.end_commit.clone(),
@@ -99,6 +107,10 @@ impl Source for HudiSource {
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         self.read(unit, resume, emit)
+    }
+
+    fn ownership(&self) -> super::Ownership {
+        self.ownership
     }
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {

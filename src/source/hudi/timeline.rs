@@ -63,6 +63,12 @@ impl TableConfig {
         })
     }
 
+    /// `hoodie.table.partition.fields` (Hudi 1.x writes `field:type` for the custom key generator).
+    pub fn partition_fields(&self) -> Vec<String> {
+        let raw = self.props.get("hoodie.table.partition.fields").map(String::as_str).unwrap_or("");
+        raw.split(',').map(|f| f.split(':').next().unwrap_or("").trim().to_string()).filter(|f| !f.is_empty()).collect()
+    }
+
     pub fn is_mor(&self) -> bool {
         self.table_type == "MERGE_ON_READ"
     }

@@ -117,6 +117,29 @@ impl TableMetadata {
             .ok_or_else(|| SourceError::Unsupported { message: "table metadata has no schema".into() })
     }
 
+    /// `Ok` when a row's partition is a function of the columns `key` (ids) in every partition spec
+    /// the table ever had, which must all be one spec; else why not.
+    pub fn partition_follows(&self, key: &[i32]) -> Result<(), String> {
+        let mut specs = self.partition_specs.iter();
+        let Some(first) = specs.next() else { return Err("the table has no partition spec".into()) };
+        if let Some(other) = specs.find(|s| s.fields != first.fields) {
+            return Err(format!("the partition spec changed (spec {} and spec {}): a key's partition differs between them", first.spec_id, other.spec_id));
+        }
+        for f in &first.fields {
+            let source = f.get("source-id").and_then(Value::as_i64).map(|i| i as i32);
+            let name = f.get("name").and_then(Value::as_str).unwrap_or("?");
+            if !source.is_some_and(|s| key.contains(&s)) {
+                return Err(format!("partition field `{name}` is not computed from the key columns"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the table has a partitioned spec.
+    pub fn partitioned(&self) -> bool {
+        self.partition_specs.iter().any(|s| !s.fields.is_empty())
+    }
+
     /// Whether a partition spec has no fields (its deletes apply table-wide).
     pub fn spec_unpartitioned(&self, spec_id: i32) -> bool {
         self.partition_specs.iter().find(|s| s.spec_id == spec_id).is_none_or(|s| s.fields.is_empty())

@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 
 use self::manifest::ManifestCache;
-use self::monitor::{First, Plan, PlanKind, Task};
+use self::monitor::{DiffPart, First, Plan, PlanKind, Task};
 use self::reader::{and_not, keep, read_range, FileRange};
 use super::buckets::{buckets_for, restrict_indexes, BucketWriter, DECODED_PER_FILE_BYTE};
 use super::rows::diff;
-use super::{par, ChangeRow, Position, Resume, RowRef, Source, SourceError, SplitChanges, TableInfo, Unit};
+use super::{par, ChangeRow, Position, Resume, RowRef, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
 
 pub struct IcebergSource {
@@ -35,6 +35,9 @@ pub struct IcebergSource {
     budget: usize,
     spill_dir: std::path::PathBuf,
     connector: String,
+    /// Tasks divide the table by partition: splits never mix partitions, a diff is one split
+    /// per partition.
+    by_partition: bool,
 }
 
 
@@ -77,6 +80,9 @@ impl IcebergSource {
             }
             crate::config::TableLocation::Sql { table, .. } | crate::config::TableLocation::Rest { table, .. } => table.clone(),
         };
+        let key_ids: Vec<i32> =
+            key_fields.iter().filter_map(|k| schema.fields.iter().find(|f| f.name == *k).map(|f| f.id)).collect();
+        let ownership = super::Ownership::decide(cfg, &name, md.partitioned(), md.partition_follows(&key_ids));
         tracing::info!(table = %name, metadata = %file.display(), keys = ?key_fields, "opened Iceberg table");
         Ok(Self {
             info: TableInfo { name, key_fields, connector: "iceberg" },
@@ -87,6 +93,7 @@ impl IcebergSource {
             budget: cfg.memory_budget,
             spill_dir: cfg.spill_dir.clone(),
             connector: cfg.name.clone(),
+            by_partition: ownership == super::Ownership::Partition,
         })
     }
 
@@ -138,21 +145,16 @@ impl IcebergSource {
         Ok(sides)
     }
 
+    /// One part of a diff (the whole diff, or one partition's) as the split `split`.
     fn read_diff(
         &self,
-        unit: &Unit,
+        split: &SplitSpec,
+        part: &DiffPart,
         plan: &Plan,
-        resume: &Resume,
+        buckets: u32,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        let PlanKind::Diff { old, new, rewritten } = &plan.kind else { return Ok(()) };
-        let buckets = match resume.buckets {
-            Some(b) => b.max(1),
-            None => {
-                let bytes: i64 = old.iter().chain(new).map(|t| t.0.len).chain(rewritten.iter().map(|r| r.0.len)).sum();
-                buckets_for(bytes.max(0) as u64 * DECODED_PER_FILE_BYTE, self.budget)
-            }
-        };
+        let DiffPart { old, new, rewritten, .. } = part;
         let n = old.len() + new.len() + rewritten.len();
         let read = |i: usize| -> Result<Sides, SourceError> {
             let side = |tasks: &[Task], is_new: bool| -> Result<Sides, SourceError> {
@@ -170,7 +172,7 @@ impl IcebergSource {
             }
         };
         if buckets > 1 {
-            return self.read_diff_bucketed(unit, plan, buckets, n, &read, emit);
+            return self.read_diff_bucketed(split, plan, buckets, n, &read, emit);
         }
         let mut all = Sides::default();
         par::ordered(n, self.threads, &read, &mut |s: Sides| {
@@ -194,7 +196,7 @@ impl IcebergSource {
         let batches: Vec<RecordBatch> = picked.iter().map(|&i| batches[i].clone()).collect();
         let labels: Vec<(String, String)> = picked.iter().map(|&i| labels[i].clone()).collect();
         emit(SplitChanges {
-            split: unit.splits[0].clone(),
+            split: split.clone(),
             first_row: 0,
             last: true,
             buckets: 1,
@@ -211,7 +213,7 @@ impl IcebergSource {
     /// [`crate::source::buckets`]): one chunk of the unit's one split per bucket.
     fn read_diff_bucketed(
         &self,
-        unit: &Unit,
+        split: &SplitSpec,
         plan: &Plan,
         buckets: u32,
         n: usize,
@@ -219,7 +221,7 @@ impl IcebergSource {
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         let keys = self.key_columns(plan)?;
-        tracing::info!(snapshot = %unit.position.instant, buckets, budget = self.budget,
+        tracing::info!(snapshot = plan.snapshot.snapshot_id, split = %split.id, buckets, budget = self.budget,
             "change unit larger than read.memory.budget: diffing in key buckets on disk");
         let mut writer = BucketWriter::new(&self.spill_dir, plan.schema.clone(), keys.clone(), buckets, self.budget)?;
         let mut labels: Vec<(String, String)> = Vec::new();
@@ -252,7 +254,7 @@ impl IcebergSource {
             let count = changes.len() as u64;
             let (picked, changes) = restrict_indexes(rows.batches.len(), changes);
             emit(SplitChanges {
-                split: unit.splits[0].clone(),
+                split: split.clone(),
                 first_row,
                 last,
                 buckets: reader.len() as u32,
@@ -288,13 +290,39 @@ impl IcebergSource {
         let plan = self.plan_of(unit)?;
         match &plan.kind {
             PlanKind::Nothing(_) => Ok(()),
-            PlanKind::Diff { .. } => {
-                if resume.done.contains(&unit.splits[0].id) { Ok(()) } else { self.read_diff(unit, &plan, resume, emit) }
+            PlanKind::Diff(parts) => {
+                // one bucket count for the whole diff, whichever parts this task reads: it is
+                // part of every part's row order and stored once per unit
+                let buckets = match resume.buckets {
+                    Some(b) => b.max(1),
+                    None => {
+                        let bytes: i64 = parts.iter().map(DiffPart::bytes).sum();
+                        buckets_for(bytes.max(0) as u64 * DECODED_PER_FILE_BYTE, self.budget)
+                    }
+                };
+                for split in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
+                    let part = parts.iter().find(|p| split.partition == p.partition).ok_or_else(|| SourceError::Unreadable {
+                        message: format!("snapshot {}: no diff part for split {}", plan.snapshot.snapshot_id, split.id),
+                    })?;
+                    self.read_diff(split, part, &plan, buckets, emit)?;
+                }
+                Ok(())
             }
             PlanKind::Rows { op, splits } => {
-                let todo: Vec<usize> = (0..splits.len()).filter(|i| !done.contains(&unit.splits[*i].id)).collect();
+                // the unit's splits (this task's share of the plan's) by their plan index
+                let index: HashMap<String, usize> = (0..splits.len()).map(|i| (monitor::split_spec(i, &splits[i]).id, i)).collect();
+                let todo: Vec<(usize, &SplitSpec)> = unit
+                    .splits
+                    .iter()
+                    .filter(|s| !done.contains(&s.id))
+                    .map(|s| {
+                        index.get(&s.id).map(|i| (*i, s)).ok_or_else(|| SourceError::Unreadable {
+                            message: format!("snapshot {}: split {} is not in the snapshot's plan", plan.snapshot.snapshot_id, s.id),
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
                 let read = |k: usize| -> Result<SplitChanges, SourceError> {
-                    let i = todo[k];
+                    let (i, split) = todo[k];
                     let (batches, labels, bytes) = self.read_tasks(&plan, &splits[i])?;
                     let rows: Vec<ChangeRow> = batches
                         .iter()
@@ -309,7 +337,7 @@ impl IcebergSource {
                         .collect();
                     let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
                     Ok(SplitChanges {
-                        split: unit.splits[i].clone(),
+                        split: split.clone(),
                         first_row: 0,
                         last: true,
                         buckets: 1,
@@ -375,6 +403,14 @@ impl Source for IcebergSource {
 
     fn read_unit(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
         self.read(unit, resume, emit).map_err(|e| gone_hint(e, unit))
+    }
+
+    fn ownership(&self) -> super::Ownership {
+        if self.by_partition { super::Ownership::Partition } else { super::Ownership::Key }
+    }
+
+    fn splits_follow_ownership(&self) -> bool {
+        true
     }
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {

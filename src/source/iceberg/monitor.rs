@@ -22,9 +22,32 @@ pub enum PlanKind {
     Nothing(&'static str),
     /// Every live row of the tasks, as `op` events, split by split.
     Rows { op: Op, splits: Vec<Vec<Task>> },
-    /// Rows the snapshot removed (`old`, deletes as of the parent) against rows it added (`new`);
-    /// `rewritten` data files had their delete files changed: (range, deletes before, after).
-    Diff { old: Vec<Task>, new: Vec<Task>, rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)> },
+    /// Rows the snapshot removed against rows it added: one part, or one per partition when
+    /// tasks divide the table by partition (a split each).
+    Diff(Vec<DiffPart>),
+}
+
+/// Rows the snapshot removed (`old`, deletes as of the parent) against rows it added (`new`);
+/// `rewritten` data files had their delete files changed: (range, deletes before, after).
+#[derive(Default)]
+pub struct DiffPart {
+    pub partition: String,
+    pub old: Vec<Task>,
+    pub new: Vec<Task>,
+    pub rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)>,
+}
+
+impl DiffPart {
+    /// The split of this part: `diff` when the diff is one part (as always before partitions
+    /// divided it), else `diff:<partition>`.
+    fn split(&self, whole: bool) -> SplitSpec {
+        let id = if whole { "diff".to_string() } else { format!("diff:{}", self.partition) };
+        SplitSpec { id: id.clone(), partition: self.partition.clone(), file_group: id }
+    }
+
+    pub fn bytes(&self) -> i64 {
+        self.old.iter().chain(&self.new).map(|t| t.0.len).chain(self.rewritten.iter().map(|r| r.0.len)).sum()
+    }
 }
 
 pub struct Plan {
@@ -169,9 +192,7 @@ impl IcebergSource {
         let (splits, skipped) = match &plan.kind {
             PlanKind::Nothing(why) => (Vec::new(), Some(*why)),
             PlanKind::Rows { splits, .. } => (splits.iter().enumerate().map(|(i, s)| split_spec(i, s)).collect(), None),
-            PlanKind::Diff { .. } => {
-                (vec![SplitSpec { id: "diff".into(), partition: String::new(), file_group: "diff".into() }], None)
-            }
+            PlanKind::Diff(parts) => (parts.iter().map(|p| p.split(!self.by_partition)).collect(), None),
         };
         let unit = Unit {
             position: position(id),
@@ -191,15 +212,36 @@ impl IcebergSource {
     }
 
     fn plan(&self, md: &TableMetadata, snap: &Snapshot, scan: bool) -> Result<Plan, SourceError> {
-        let schema = arrow_schema(md.schema_of(Some(snap))?)?;
+        let ischema = md.schema_of(Some(snap))?;
+        let schema = arrow_schema(ischema)?;
         let id = snap.snapshot_id;
         let deletes = DeleteReader::default();
+        if self.by_partition {
+            let key: Vec<i32> = ischema.fields.iter().filter(|f| self.info.key_fields.contains(&f.name)).map(|f| f.id).collect();
+            md.partition_follows(&key).map_err(|why| SourceError::Unreadable {
+                message: format!(
+                    "snapshot {id}: tasks divide this table by partition, but now {why}; restart the connector (with \
+                     tasks.ownership=auto it then divides the table by key)"
+                ),
+            })?;
+        }
         let rows = |data: Vec<&Entry>, index: &DeleteIndex| -> Vec<Vec<Task>> {
-            let tasks = data.into_iter().flat_map(|e| {
-                let ds = index.for_data(md, e);
-                self.ranges(e).into_iter().map(move |r| (r, ds.clone()))
-            });
-            self.pack(tasks.collect())
+            let tasks: Vec<Task> = data
+                .into_iter()
+                .flat_map(|e| {
+                    let ds = index.for_data(md, e);
+                    self.ranges(e).into_iter().map(move |r| (r, ds.clone()))
+                })
+                .collect();
+            if !self.by_partition {
+                return self.pack(tasks);
+            }
+            // splits never mix partitions: a task reads only its partitions' splits
+            let mut by: std::collections::BTreeMap<String, Vec<Task>> = Default::default();
+            for t in tasks {
+                by.entry(t.0.file.partition.clone()).or_default().push(t);
+            }
+            by.into_values().flat_map(|ts| self.pack(ts)).collect()
         };
         if scan {
             let files = SnapshotFiles::load(&self.manifests, snap, true)?;
@@ -230,8 +272,8 @@ impl IcebergSource {
             .collect();
         let before_ix = DeleteIndex::new(md, before.into_iter());
         let whole = |e: &Entry| FileRange::whole(e.file.clone(), e.data_seq);
-        let old = own.removed_data.iter().map(|e| (whole(e), before_ix.for_data(md, e))).collect();
-        let new = own.added_data(id).map(|e| (whole(e), after_ix.for_data(md, e))).collect();
+        let old: Vec<Task> = own.removed_data.iter().map(|e| (whole(e), before_ix.for_data(md, e))).collect();
+        let new: Vec<Task> = own.added_data(id).map(|e| (whole(e), after_ix.for_data(md, e))).collect();
         let mut rewritten = Vec::new();
         if !changed.is_empty() {
             let all = SnapshotFiles::load(&self.manifests, snap, true)?;
@@ -256,7 +298,25 @@ impl IcebergSource {
                 }
             }
         }
-        Ok(Plan { snapshot: snap.clone(), schema, kind: PlanKind::Diff { old, new, rewritten }, deletes })
+        let parts = if self.by_partition {
+            let mut by: std::collections::BTreeMap<String, DiffPart> = Default::default();
+            fn part<'a>(by: &'a mut std::collections::BTreeMap<String, DiffPart>, p: &str) -> &'a mut DiffPart {
+                by.entry(p.to_string()).or_insert_with(|| DiffPart { partition: p.to_string(), ..Default::default() })
+            }
+            for t in old {
+                part(&mut by, &t.0.file.partition.clone()).old.push(t);
+            }
+            for t in new {
+                part(&mut by, &t.0.file.partition.clone()).new.push(t);
+            }
+            for r in rewritten {
+                part(&mut by, &r.0.file.partition.clone()).rewritten.push(r);
+            }
+            by.into_values().collect()
+        } else {
+            vec![DiffPart { partition: String::new(), old, new, rewritten }]
+        };
+        Ok(Plan { snapshot: snap.clone(), schema, kind: PlanKind::Diff(parts), deletes })
     }
 
     /// A data file as ranges of about `split-size` bytes, cut at its split offsets (row groups).
@@ -306,7 +366,7 @@ impl IcebergSource {
     }
 }
 
-fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
+pub(super) fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
     let first = tasks.first().map(|t| &t.0);
     let name = first.map(|r| r.file.path.rsplit('/').next().unwrap_or_default().to_string()).unwrap_or_default();
     let start = first.map(|r| r.start).unwrap_or(0);
