@@ -224,3 +224,37 @@ def test_four_tasks_by_bucket_partition_iceberg(env, registry, tmp_path):
     compare_rows(tbl, replay, f"seed {seed} after 4→2→3→1→4 tasks with kills, {ops}")
     shapes = {(json.loads(k).get("tasks", 1), json.loads(k).get("by", "key")) for k in offsets_keys(env, "c-" + topic)}
     assert shapes >= {(4, "partition"), (2, "partition"), (3, "partition")}, shapes
+
+
+class Late:
+    """An rng whose kill comes 1.5 s after the reveal: well inside a 1-record-transaction unit."""
+
+    @staticmethod
+    def uniform(a, b):
+        return 1.5
+
+
+def test_switching_an_iceberg_scheme_mid_unit_stops_with_the_way_out(env, registry, tmp_path):
+    """Splits of an Iceberg unit depend on the scheme, so a unit an old task half emitted cannot
+    be handed to tasks of the other scheme: the start stops naming the unit and the setting that
+    finishes it; with that setting it finishes, and the switch then goes through."""
+    db, tbl = bucketed_table(tmp_path)
+    w = Writer(tbl, random.Random(7))
+    w.commit()
+    props, topic = iceberg_conn(tmp_path, env, db, "switch", **{"tasks.max": "2", "tasks.ownership": "key"})
+    testkit.run_once(props)
+    set_props(props, transaction_max_records=1)
+    run_and_kill_mid_unit(props, 2, lambda: tbl.append(w.rows(list(range(100000, 100600)))), Late)
+    set_props(props, tasks_ownership="auto")
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "half emitted" in r.stderr and "tasks.ownership=key" in r.stderr, r.stderr[-3000:]
+    set_props(props, tasks_ownership="key", transaction_max_records=100000)
+    testkit.run_once(props)
+    set_props(props, tasks_ownership="auto")
+    w.commit()
+    r = testkit.run_once(props)
+    assert "tasks divide this table by partition" in r.stderr
+    replay = testkit.Replay(registry)
+    replay.apply(testkit.consume_all(env, topic))
+    compare_rows(tbl, replay, "after key → (refused) → key → partition")

@@ -14,7 +14,7 @@ mod tasks;
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
 use crate::metrics;
-use crate::sink::offsets::{read_offsets, FirstUnit, InFlight, Offsets, RowOwner};
+use crate::sink::offsets::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;
@@ -390,6 +390,11 @@ impl Task {
 }
 
 /// Print the stored offsets of a connector (for `lakestream offsets show`).
+/// The task's record under either ownership scheme (the newer generation's when both exist).
 pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
-    Ok(read_offsets(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.offsets_key(), &cfg.producer_overrides)?)
+    let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
+    let mut found = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| {
+        keys.iter().any(|key| key.as_bytes() == k)
+    })?;
+    Ok(keys.iter().filter_map(|k| found.remove(k.as_bytes())).max_by_key(|o| o.epoch))
 }

@@ -87,12 +87,12 @@ fn handoff_state(
     epoch: u64,
 ) -> Result<Offsets, RuntimeError> {
     let (tasks, new_tasks) = (shape.tasks, new.tasks);
-    let stuck = |why: &str, undo: String| {
+    let scheme = |o: Ownership| if o == Ownership::Key { "key" } else { "partition" };
+    let stuck = |why: &str, undo: String, until: &str| {
         RuntimeError::Sink(SinkError::Offsets(format!(
-            "connector {}: tasks.max changed from {tasks} to {new_tasks} (dividing by {:?}, before by {:?}), but {why}; \
-             run it with {undo} until {}, then change it",
-            cfg.name, new.ownership, shape.ownership,
-            if why.contains("first") { "its first unit is emitted" } else { "that unit is emitted" }
+            "connector {}: the tasks changed (tasks.max {tasks} → {new_tasks}, divided by {} → by {}), but {why}; \
+             run it with {undo} until {until}, then make the change",
+            cfg.name, scheme(shape.ownership), scheme(new.ownership)
         )))
     };
     let fresh = old.values().all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
@@ -103,8 +103,8 @@ fn handoff_state(
         // the unit an old task half emitted would be cut into other splits now: its progress
         // could not be matched row by row
         if let Some(f) = old.values().filter_map(|o| o.in_flight.as_ref()).find(|f| !f.splits.is_empty()) {
-            let undo = format!("tasks.ownership={}", if shape.ownership == Ownership::Key { "key" } else { "partition" });
-            return Err(stuck(&format!("a task of the old generation had unit {} half emitted", f.unit.instant), undo));
+            let why = format!("a task of the old generation had unit {} half emitted (its splits are cut by the scheme)", f.unit.instant);
+            return Err(stuck(&why, format!("tasks.ownership={}", scheme(shape.ownership)), "that unit is emitted"));
         }
     }
     // a task that has not finished its first unit: the new task redoes that unit (the same one
@@ -122,7 +122,10 @@ fn handoff_state(
         match firsts.as_slice() {
             [f] => Some(f.clone()),
             [] => None,
-            _ => return Err(stuck("its tasks started from different first units", format!("tasks.max={tasks}"))),
+            _ => {
+                let undo = format!("tasks.max={tasks} tasks.ownership={}", scheme(shape.ownership));
+                return Err(stuck("its tasks started from different first units", undo, "its first unit is emitted"));
+            }
         }
     } else {
         None
