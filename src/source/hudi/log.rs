@@ -180,48 +180,61 @@ pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::
         .collect()
 }
 
-/// Records of an Avro data block as Arrow, decoded with the block's writer schema.
-pub fn avro_block_batches(block: &LogBlock, path: &Path) -> Result<Vec<RecordBatch>, SourceError> {
+/// Records of an Avro data block as Arrow, decoded with the block's writer schema, handed to `f`
+/// batch by batch until it returns false: only one batch of records is decoded (and copied) at a
+/// time, so a block's memory is its raw bytes, not its decoded rows.
+pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
     let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
     let (schema, records) = avro_block_records(block, path)?;
-    if records.is_empty() {
-        return Ok(Vec::new());
+    for chunk in records.chunks(BATCH_RECORDS) {
+        // the datums wrapped in an in-memory Avro object container file for arrow-avro
+        let mut ocf = Vec::with_capacity(chunk.iter().map(|r| r.len()).sum::<usize>() + schema.len() + 64);
+        ocf.extend_from_slice(b"Obj\x01");
+        crate::changelog::avro::write_long(&mut ocf, 2);
+        for (k, v) in [("avro.schema", schema.as_bytes()), ("avro.codec", b"null".as_slice())] {
+            crate::changelog::avro::write_bytes(&mut ocf, k.as_bytes());
+            crate::changelog::avro::write_bytes(&mut ocf, v);
+        }
+        ocf.push(0);
+        let sync = [0x5au8; 16];
+        ocf.extend_from_slice(&sync);
+        crate::changelog::avro::write_long(&mut ocf, chunk.len() as i64);
+        crate::changelog::avro::write_long(&mut ocf, chunk.iter().map(|r| r.len() as i64).sum());
+        for r in chunk {
+            ocf.extend_from_slice(r);
+        }
+        ocf.extend_from_slice(&sync);
+        let reader = arrow_avro::reader::ReaderBuilder::new()
+            .with_batch_size(BATCH_RECORDS)
+            .build(Cursor::new(ocf))
+            .map_err(|e| bad(format!("schema not readable: {e}")))?;
+        for b in reader {
+            if !f(b.map_err(|e| bad(format!("records not readable: {e}")))?)? {
+                return Ok(());
+            }
+        }
     }
-    // wrap the datums in an in-memory Avro object container file for arrow-avro
-    let mut ocf = Vec::with_capacity(block.content.len() + schema.len() + 64);
-    ocf.extend_from_slice(b"Obj\x01");
-    crate::changelog::avro::write_long(&mut ocf, 2);
-    for (k, v) in [("avro.schema", schema.as_bytes()), ("avro.codec", b"null".as_slice())] {
-        crate::changelog::avro::write_bytes(&mut ocf, k.as_bytes());
-        crate::changelog::avro::write_bytes(&mut ocf, v);
-    }
-    ocf.push(0);
-    let sync = [0x5au8; 16];
-    ocf.extend_from_slice(&sync);
-    crate::changelog::avro::write_long(&mut ocf, records.len() as i64);
-    crate::changelog::avro::write_long(&mut ocf, records.iter().map(|r| r.len() as i64).sum());
-    for r in &records {
-        ocf.extend_from_slice(r);
-    }
-    ocf.extend_from_slice(&sync);
-    let reader = arrow_avro::reader::ReaderBuilder::new()
-        .with_batch_size(8192)
-        .build(Cursor::new(ocf))
-        .map_err(|e| bad(format!("schema not readable: {e}")))?;
-    reader.collect::<Result<Vec<_>, _>>().map_err(|e| bad(format!("records not readable: {e}")))
+    Ok(())
 }
 
-/// Records of a Parquet data block (the content is a whole Parquet file).
-pub fn parquet_block_batches(block: &LogBlock, path: &Path) -> Result<Vec<RecordBatch>, SourceError> {
+/// Records decoded at a time from a data block.
+const BATCH_RECORDS: usize = 8192;
+
+/// Records of a Parquet data block (the content is a whole Parquet file), batch by batch until
+/// `f` returns false.
+pub fn parquet_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
     let perr = |source| SourceError::Parquet { path: path.into(), source };
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
         .map_err(perr)?
-        .with_batch_size(8192)
+        .with_batch_size(BATCH_RECORDS)
         .build()
         .map_err(perr)?;
-    reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SourceError::format(path, format!("Parquet data block at offset {}: {e}", block.offset)))
+    for b in reader {
+        if !f(b.map_err(|e| SourceError::format(path, format!("Parquet data block at offset {}: {e}", block.offset)))?)? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Encode one block (format version 1, empty footer), as Hudi's writer lays it out.

@@ -1,7 +1,9 @@
 //! The streaming merge of one file slice (planned by [`SliceReader::open`]): log records merged
 //! among themselves first, then the base file streamed batch by batch past them, then the winning
-//! log records. Memory: the log records (within `read.memory.budget`, the rest spilled) and one
-//! base batch, whatever the file group's size.
+//! log records. Memory: the log records (within `read.memory.budget`, the rest spilled), one
+//! decoded batch of a log block (blocks are decoded 8,192 records at a time: decoding a 33 MiB
+//! block whole held ~150 MiB) and one base batch, whatever the file group's size. The raw bytes
+//! of the slice's log files are still read whole (bounded by `hoodie.logfile.max.size`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -29,8 +31,8 @@ pub struct SliceMerge<'a> {
     /// (file, block) of the log blocks taking part, in commit order.
     pub(super) blocks: Vec<(usize, usize)>,
     pub(super) cached: Vec<(CachedLog, PathBuf)>,
-    /// The newest data block, decoded while planning (it gives the schema).
-    pub(super) last_batches: Option<(usize, Vec<RecordBatch>)>,
+    /// The schema of the newest data block's records (read from its first batch while planning).
+    pub(super) last_schema: Option<SchemaRef>,
     pub(super) target: Option<SchemaRef>,
     /// The newest file that contributed (for `source.file`).
     pub file: Option<String>,
@@ -66,9 +68,9 @@ impl SliceMerge<'_> {
         (&self.cached[i].0 .0[j], self.cached[i].1.as_path())
     }
 
-    fn decode(&self, k: usize) -> Result<Vec<RecordBatch>, SourceError> {
+    fn decode_each(&self, k: usize, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
         let (b, path) = self.block(k);
-        self.reader.decode(b, path, &self.partition)
+        self.reader.decode_each(b, path, &self.partition, f)
     }
 
     fn with_keys(&self, b: RecordBatch) -> Result<RecordBatch, SourceError> {
@@ -80,10 +82,15 @@ impl SliceMerge<'_> {
         let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
         let last_data = (0..self.blocks.len()).rev().find(|&k| is_data(self.block(k).0));
         if let Some(k) = last_data {
-            self.last_batches = Some((k, self.decode(k)?));
+            let mut first = None;
+            self.decode_each(k, &mut |b| {
+                first = Some(b.schema());
+                Ok(false)
+            })?;
+            self.last_schema = first;
         }
-        let newest = match self.last_batches.as_ref().and_then(|(_, v)| v.first()) {
-            Some(b) => Some(b.schema()),
+        let newest = match self.last_schema.clone() {
+            Some(s) => Some(s),
             None => {
                 let peeked = self.base.as_mut().and_then(|b| b.peek()).map(|r| r.as_ref().ok().cloned());
                 match peeked {
@@ -134,31 +141,23 @@ impl SliceMerge<'_> {
         }
         let mut sources = Sources::new(reader.spill.clone(), merge_cols.clone());
         let mut steps = Vec::new();
-        let mut last = self.last_batches.take();
         for k in 0..self.blocks.len() {
             let (b, path) = self.block(k);
             match b.block_type {
                 BlockType::Delete => steps.push(Step::Delete(log::delete_block_keys(b, path)?)),
                 BlockType::Corrupt => {}
-                _ => {
-                    let batches = match last.take() {
-                        Some((lk, v)) if lk == k => v,
-                        other => {
-                            last = other;
-                            self.decode(k)?
-                        }
-                    };
-                    for x in batches {
-                        // changelog-mode records: before-images take no part, `D` deletes
-                        let (upserts, deletes) = split_operations(&x)?;
-                        let start = sources.len();
-                        sources.push(conform(&upserts, &target)?, true)?;
-                        steps.push(Step::Data(start..sources.len()));
-                        if !deletes.is_empty() {
-                            steps.push(Step::Delete(deletes));
-                        }
+                // decoded a batch at a time into `sources`, which spills full rows beyond the budget
+                _ => self.decode_each(k, &mut |x| {
+                    // changelog-mode records: before-images take no part, `D` deletes
+                    let (upserts, deletes) = split_operations(&x)?;
+                    let start = sources.len();
+                    sources.push(conform(&upserts, &target)?, true)?;
+                    steps.push(Step::Data(start..sources.len()));
+                    if !deletes.is_empty() {
+                        steps.push(Step::Delete(deletes));
                     }
-                }
+                    Ok(true)
+                })?,
             }
         }
         // the raw log blocks are decoded: a single-pass cache holds no other reference to them

@@ -192,19 +192,32 @@ impl SliceReader<'_> {
 
     /// A data block's records as Arrow (virtual keys derived), `_hoodie_operation` kept.
     pub(super) fn decode(&self, b: &LogBlock, path: &Path, partition: &str) -> Result<Vec<RecordBatch>, SourceError> {
-        let batches = match b.block_type {
-            BlockType::AvroData => log::avro_block_batches(b, path)?,
-            BlockType::ParquetData => log::parquet_block_batches(b, path)?,
-            other => {
-                return Err(SourceError::Unsupported {
-                    message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
-                })
-            }
+        let mut out = Vec::new();
+        self.decode_each(b, path, partition, &mut |x| {
+            out.push(x);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// [`Self::decode`], batch by batch until `f` returns false.
+    pub(super) fn decode_each(
+        &self,
+        b: &LogBlock,
+        path: &Path,
+        partition: &str,
+        f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
+    ) -> Result<(), SourceError> {
+        let mut each = |x: RecordBatch| -> Result<bool, SourceError> {
+            if self.merge.virtual_keys { f(with_virtual_keys(&x, &self.merge.key_fields, partition)?) } else { f(x) }
         };
-        if self.merge.virtual_keys {
-            return batches.iter().map(|x| with_virtual_keys(x, &self.merge.key_fields, partition)).collect();
+        match b.block_type {
+            BlockType::AvroData => log::avro_block_batches(b, path, &mut each),
+            BlockType::ParquetData => log::parquet_block_batches(b, path, &mut each),
+            other => Err(SourceError::Unsupported {
+                message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
+            }),
         }
-        Ok(batches)
     }
 
     /// The log blocks one instant wrote to a file group, in write order (changelog mode).
@@ -311,7 +324,7 @@ impl SliceReader<'_> {
             base: base_stream.map(|b| b.peekable()),
             blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
             cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
-            last_batches: None,
+            last_schema: None,
             target: None,
             file,
             bytes_read,
