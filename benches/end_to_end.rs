@@ -13,6 +13,11 @@
 //! * a 1,000,000-row Iceberg table written by pyiceberg (`scripts/gen_iceberg.py`, run with
 //!   `BENCH_PYTHON`): full scan, and changes (1M `c`, then a copy-on-write delete diffed).
 //!
+//! Each full scan is followed by the **raw produce limit** of lakestream's own producer in the same
+//! run: the same settings (transactional, lz4, `transaction.max.records`), as many records as the
+//! table has rows, cycling through records sampled from the case's topic — nothing read or
+//! encoded — and the ratio of the end-to-end rate to that limit.
+//!
 //! Needs `KAFKA_BOOTSTRAP` and `SCHEMA_REGISTRY_URL` (scripts/bench.sh starts both).
 
 use std::path::{Path, PathBuf};
@@ -48,11 +53,9 @@ fn peak_rss_mib() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Child: stream one table with the given extra properties and print one result line.
-fn run_case(label: &str, table: &Path, extra: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let topic = std::env::var("BENCH_TOPIC").expect("BENCH_TOPIC");
-    let p = dir.path().join("bench.properties");
+/// The case's connector file: the table, its topic, lz4, `extra`.
+fn write_props(dir: &Path, table: &Path, topic: &str, extra: &str) -> PathBuf {
+    let p = dir.join("bench.properties");
     std::fs::write(
         &p,
         format!(
@@ -65,6 +68,14 @@ fn run_case(label: &str, table: &Path, extra: &str) {
         ),
     )
     .expect("write properties");
+    p
+}
+
+/// Child: stream one table with the given extra properties and print one result line.
+fn run_case(label: &str, table: &Path, extra: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topic = std::env::var("BENCH_TOPIC").expect("BENCH_TOPIC");
+    let p = write_props(dir.path(), table, &topic, extra);
     let cfg = load_connector(&p, 0).expect("config");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_tx, rx) = tokio::sync::watch::channel(false);
@@ -81,19 +92,108 @@ fn run_case(label: &str, table: &Path, extra: &str) {
         peak_rss_mib(),
         spilled >> 20
     );
+    record_result(events, secs);
+}
+
+/// A child's events and seconds, for the parent's ratio line (`BENCH_RESULT`).
+fn record_result(events: u64, secs: f64) {
+    if let Ok(f) = std::env::var("BENCH_RESULT") {
+        std::fs::write(f, format!("{events} {secs}")).expect("write result");
+    }
+}
+
+/// Child: the raw produce limit with lakestream's own producer (same settings, transactional,
+/// same compression, `transaction.max.records` commits): `count` records cycling through up to
+/// 4,096 records sampled (read_committed) from the topic a case just wrote, so sizes and
+/// compressibility are the case's own. Nothing is read from the table, nothing encoded.
+fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
+    use lakestream::changelog::KafkaRecord;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"))
+        .set("group.id", format!("bench-raw-{}", std::process::id()))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[from]).expect("subscribe");
+    let mut samples: Vec<KafkaRecord> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while samples.len() < 4096 && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            if let (Some(k), Some(v)) = (m.key(), m.payload()) {
+                samples.push(KafkaRecord { key: k.to_vec(), value: Some(v.to_vec()) });
+            }
+        }
+    }
+    drop(consumer);
+    assert!(!samples.is_empty(), "no records to sample in {from}");
+    let avg = samples.iter().map(|r| r.key.len() + r.value.as_ref().map_or(0, Vec::len)).sum::<usize>() / samples.len();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topic = std::env::var("BENCH_TOPIC").expect("BENCH_TOPIC");
+    let cfg = load_connector(&write_props(dir.path(), table, &topic, extra), 0).expect("config");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let t = Instant::now();
+    rt.block_on(async {
+        let mut sink = lakestream::sink::TxnSink::start(&cfg).await.expect("producer");
+        let offsets = lakestream::sink::offsets::Offsets::default();
+        for i in 0..count as usize {
+            sink.send(std::slice::from_ref(&samples[i % samples.len()])).expect("send");
+            if sink.txn_records() >= cfg.max_txn_records as u64 {
+                sink.commit(&offsets).await.expect("commit");
+            }
+        }
+        sink.commit(&offsets).await.expect("commit");
+    });
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "{label:<58} {count:>9} records ({avg} B avg) {secs:>9.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB",
+        count as f64 / secs,
+        cpu_seconds(),
+        peak_rss_mib(),
+    );
+    record_result(count, secs);
 }
 
 fn child(label: &str, table: &Path, extra: &str) {
+    let (topic, _) = child_keeping(label, table, extra, &[]);
+    delete_topics(&[topic.clone(), format!("{topic}-offsets")]);
+}
+
+/// A case in its own process; its topic is left for the caller to delete. Returns the topic and
+/// the case's (events, seconds).
+fn child_keeping(label: &str, table: &Path, extra: &str, env: &[(&str, String)]) -> (String, (f64, f64)) {
     let topic = format!("bench-{}-{}", std::process::id(), label.replace(|c: char| !c.is_ascii_alphanumeric(), ""));
+    let result = tempfile::NamedTempFile::new().expect("result file");
     let status = Command::new(std::env::current_exe().expect("current exe"))
         .env("BENCH_CASE", label)
         .env("BENCH_TABLE", table)
         .env("BENCH_EXTRA", extra)
         .env("BENCH_TOPIC", &topic)
+        .env("BENCH_RESULT", result.path())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .status()
         .expect("spawn bench case");
-    delete_topics(&[topic.clone(), format!("{topic}-offsets")]);
-    assert!(status.success(), "case {label} failed");
+    if !status.success() {
+        delete_topics(&[topic.clone(), format!("{topic}-offsets")]);
+        panic!("case {label} failed");
+    }
+    let text = std::fs::read_to_string(result.path()).unwrap_or_default();
+    let f: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (topic, (f.first().copied().unwrap_or(0.0), f.get(1).copied().unwrap_or(1.0)))
+}
+
+/// An end-to-end case, then the raw produce limit measured right after it with the same producer
+/// settings and payloads sampled from its topic; prints the ratio of the two rates.
+fn child_with_produce_limit(label: &str, table: &Path, extra: &str, count: u64) {
+    let (topic, (events, secs)) = child_keeping(label, table, extra, &[]);
+    let env = [("BENCH_RAW_FROM", topic.clone()), ("BENCH_RAW_COUNT", count.to_string())];
+    let (raw_topic, (n, raw_secs)) = child_keeping("  raw produce limit (same producer, payloads sampled above)", table, extra, &env);
+    delete_topics(&[topic.clone(), format!("{topic}-offsets"), raw_topic.clone(), format!("{raw_topic}-offsets")]);
+    let (rate, limit) = (events / secs, n / raw_secs);
+    println!("  end to end / raw produce limit: {:.0} / {:.0} events/s = {:.2}x", rate, limit, rate / limit);
 }
 
 /// The broker keeps every byte in RAM: drop a case's topics once it is measured.
@@ -174,7 +274,7 @@ fn generated_cases(dir: &Path, rows: usize) {
         })
         .expect("generate");
         println!("generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());
-        child(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n");
+        child_with_produce_limit(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n", rows as u64);
         child(&format!("{kind} {m} upsert instant (every file group)"), &path, &format!("read.start-commit={}\n", second_instant(&path)));
         if table_type == TableType::Mor {
             hudi_rs(&format!("hudi-rs {kind} {m} read (same table)"), &path);
@@ -185,7 +285,11 @@ fn generated_cases(dir: &Path, rows: usize) {
 
 fn main() {
     if let (Ok(label), Ok(table)) = (std::env::var("BENCH_CASE"), std::env::var("BENCH_TABLE")) {
-        return run_case(&label, Path::new(&table), &std::env::var("BENCH_EXTRA").unwrap_or_default());
+        let extra = std::env::var("BENCH_EXTRA").unwrap_or_default();
+        if let (Ok(from), Ok(n)) = (std::env::var("BENCH_RAW_FROM"), std::env::var("BENCH_RAW_COUNT")) {
+            return run_raw(&label, Path::new(&table), &extra, &from, n.parse().expect("BENCH_RAW_COUNT"));
+        }
+        return run_case(&label, Path::new(&table), &extra);
     }
     if std::env::var("KAFKA_BOOTSTRAP").is_err() || std::env::var("SCHEMA_REGISTRY_URL").is_err() {
         eprintln!("set KAFKA_BOOTSTRAP and SCHEMA_REGISTRY_URL (scripts/bench.sh does)");
@@ -243,6 +347,6 @@ fn iceberg_cases(dir: &Path, rows: usize) {
         }
     };
     println!("generated {rows}-row Iceberg table with pyiceberg (append + copy-on-write delete of ~1%) in {:.1} s", t.elapsed().as_secs_f64());
-    child("Iceberg full scan (TABLE_SCAN_THEN_INCREMENTAL)", &table, "starting-strategy=TABLE_SCAN_THEN_INCREMENTAL\n");
+    child_with_produce_limit("Iceberg full scan (TABLE_SCAN_THEN_INCREMENTAL)", &table, "starting-strategy=TABLE_SCAN_THEN_INCREMENTAL\n", rows as u64);
     child("Iceberg changes: append + CoW delete diffed", &table, "starting-strategy=INCREMENTAL_FROM_EARLIEST_SNAPSHOT\n");
 }

@@ -22,6 +22,8 @@ metric!(RECORDS_POLLED, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_records_polled_total", "Change events read from the table, by op", &["connector", "op"], REGISTRY));
 metric!(RECORDS_WRITTEN, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_records_written_total", "Kafka records committed (events and tombstones), by op", &["connector", "op"], REGISTRY));
+metric!(RECORD_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_sink_record_bytes_total", "Key and value bytes of the Kafka records produced (before compression)", &["connector"], REGISTRY));
 metric!(ROWS_READ, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_rows_read_total", "Rows read from data files", &["connector", "task"], REGISTRY));
 metric!(BYTES_READ, IntCounterVec, register_int_counter_vec_with_registry!(

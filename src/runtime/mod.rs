@@ -280,6 +280,7 @@ impl Task {
             let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();
             let skip = consumed.saturating_sub(sc.first_row) as usize;
+            let mut record_bytes = 0u64;
             for (i, row) in sc.rows.iter().enumerate().skip(skip) {
                 let index = sc.first_row + i as u64;
                 if filter {
@@ -299,6 +300,7 @@ impl Task {
                 }
                 records.clear();
                 enc.encode(row, ts, &mut records);
+                record_bytes += records.iter().map(|r| (r.key.len() + r.value.as_ref().map_or(0, Vec::len)) as u64).sum::<u64>();
                 self.sink.send(&records)?;
                 metrics::RECORDS_POLLED.with_label_values(&[&name, row.op.code()]).inc();
                 *self.written.entry(row.op.code()).or_default() += 1;
@@ -320,6 +322,7 @@ impl Task {
                     }
                 }
             }
+            metrics::RECORD_BYTES.with_label_values(&[&name]).inc_by(record_bytes);
             if sc.last {
                 progress.get_mut(&sc.split.id).expect("inserted above").done = true;
                 finished += 1;

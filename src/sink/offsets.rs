@@ -8,6 +8,7 @@ use std::time::Duration;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
@@ -234,6 +235,13 @@ pub fn read_offsets_matching(
             None => {}
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 eof.insert(p);
+            }
+            // the client reconnects by itself: a broker restart or a dropped connection is ridden
+            // out until the deadline (a stopped connector must not fail on a blip)
+            Some(Err(KafkaError::MessageConsumption(code)))
+                if matches!(code, RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure) =>
+            {
+                tracing::warn!(%code, "offsets reader: broker connection lost; retrying until the deadline");
             }
             Some(Err(e)) => return Err(SinkError::kafka("reading offsets topic", e)),
             Some(Ok(m)) => {
