@@ -18,7 +18,7 @@ use crate::sink::offsets::{read_offsets_matching, FirstUnit, InFlight, Offsets, 
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;
-use crate::source::{Ownership, Resume, Source, SourceError, SplitChanges, Unit};
+use crate::source::{Op, Ownership, Resume, Source, SourceError, SplitChanges, Unit};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -280,7 +280,8 @@ impl Task {
             let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();
             let skip = consumed.saturating_sub(sc.first_row) as usize;
-            let mut record_bytes = 0u64;
+            // counted per chunk: a labelled metric lookup per record was 3 % of a full scan's CPU
+            let (mut record_bytes, mut polled) = (0u64, [0u64; 4]);
             for (i, row) in sc.rows.iter().enumerate().skip(skip) {
                 let index = sc.first_row + i as u64;
                 if filter {
@@ -302,7 +303,7 @@ impl Task {
                 enc.encode(row, ts, &mut records);
                 record_bytes += records.iter().map(|r| (r.key.len() + r.value.as_ref().map_or(0, Vec::len)) as u64).sum::<u64>();
                 self.sink.send(&records)?;
-                metrics::RECORDS_POLLED.with_label_values(&[&name, row.op.code()]).inc();
+                polled[row.op as usize] += 1;
                 *self.written.entry(row.op.code()).or_default() += 1;
                 if records.len() > 1 {
                     *self.written.entry("tombstone").or_default() += 1;
@@ -323,6 +324,11 @@ impl Task {
                 }
             }
             metrics::RECORD_BYTES.with_label_values(&[&name]).inc_by(record_bytes);
+            for op in [Op::Read, Op::Create, Op::Update, Op::Delete] {
+                if polled[op as usize] > 0 {
+                    metrics::RECORDS_POLLED.with_label_values(&[&name, op.code()]).inc_by(polled[op as usize]);
+                }
+            }
             if sc.last {
                 progress.get_mut(&sc.split.id).expect("inserted above").done = true;
                 finished += 1;
