@@ -275,7 +275,9 @@ impl Task {
             metrics::BYTES_READ.with_label_values(&[&name, &task_label]).inc_by(sc.bytes_read);
             self.read.0 += sc.rows_read;
             self.read.1 += sc.bytes_read;
+            // the partition of each batch hashed once per chunk, not once per row
             let split_partition = Ownership::partition_hash(&sc.split.partition);
+            let batch_partitions: Vec<u32> = sc.batch_files.iter().map(|(p, _)| Ownership::partition_hash(p)).collect();
             let enc = self.encoder.split(unit, &sc).await?;
             let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();
@@ -286,7 +288,7 @@ impl Task {
                 let index = sc.first_row + i as u64;
                 if filter {
                     let partition_hash = match row.after.or(row.before) {
-                        Some(r) if !sc.batch_files.is_empty() => Ownership::partition_hash(&sc.batch_files[r.batch as usize].0),
+                        Some(r) if !batch_partitions.is_empty() => batch_partitions[r.batch as usize],
                         _ => split_partition,
                     };
                     let owner = RowOwner { key_hash: enc.key_hash(row, &mut key_buf), partition_hash };

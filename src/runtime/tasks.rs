@@ -23,6 +23,13 @@ struct Shape {
     ownership: Ownership,
 }
 
+impl Shape {
+    /// This task's generation shape (`by_partition` is the source's scheme, set at start).
+    fn of(cfg: &ConnectorConfig) -> Shape {
+        Shape { tasks: cfg.tasks, ownership: if cfg.by_partition { Ownership::Partition } else { Ownership::Key } }
+    }
+}
+
 type Records = HashMap<(Shape, u32), Offsets>;
 
 /// Every committed offsets record of this connector and table, by (shape, task).
@@ -87,12 +94,11 @@ fn handoff_state(
     epoch: u64,
 ) -> Result<Offsets, RuntimeError> {
     let (tasks, new_tasks) = (shape.tasks, new.tasks);
-    let scheme = |o: Ownership| if o == Ownership::Key { "key" } else { "partition" };
     let stuck = |why: &str, undo: String, until: &str| {
         RuntimeError::Sink(SinkError::Offsets(format!(
             "connector {}: the tasks changed (tasks.max {tasks} → {new_tasks}, divided by {} → by {}), but {why}; \
              run it with {undo} until {until}, then make the change",
-            cfg.name, scheme(shape.ownership), scheme(new.ownership)
+            cfg.name, shape.ownership.name(), new.ownership.name()
         )))
     };
     let fresh = old.values().all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
@@ -104,7 +110,7 @@ fn handoff_state(
         // could not be matched row by row
         if let Some(f) = old.values().filter_map(|o| o.in_flight.as_ref()).find(|f| !f.splits.is_empty()) {
             let why = format!("a task of the old generation had unit {} half emitted (its splits are cut by the scheme)", f.unit.instant);
-            return Err(stuck(&why, format!("tasks.ownership={}", scheme(shape.ownership)), "that unit is emitted"));
+            return Err(stuck(&why, format!("tasks.ownership={}", shape.ownership.name()), "that unit is emitted"));
         }
     }
     // a task that has not finished its first unit: the new task redoes that unit (the same one
@@ -123,7 +129,7 @@ fn handoff_state(
             [f] => Some(f.clone()),
             [] => None,
             _ => {
-                let undo = format!("tasks.max={tasks} tasks.ownership={}", scheme(shape.ownership));
+                let undo = format!("tasks.max={tasks} tasks.ownership={}", shape.ownership.name());
                 return Err(stuck("its tasks started from different first units", undo, "its first unit is emitted"));
             }
         }
@@ -172,8 +178,7 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
     };
     let all = read(cfg.clone()).await?;
     let newest = all.values().map(|o| o.epoch).max();
-    let shape = Shape { tasks: cfg.tasks, ownership: source.ownership() };
-    let i = cfg.task_id;
+    let (shape, i) = (Shape::of(cfg), cfg.task_id);
     let epoch = match newest {
         None => return Ok((Offsets { tasks: shape.tasks, ownership: shape.ownership, ..Default::default() }, true)),
         Some(e) if generation_shape(&all, e) == shape => {
@@ -226,8 +231,7 @@ pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
         }
         let c = cfg.clone();
         let recorded = tokio::task::spawn_blocking(move || read_generations(&c)).await.ok()?.ok()?;
-        let shape = Shape { tasks: cfg.tasks, ownership: if cfg.by_partition { Ownership::Partition } else { Ownership::Key } };
-        if let Some(f) = recorded.get(&(shape, 0)).and_then(|o| o.first.clone()) {
+        if let Some(f) = recorded.get(&(Shape::of(cfg), 0)).and_then(|o| o.first.clone()) {
             return Some(f);
         }
         if tokio::time::Instant::now() > deadline {

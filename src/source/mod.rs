@@ -110,6 +110,14 @@ impl Ownership {
         chosen
     }
 
+    /// The scheme's name, as `tasks.ownership` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ownership::Key => "key",
+            Ownership::Partition => "partition",
+        }
+    }
+
     /// The hash that places a partition on a task.
     pub fn partition_hash(partition: &str) -> u32 {
         // FNV-1a: stable across builds and processes (the owner of a partition is stored state)
