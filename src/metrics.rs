@@ -64,7 +64,7 @@ metric!(SNAPSHOT_PROGRESS, GaugeVec, register_gauge_vec_with_registry!(
 metric!(CORRUPT_LOG_BLOCKS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_corrupt_log_blocks_total", "Damaged log blocks skipped (logged with file and offset)", &["connector"], REGISTRY));
 metric!(SPILLED_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_spilled_bytes_total", "Log record bytes spilled to disk under read.memory.budget", &["connector"], REGISTRY));
+    "lakestream_source_spilled_bytes_total", "Bytes written to disk under read.memory.budget (key buckets, key-hash runs)", &["connector"], REGISTRY));
 metric!(ERRORS, CounterVec, register_counter_vec_with_registry!(
     "lakestream_errors_total", "Errors by kind", &["connector", "kind"], REGISTRY));
 metric!(REGISTRY_REQUESTS, IntCounterVec, register_int_counter_vec_with_registry!(

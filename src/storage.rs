@@ -161,6 +161,18 @@ pub fn read_range(p: &Path, start: u64, len: u64) -> io::Result<Bytes> {
     block_on(async move { st.get_range(&key, start..start + len).await }).map_err(map_err)
 }
 
+/// `len` bytes from `start` as a stream: a buffered range of a local file; a remote range is
+/// fetched whole.
+pub fn open_range(p: &Path, start: u64, len: u64) -> io::Result<Box<dyn io::Read + Send>> {
+    if !is_remote(p) {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(p)?;
+        f.seek(SeekFrom::Start(start))?;
+        return Ok(Box::new(io::BufReader::with_capacity(256 << 10, f.take(len))));
+    }
+    Ok(Box::new(io::Cursor::new(read_range(p, start, len)?)))
+}
+
 pub fn size(p: &Path) -> io::Result<u64> {
     if !is_remote(p) {
         return std::fs::metadata(p).map(|m| m.len());

@@ -126,8 +126,9 @@ TINY = {"read.memory.budget": "1"}
 
 @pytest.mark.parametrize("name", SPILL_CASES)
 def test_tiny_memory_budget_diffs_in_buckets_and_replays_to_oracle(env, registry, tmp_path, name):
-    """read.memory.budget of one byte: every change unit is diffed in key buckets on disk and log
-    records spill; the replay still equals the oracle at every instant."""
+    """read.memory.budget of one byte: every change unit is diffed in key buckets on disk (log
+    records of a merge are never held whole, whatever the budget); the replay still equals the
+    oracle at every instant."""
     if not (testkit.FIXTURES / "hudi").is_dir():
         pytest.skip("fixtures absent")
     testkit.RUN_LOGS.clear()
@@ -135,8 +136,6 @@ def test_tiny_memory_budget_diffs_in_buckets_and_replays_to_oracle(env, registry
     replay_stepwise(env, registry, tmp_path, name, "first", **TINY, **{"read.spill.dir": str(spill)})
     logs = "\n".join(testkit.RUN_LOGS)
     assert "diffing in key buckets" in logs, "the bucketed diff did not run"
-    if testkit.load_oracle(name)["table_type"] == "MERGE_ON_READ":
-        assert "spilling to disk" in logs, "log records did not spill"
     assert not any(p.is_file() for p in spill.rglob("*")), "spill files left behind"
 
 

@@ -212,6 +212,7 @@ impl HudiSource {
         })?;
         let runs = runs.into_inner().expect("hash runs lock");
         if runs.spilled() {
+            metrics::SPILLED_BYTES.with_label_values(&[&self.connector]).inc_by(runs.total * 8);
             tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.spill.budget,
                 "full scan: the table's keys exceed read.memory.budget; key hashes spilled to runs on disk");
         }

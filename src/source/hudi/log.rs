@@ -9,10 +9,17 @@
 //! Header keys: 0 INSTANT_TIME, 1 TARGET_INSTANT_TIME, 2 SCHEMA, 3 COMMAND_BLOCK_TYPE.
 //! A block that does not parse (truncated, garbage) is skipped up to the next magic, logged with
 //! the file and offset, and counted, as Hudi's reader does.
+//!
+//! Memory: a log file above [`LAZY_FILE_BYTES`] is not read whole. Its blocks are located from
+//! their headers and footers (a few small range reads per block), and a block's content stays in
+//! storage until it is decoded: an Avro data block streams from the file 8,192 records at a time,
+//! so a 33 MB block costs one batch, not 33 MB held through a merge. (A Parquet data block and a
+//! delete block are loaded whole while decoded.) A file whose blocks do not parse that way is read
+//! whole, and damaged stretches skipped as above.
 
 use std::collections::HashMap;
-use std::io::Cursor;
-use std::path::Path;
+use std::io::{Cursor, Read};
+use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
@@ -53,17 +60,40 @@ impl BlockType {
     }
 }
 
+/// A block's content: in memory (the file was read whole), or where it lies in the file.
+#[derive(Debug, Clone)]
+pub enum Content {
+    Mem(Bytes),
+    At { path: PathBuf, start: u64, len: u64 },
+}
+
 #[derive(Debug, Clone)]
 pub struct LogBlock {
     pub block_type: BlockType,
     pub header: HashMap<i32, String>,
-    pub content: Bytes,
+    pub content: Content,
     pub offset: usize,
 }
 
 impl LogBlock {
     pub fn instant(&self) -> Option<&str> {
         self.header.get(&INSTANT_TIME).map(String::as_str)
+    }
+
+    /// The whole content (read from storage unless in memory).
+    fn bytes(&self, path: &Path) -> Result<Bytes, SourceError> {
+        match &self.content {
+            Content::Mem(b) => Ok(b.clone()),
+            Content::At { path: p, start, len } => crate::storage::read_range(p, *start, *len).map_err(SourceError::io(path)),
+        }
+    }
+
+    /// The content as a stream (a buffered range of the file unless in memory).
+    fn reader(&self, path: &Path) -> Result<Box<dyn Read + Send>, SourceError> {
+        match &self.content {
+            Content::Mem(b) => Ok(Box::new(Cursor::new(b.clone()))),
+            Content::At { path: p, start, len } => crate::storage::open_range(p, *start, *len).map_err(SourceError::io(path)),
+        }
     }
 }
 
@@ -121,8 +151,55 @@ fn parse_block(all: &Bytes, pos: usize) -> Option<(LogBlock, usize)> {
     if c.pos != end {
         return None;
     }
-    let content = all.slice(start..start + content_len);
+    let content = Content::Mem(all.slice(start..start + content_len));
     Some((LogBlock { block_type, header, content, offset: pos }, end))
+}
+
+/// Log files above this size are not read whole (see the module doc).
+pub const LAZY_FILE_BYTES: u64 = 4 << 20;
+
+/// Blocks located from their headers and footers, contents left in the file. `None`: a block
+/// does not parse this way (the caller reads the file whole and skips what is damaged).
+fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>>> {
+    const HEAD: u64 = 256 << 10;
+    let mut out = Vec::new();
+    let mut pos = 0u64;
+    while pos < size {
+        let first = crate::storage::read_range(path, pos, (size - pos).min(HEAD))?;
+        if !first.starts_with(MAGIC) {
+            return Ok(None);
+        }
+        let mut c = Cur { b: &first, pos: MAGIC.len() };
+        let Some(block_len) = c.i64().and_then(|n| u64::try_from(n).ok()) else { return Ok(None) };
+        let end = pos + MAGIC.len() as u64 + 8 + block_len;
+        if end > size {
+            return Ok(None);
+        }
+        let (Some(version), Some(kind)) = (c.i32(), c.i32()) else { return Ok(None) };
+        let header = if version >= 1 {
+            match c.metadata() {
+                Some(h) => h,
+                None => return Ok(None),
+            }
+        } else {
+            HashMap::new()
+        };
+        let Some(content_len) = c.i64().and_then(|n| u64::try_from(n).ok()) else { return Ok(None) };
+        let start = pos + c.pos as u64;
+        let Some(content_end) = start.checked_add(content_len).filter(|e| *e + 8 <= end) else { return Ok(None) };
+        let tail = crate::storage::read_range(path, content_end, end - content_end)?;
+        let mut t = Cur { b: &tail, pos: 0 };
+        if version >= 1 && t.metadata().is_none() {
+            return Ok(None);
+        }
+        if t.i64().is_none() || t.pos != tail.len() {
+            return Ok(None);
+        }
+        let content = Content::At { path: path.to_path_buf(), start, len: content_len };
+        out.push(LogBlock { block_type: BlockType::from_i32(kind), header, content, offset: pos as usize });
+        pos = end;
+    }
+    Ok(Some(out))
 }
 
 fn find_magic(b: &[u8], from: usize) -> Option<usize> {
@@ -131,6 +208,17 @@ fn find_magic(b: &[u8], from: usize) -> Option<usize> {
 
 /// All readable blocks of a log file, in file order; damaged stretches are skipped and counted.
 pub fn read_blocks(path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
+    let size = crate::storage::size(path).map_err(SourceError::io(path))?;
+    if size > LAZY_FILE_BYTES {
+        if let Some(blocks) = locate_blocks(path, size).map_err(SourceError::io(path))? {
+            return Ok(blocks);
+        }
+    }
+    read_whole(path, connector)
+}
+
+/// [`read_blocks`] from the file read whole.
+fn read_whole(path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
     let all = crate::storage::read(path).map_err(SourceError::io(path))?;
     let mut out = Vec::new();
     let mut pos = 0;
@@ -152,14 +240,14 @@ pub fn read_blocks(path: &Path, connector: &str) -> Result<Vec<LogBlock>, Source
 }
 
 /// The writer schema and the record datums of an Avro data block.
-fn avro_block_records<'b>(block: &'b LogBlock, path: &Path) -> Result<(&'b str, Vec<&'b [u8]>), SourceError> {
+fn avro_block_records<'b>(block: &'b LogBlock, content: &'b [u8], path: &Path) -> Result<(&'b str, Vec<&'b [u8]>), SourceError> {
     let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
     let schema = block.header.get(&SCHEMA).ok_or_else(|| bad("no SCHEMA header".into()))?;
-    let mut c = Cur { b: &block.content, pos: 0 };
+    let mut c = Cur { b: content, pos: 0 };
     let version = c.i32().ok_or_else(|| bad("truncated".into()))?;
     let count = if version >= 2 { c.i32().ok_or_else(|| bad("truncated".into()))? as usize } else { usize::MAX };
     let mut records: Vec<&[u8]> = Vec::new();
-    while records.len() < count && c.pos < block.content.len() {
+    while records.len() < count && c.pos < content.len() {
         let len = c.i32().and_then(|l| usize::try_from(l).ok()).ok_or_else(|| bad("bad record length".into()))?;
         records.push(c.take(len).ok_or_else(|| bad("record past the block end".into()))?);
     }
@@ -169,7 +257,8 @@ fn avro_block_records<'b>(block: &'b LogBlock, path: &Path) -> Result<(&'b str, 
 /// Records of an Avro data block as JSON values (small metadata blocks: the archived timeline).
 pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::Value>, SourceError> {
     let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
-    let (schema, records) = avro_block_records(block, path)?;
+    let content = block.bytes(path)?;
+    let (schema, records) = avro_block_records(block, &content, path)?;
     let schema = apache_avro::Schema::parse_str(schema).map_err(|e| bad(format!("schema: {e}")))?;
     records
         .into_iter()
@@ -181,14 +270,50 @@ pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::
 }
 
 /// Records of an Avro data block as Arrow, decoded with the block's writer schema, handed to `f`
-/// batch by batch until it returns false: only one batch of records is decoded (and copied) at a
-/// time, so a block's memory is its raw bytes, not its decoded rows.
+/// batch by batch until it returns false: the content is read as a stream and only one batch of
+/// records is held (raw and decoded) at a time.
 pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
     let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
-    let (schema, records) = avro_block_records(block, path)?;
-    for chunk in records.chunks(BATCH_RECORDS) {
+    let schema = block.header.get(&SCHEMA).ok_or_else(|| bad("no SCHEMA header".into()))?;
+    let content_len = match &block.content {
+        Content::Mem(b) => b.len() as u64,
+        Content::At { len, .. } => *len,
+    };
+    let mut r = block.reader(path)?;
+    let mut consumed = 0u64;
+    let be = |r: &mut Box<dyn Read + Send>, what: &str| -> Result<i32, SourceError> {
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b).map_err(|e| bad(format!("{what}: {e}")))?;
+        Ok(i32::from_be_bytes(b))
+    };
+    let version = be(&mut r, "truncated")?;
+    consumed += 4;
+    let count = if version >= 2 {
+        consumed += 4;
+        usize::try_from(be(&mut r, "truncated")?).map_err(|_| bad("negative record count".into()))?
+    } else {
+        usize::MAX
+    };
+    let mut done = 0usize;
+    let mut lens: Vec<usize> = Vec::with_capacity(BATCH_RECORDS);
+    let mut data: Vec<u8> = Vec::new();
+    while done < count && consumed < content_len {
+        lens.clear();
+        data.clear();
+        while lens.len() < BATCH_RECORDS && done + lens.len() < count && consumed < content_len {
+            let len = usize::try_from(be(&mut r, "bad record length")?).map_err(|_| bad("bad record length".into()))?;
+            consumed += 4 + len as u64;
+            if consumed > content_len {
+                return Err(bad("record past the block end".into()));
+            }
+            let at = data.len();
+            data.resize(at + len, 0);
+            r.read_exact(&mut data[at..]).map_err(|e| bad(format!("record past the block end: {e}")))?;
+            lens.push(len);
+        }
+        done += lens.len();
         // the datums wrapped in an in-memory Avro object container file for arrow-avro
-        let mut ocf = Vec::with_capacity(chunk.iter().map(|r| r.len()).sum::<usize>() + schema.len() + 64);
+        let mut ocf = Vec::with_capacity(data.len() + schema.len() + 64);
         ocf.extend_from_slice(b"Obj\x01");
         crate::changelog::avro::write_long(&mut ocf, 2);
         for (k, v) in [("avro.schema", schema.as_bytes()), ("avro.codec", b"null".as_slice())] {
@@ -198,11 +323,9 @@ pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(Recor
         ocf.push(0);
         let sync = [0x5au8; 16];
         ocf.extend_from_slice(&sync);
-        crate::changelog::avro::write_long(&mut ocf, chunk.len() as i64);
-        crate::changelog::avro::write_long(&mut ocf, chunk.iter().map(|r| r.len() as i64).sum());
-        for r in chunk {
-            ocf.extend_from_slice(r);
-        }
+        crate::changelog::avro::write_long(&mut ocf, lens.len() as i64);
+        crate::changelog::avro::write_long(&mut ocf, data.len() as i64);
+        ocf.extend_from_slice(&data);
         ocf.extend_from_slice(&sync);
         let reader = arrow_avro::reader::ReaderBuilder::new()
             .with_batch_size(BATCH_RECORDS)
@@ -224,7 +347,7 @@ const BATCH_RECORDS: usize = 8192;
 /// `f` returns false.
 pub fn parquet_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
     let perr = |source| SourceError::Parquet { path: path.into(), source };
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(block.bytes(path)?)
         .map_err(perr)?
         .with_batch_size(BATCH_RECORDS)
         .build()
@@ -271,7 +394,8 @@ pub struct DeletedKey {
 /// Keys of a delete block (content version 3: Avro `HoodieDeleteRecordList`).
 pub fn delete_block_keys(block: &LogBlock, path: &Path) -> Result<Vec<DeletedKey>, SourceError> {
     let bad = |m: String| SourceError::format(path, format!("delete block at offset {}: {m}", block.offset));
-    let mut c = Cur { b: &block.content, pos: 0 };
+    let content = block.bytes(path)?;
+    let mut c = Cur { b: &content, pos: 0 };
     let version = c.i32().ok_or_else(|| bad("truncated".into()))?;
     if version < 3 {
         return Err(bad(format!(
@@ -352,5 +476,77 @@ mod tests {
         assert_eq!(blocks[0].block_type, BlockType::Command);
         // leading garbage, the bytes before a false magic, the false magic, the truncated tail
         assert_eq!(metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test"]).get() - before, 4);
+    }
+
+    const KV_SCHEMA: &str =
+        r#"{"type":"record","name":"r","fields":[{"name":"_hoodie_record_key","type":"string"},{"name":"v","type":"long"}]}"#;
+
+    /// An Avro data block of `n` records `k<i>` → `i + from`.
+    fn kv_block(instant: &str, from: i64, n: i64) -> Vec<u8> {
+        let mut content = Vec::new();
+        content.extend_from_slice(&2i32.to_be_bytes());
+        content.extend_from_slice(&(n as i32).to_be_bytes());
+        for i in 0..n {
+            let mut datum = Vec::new();
+            crate::changelog::avro::write_bytes(&mut datum, format!("key-{:012}", i).as_bytes());
+            crate::changelog::avro::write_long(&mut datum, i + from);
+            content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
+            content.extend_from_slice(&datum);
+        }
+        encode_block(3, &[(INSTANT_TIME, instant), (SCHEMA, KV_SCHEMA)], &content)
+    }
+
+    fn decoded(blocks: &[LogBlock], path: &Path) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for b in blocks.iter().filter(|b| b.block_type == BlockType::AvroData) {
+            avro_block_batches(b, path, &mut |x| {
+                let k = x.column(0).as_any().downcast_ref::<arrow_array::StringArray>().unwrap().clone();
+                let v = x.column(1).as_any().downcast_ref::<arrow_array::Int64Array>().unwrap().clone();
+                out.extend((0..x.num_rows()).map(|i| (k.value(i).to_string(), v.value(i))));
+                Ok(true)
+            })
+            .unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn large_files_are_read_block_by_block_as_if_read_whole() {
+        use arrow_array::Array;
+        // two data blocks around a rollback command: more than LAZY_FILE_BYTES
+        let mut file = kv_block("1", 0, 120_000);
+        file.extend_from_slice(&encode_block(0, &[(INSTANT_TIME, "3"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "2")], b""));
+        file.extend_from_slice(&kv_block("2", 1_000_000, 100_000));
+        assert!(file.len() as u64 > LAZY_FILE_BYTES);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".fg_1.log.1_0-0-0");
+        std::fs::write(&path, &file).unwrap();
+        let lazy = read_blocks(&path, "log-test").unwrap();
+        let whole = read_whole(&path, "log-test").unwrap();
+        assert!(lazy.iter().all(|b| matches!(b.content, Content::At { .. })), "contents stay in the file");
+        assert!(whole.iter().all(|b| matches!(b.content, Content::Mem(_))));
+        let shape = |v: &[LogBlock]| v.iter().map(|b| (b.block_type, b.header.clone(), b.offset)).collect::<Vec<_>>();
+        assert_eq!(shape(&lazy), shape(&whole));
+        let (a, b) = (decoded(&lazy, &path), decoded(&whole, &path));
+        assert_eq!(a.len(), 220_000);
+        assert_eq!(a, b);
+        assert_eq!(a[120_000], ("key-000000000000".to_string(), 1_000_000));
+        // stopping early reads no further
+        let mut batches = 0;
+        avro_block_batches(&lazy[0], &path, &mut |x| {
+            batches += 1;
+            assert!(x.column(0).len() <= BATCH_RECORDS);
+            Ok(false)
+        })
+        .unwrap();
+        assert_eq!(batches, 1);
+        // a damaged tail: the file is read whole, the damage skipped and counted
+        file.extend_from_slice(&kv_block("4", 0, 10)[..40]);
+        std::fs::write(&path, &file).unwrap();
+        let before = metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get();
+        let blocks = read_blocks(&path, "log-test-lazy").unwrap();
+        assert_eq!(shape(&blocks), shape(&whole));
+        assert!(blocks.iter().all(|b| matches!(b.content, Content::Mem(_))));
+        assert_eq!(metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get() - before, 1);
     }
 }

@@ -1,9 +1,13 @@
 //! The streaming merge of one file slice (planned by [`SliceReader::open`]): log records merged
 //! among themselves first, then the base file streamed batch by batch past them, then the winning
-//! log records. Memory: the log records (within `read.memory.budget`, the rest spilled), one
-//! decoded batch of a log block (blocks are decoded 8,192 records at a time: decoding a 33 MiB
-//! block whole held ~150 MiB) and one base batch, whatever the file group's size. The raw bytes
-//! of the slice's log files are still read whole (bounded by `hoodie.logfile.max.size`).
+//! log records. Memory: the block layout of the slice's log files (their contents too for files
+//! of at most 4 MiB, which are read whole), the merge columns of the log records (key, ordering fields,
+//! soft-delete flag) and an index of them, one decoded batch of a log block (8,192 records) and
+//! one base batch, whatever the file group's size. Full log rows are held only while they are
+//! small (a fixed share of the budget); past that the winners are decoded a second time from
+//! their blocks (which large log files leave in storage, see [`super::log`]), so nothing grows
+//! with the log but its keys and nothing needs spilling; a block without winners is not decoded
+//! again.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,15 +18,14 @@ use arrow_schema::SchemaRef;
 
 use super::files::{with_virtual_keys, LAYOUT_META_COLUMNS};
 use super::log::{self, BlockType, LogBlock};
-use super::slice::{split_operations, BaseBatches, CachedLog, MergeMode, SliceReader, SliceState, Src};
-use super::spill::Sources;
+use super::slice::{split_operations, BaseBatches, CachedLog, MergeMode, SliceReader, SliceState};
 use crate::source::rows::{conform, nullable, RowKeys};
 use crate::source::SourceError;
 
 /// The merge of one file slice, planned by [`SliceReader::open`] and run by [`SliceMerge::run`]:
-/// log records are merged first (held as merge columns, full rows within `read.memory.budget`,
-/// the rest spilled), then the base file streams through batch by batch, then the winning log
-/// records follow in log order. The output order is the same as merging everything at once in
+/// log records are merged first (held as merge columns only), then the base file streams through
+/// batch by batch, then the winning log records follow in log order, decoded again from their
+/// blocks. The output order is the same as merging everything at once in
 /// source order: base rows, then log rows in commit order.
 pub struct SliceMerge<'a> {
     pub(super) reader: &'a SliceReader<'a>,
@@ -39,12 +42,19 @@ pub struct SliceMerge<'a> {
     pub bytes_read: u64,
 }
 
+/// Decoded log rows are kept (not decoded again) while they take at most `budget / KEEP_SHARE`
+/// (8 MiB of the default budget per reader thread).
+const KEEP_SHARE: usize = 16;
+
+/// A log record: (decoded batch, row).
+type Pos = (u32, u32);
+
 /// Log-phase merge state of a key (see [`SliceMerge::run`]).
 #[derive(Clone, Copy)]
 enum LogWinner {
-    Row(Src),
+    Row(Pos),
     /// Soft delete: keeps its ordering value for later comparisons.
-    SoftDeleted(Src),
+    SoftDeleted(Pos),
     HardDeleted,
 }
 
@@ -139,20 +149,36 @@ impl SliceMerge<'_> {
             Data(std::ops::Range<usize>),
             Delete(Vec<log::DeletedKey>),
         }
-        let mut sources = Sources::new(reader.spill.clone(), merge_cols.clone());
+        // only the merge columns of log records are kept; winning rows are decoded again from the
+        // raw blocks at the end (compact: a generated 16M-row table's 160k-record blocks were
+        // ~4 MiB raw and ~22 MiB decoded), so nothing grows with the log beyond keys
+        let mut proj: Vec<RecordBatch> = Vec::new();
+        let mut block_of: Vec<usize> = Vec::new();
         let mut steps = Vec::new();
+        // small logs keep their decoded rows (no second decode) up to a fixed share of the
+        // budget; past it they are all dropped and the winners decoded again
+        let keep_limit = reader.spill.budget / KEEP_SHARE;
+        let (mut full, mut full_bytes): (Option<Vec<RecordBatch>>, usize) = (Some(Vec::new()), 0);
         for k in 0..self.blocks.len() {
             let (b, path) = self.block(k);
             match b.block_type {
                 BlockType::Delete => steps.push(Step::Delete(log::delete_block_keys(b, path)?)),
                 BlockType::Corrupt => {}
-                // decoded a batch at a time into `sources`, which spills full rows beyond the budget
                 _ => self.decode_each(k, &mut |x| {
                     // changelog-mode records: before-images take no part, `D` deletes
                     let (upserts, deletes) = split_operations(&x)?;
-                    let start = sources.len();
-                    sources.push(conform(&upserts, &target)?, true)?;
-                    steps.push(Step::Data(start..sources.len()));
+                    let rows = conform(&upserts, &target)?;
+                    let p = rows.project(&merge_cols).map_err(SourceError::arrow("merge columns"))?;
+                    if let Some(f) = full.as_mut() {
+                        full_bytes += rows.get_array_memory_size();
+                        f.push(rows);
+                        if full_bytes > keep_limit {
+                            full = None;
+                        }
+                    }
+                    steps.push(Step::Data(proj.len()..proj.len() + 1));
+                    proj.push(p);
+                    block_of.push(k);
                     if !deletes.is_empty() {
                         steps.push(Step::Delete(deletes));
                     }
@@ -160,10 +186,7 @@ impl SliceMerge<'_> {
                 })?,
             }
         }
-        // the raw log blocks are decoded: a single-pass cache holds no other reference to them
-        self.cached.clear();
-        let mut rows_read = sources.rows();
-        let proj = sources.merge_batches().to_vec();
+        let mut rows_read: u64 = proj.iter().map(|b| b.num_rows() as u64).sum();
         let proj_schema = proj.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
         let ord_conv = if ord_idx.is_empty() { None } else { Some(RowKeys::new(&proj_schema, Some((1..=ord_idx.len()).collect()))?) };
         let ord_rows = match &ord_conv {
@@ -183,8 +206,8 @@ impl SliceMerge<'_> {
         let keys: Vec<StringArray> = proj.iter().map(key_of).collect::<Result<_, _>>()?;
         let deleted: Vec<Option<BooleanArray>> = proj.iter().map(deleted_of).collect();
         let soft = |d: &Option<BooleanArray>, r: usize| d.as_ref().is_some_and(|c| c.is_valid(r) && c.value(r));
-        // 1. the log records among themselves, from an unknown base
-        let mut winners: HashMap<&str, LogState> = HashMap::new();
+        // 1. the log records among themselves, from an unknown base (sized once: no rehash chain)
+        let mut winners: HashMap<&str, LogState> = HashMap::with_capacity(rows_read as usize);
         for step in &steps {
             match step {
                 Step::Data(range) => {
@@ -193,14 +216,17 @@ impl SliceMerge<'_> {
                             if !keys[b].is_valid(r) {
                                 continue;
                             }
-                            let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted((b, r)) } else { LogWinner::Row((b, r)) };
+                            let at = (b as u32, r as u32);
+                            let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted(at) } else { LogWinner::Row(at) };
                             match winners.get_mut(keys[b].value(r)) {
                                 None => {
                                     winners.insert(keys[b].value(r), LogState { cur: w, reset: false, base_won: false });
                                 }
                                 Some(st) => {
                                     let wins = match (&st.cur, &ord_rows) {
-                                        (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => ord[b].row(r) >= ord[o.0].row(o.1),
+                                        (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => {
+                                            ord[b].row(r) >= ord[o.0 as usize].row(o.1 as usize)
+                                        }
                                         _ => true,
                                     };
                                     if wins {
@@ -249,7 +275,9 @@ impl SliceMerge<'_> {
                             return Some(false);
                         }
                         let log_wins = match (&st.cur, &ord_rows, &bord) {
-                            (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord), Some(bo)) => ord[o.0].row(o.1) >= bo.row(r),
+                            (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord), Some(bo)) => {
+                                ord[o.0 as usize].row(o.1 as usize) >= bo.row(r)
+                            }
                             _ => true,
                         };
                         if log_wins {
@@ -269,8 +297,8 @@ impl SliceMerge<'_> {
                 }
             }
         }
-        // 3. the winning log records, in log order, gathered one source batch at a time
-        let mut picks: Vec<Src> = winners
+        // 3. the winning log records, in log order: their blocks decoded again, batch by batch
+        let mut picks: Vec<Pos> = winners
             .values()
             .filter(|st| !st.base_won)
             .filter_map(|st| match st.cur {
@@ -280,9 +308,41 @@ impl SliceMerge<'_> {
             .collect();
         picks.sort_unstable();
         drop(winners);
-        for chunk in picks.chunk_by(|a, b| a.0 == b.0) {
-            for b in sources.take(chunk)? {
-                out(b)?;
+        drop(keys);
+        drop(deleted);
+        drop(ord_rows);
+        let gather = |rows: RecordBatch, picks: &[Pos]| -> Result<RecordBatch, SourceError> {
+            if picks.len() == rows.num_rows() {
+                return Ok(rows);
+            }
+            let idx = arrow_array::UInt32Array::from_iter_values(picks.iter().map(|p| p.1));
+            arrow::compute::take_record_batch(&rows, &idx).map_err(SourceError::arrow("gathering merged rows"))
+        };
+        if let Some(full) = full {
+            for chunk in picks.chunk_by(|a, b| a.0 == b.0) {
+                out(gather(full[chunk[0].0 as usize].clone(), chunk)?)?;
+            }
+            return Ok(rows_read);
+        }
+        let mut picks = picks.as_slice();
+        while let Some(&(first, _)) = picks.first() {
+            let k = block_of[first as usize];
+            let mut src = block_of.iter().position(|&x| x == k).expect("the pick's block") as u32;
+            self.decode_each(k, &mut |x| {
+                let (upserts, _) = split_operations(&x)?;
+                let n = picks.iter().take_while(|p| p.0 == src).count();
+                if n > 0 {
+                    out(gather(conform(&upserts, &target)?, &picks[..n])?)?;
+                    picks = &picks[n..];
+                }
+                src += 1;
+                // stop once the block's picks are out
+                Ok(picks.first().is_some_and(|p| block_of[p.0 as usize] == k))
+            })?;
+            if picks.first().is_some_and(|p| block_of[p.0 as usize] == k) {
+                return Err(SourceError::Unreadable {
+                    message: format!("{}: a log block decoded differently the second time", self.block(k).1.display()),
+                });
             }
         }
         Ok(rows_read)

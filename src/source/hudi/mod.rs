@@ -14,7 +14,6 @@ pub mod merge;
 mod monitor;
 mod reader;
 pub mod slice;
-pub mod spill;
 pub mod timeline;
 
 use std::sync::Arc;
@@ -37,7 +36,7 @@ pub struct HudiSource {
     changelog: bool,
     /// `skip_merge`: log records emitted as written, without event-time ordering.
     skip_merge: bool,
-    spill: spill::SpillConfig,
+    spill: slice::SpillConfig,
     connector: String,
     /// Threads reading the splits of a full scan.
     threads: usize,
@@ -70,7 +69,7 @@ impl HudiSource {
             merge: MergeConfig::from_table(&table),
             changelog: cfg.changelog,
             skip_merge: cfg.skip_merge,
-            spill: spill::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
+            spill: slice::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
             connector: cfg.name.clone(),
             threads: super::par::default_threads(),
             archived: Default::default(),

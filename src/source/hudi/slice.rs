@@ -16,7 +16,6 @@ use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual
 use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
 use super::timeline::{TableConfig, Timeline};
 use super::merge::SliceMerge;
-use super::spill::SpillConfig;
 use crate::source::SourceError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +153,15 @@ impl FileCache {
     }
 }
 
+/// Where a unit's reading may put what exceeds `read.memory.budget` (key buckets of a change
+/// unit, hash runs of a full scan's key pass), and how much it keeps in memory.
+#[derive(Debug, Clone)]
+pub struct SpillConfig {
+    pub budget: usize,
+    pub dir: PathBuf,
+    pub connector: String,
+}
+
 pub struct SliceReader<'a> {
     pub spill: SpillConfig,
     pub table: &'a TableConfig,
@@ -162,9 +170,6 @@ pub struct SliceReader<'a> {
     pub cache: &'a FileCache,
     pub connector: &'a str,
 }
-
-/// A record source while merging: (batch index, row).
-pub(super) type Src = (usize, usize);
 
 impl SliceReader<'_> {
     fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
