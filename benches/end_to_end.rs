@@ -274,7 +274,13 @@ fn generated_cases(dir: &Path, rows: usize) {
         })
         .expect("generate");
         println!("generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());
-        child_with_produce_limit(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n", rows as u64);
+        // the broker's own limit does not depend on the table: measured next to the smaller
+        // cases only (sampling a 16M-record topic read_committed took noida-db over a minute)
+        if rows <= 4_000_000 {
+            child_with_produce_limit(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n", rows as u64);
+        } else {
+            child(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n");
+        }
         child(&format!("{kind} {m} upsert instant (every file group)"), &path, &format!("read.start-commit={}\n", second_instant(&path)));
         if table_type == TableType::Mor {
             hudi_rs(&format!("hudi-rs {kind} {m} read (same table)"), &path);

@@ -158,12 +158,14 @@ impl TxnSink {
             &[
                 ("partitioner", "murmur2_random"),
                 ("linger.ms", "5"),
-                // librdkafka's queue is memory outside read.memory.budget: ~700 B a queued record
-                // here (payload + its message struct). 1,000,000 records grew a 16M-row full scan
-                // to 247 MiB RSS (126 MiB at 100,000, and 12 % faster: less to allocate); bytes
-                // bound it for wide rows. Overridable as producer.override.queue.buffering.*.
-                ("queue.buffering.max.messages", "100000"),
-                ("queue.buffering.max.kbytes", "32768"),
+                // librdkafka's queue is memory outside read.memory.budget, ~450 B a queued
+                // 265 B record (payload + message struct), and it fills whenever reading outruns
+                // the broker, so a long scan holds all of it. Measured on a 16M-row COW full scan:
+                // 1,000,000 records → 247 MiB peak RSS, 100,000 → 128, 50,000 → 104 (as fast:
+                // 5 requests' worth of batch.num.messages); bytes bound it for wide rows.
+                // Overridable as producer.override.queue.buffering.*.
+                ("queue.buffering.max.messages", "50000"),
+                ("queue.buffering.max.kbytes", "16384"),
                 ("statistics.interval.ms", "15000"),
             ],
         );

@@ -119,7 +119,9 @@ pub struct BucketWriter {
 }
 
 impl BucketWriter {
-    /// `buckets` buffers of together about `budget / 4` bytes (64 KiB to 1 MiB each).
+    /// `buckets` buffers of together about `budget / 32` bytes (64 KiB to 1 MiB each). At
+    /// `budget / 4` a 102-bucket unit held 64 MiB of buffers where a 7-bucket one held 7, which
+    /// made memory follow the unit's size; the buffers only batch appends to the bucket files.
     pub fn new(dir: &std::path::Path, target: SchemaRef, key_cols: Vec<usize>, buckets: u32, budget: usize) -> Result<Self, SourceError> {
         std::fs::create_dir_all(dir).map_err(SourceError::io(dir))?;
         let tmp = tempfile::Builder::new().prefix("lakestream-buckets-").tempdir_in(dir).map_err(SourceError::io(dir))?;
@@ -132,7 +134,7 @@ impl BucketWriter {
         let buckets = (0..n)
             .map(|i| Bucket { path: tmp.path().join(format!("{i}.arrows")), pending: Vec::new(), pending_bytes: 0, rows: 0 })
             .collect();
-        let flush_bytes = (budget / 4 / n as usize).clamp(64 << 10, 1 << 20);
+        let flush_bytes = (budget / 32 / n as usize).clamp(64 << 10, 1 << 20);
         Ok(Self { dir: tmp, target, spilled, key_cols, buckets, flush_bytes, bytes: 0 })
     }
 
@@ -314,9 +316,13 @@ pub fn restrict_indexes(n: usize, rows: Vec<ChangeRow>) -> (Vec<usize>, Vec<Chan
 pub const DECODED_PER_FILE_BYTE: u64 = 4;
 
 /// Key buckets for a unit whose two sides decode to about `bytes`: enough that one bucket, with
-/// the diff's indexes over it (about three times its rows' size), fits in `budget`.
+/// the diff's indexes over it (heaptrack: 3.2 times its rows' size at peak), takes about half of
+/// `budget`. Half, not all: the estimate is coarse and a bucket count rounds up, so buckets of a
+/// few-bucket unit come out smaller than those of a many-bucket unit (1M vs 16M generated
+/// tables: 52 vs 70 MiB a bucket at `budget / 3`, peak RSS 220 vs 306 MiB); smaller buckets
+/// narrow that spread and leave the rest of the budget to the producer and the allocator.
 pub fn buckets_for(bytes: u64, budget: usize) -> u32 {
-    let per_bucket = (budget as u64 / 3).max(1);
+    let per_bucket = (budget as u64 / 6).max(1);
     bytes.div_ceil(per_bucket).clamp(1, MAX_BUCKETS as u64) as u32
 }
 
@@ -416,6 +422,6 @@ mod tests {
         // pinned: a change of this function changes the row order of resumed units
         assert_eq!(a[0], 0x07f7_c907_b4b8_b319, "FNV-1a 64 of b\"1\\xff\"");
         assert_eq!(buckets_for(0, 100), 1);
-        assert_eq!(buckets_for(1000, 300), 10);
+        assert_eq!(buckets_for(1000, 600), 10);
     }
 }
