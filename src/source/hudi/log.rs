@@ -60,10 +60,11 @@ impl BlockType {
     }
 }
 
-/// A block's content: in memory (the file was read whole), or where it lies in the file.
+/// A block's content: in memory (the file was read whole; `start` is where it lies in the
+/// file), or only where it lies in the file.
 #[derive(Debug, Clone)]
 pub enum Content {
-    Mem(Bytes),
+    Mem { bytes: Bytes, start: u64 },
     At { path: PathBuf, start: u64, len: u64 },
 }
 
@@ -80,10 +81,20 @@ impl LogBlock {
         self.header.get(&INSTANT_TIME).map(String::as_str)
     }
 
+    /// The same block with its content left in `path` (memory of a file read whole is released
+    /// once no block of it is held).
+    pub fn unloaded(&self, path: &Path) -> LogBlock {
+        let content = match &self.content {
+            Content::Mem { bytes, start } => Content::At { path: path.to_path_buf(), start: *start, len: bytes.len() as u64 },
+            at => at.clone(),
+        };
+        LogBlock { block_type: self.block_type, header: self.header.clone(), content, offset: self.offset }
+    }
+
     /// The whole content (read from storage unless in memory).
     fn bytes(&self, path: &Path) -> Result<Bytes, SourceError> {
         match &self.content {
-            Content::Mem(b) => Ok(b.clone()),
+            Content::Mem { bytes, .. } => Ok(bytes.clone()),
             Content::At { path: p, start, len } => crate::storage::read_range(p, *start, *len).map_err(SourceError::io(path)),
         }
     }
@@ -91,7 +102,7 @@ impl LogBlock {
     /// The content as a stream (a buffered range of the file unless in memory).
     fn reader(&self, path: &Path) -> Result<Box<dyn Read + Send>, SourceError> {
         match &self.content {
-            Content::Mem(b) => Ok(Box::new(Cursor::new(b.clone()))),
+            Content::Mem { bytes, .. } => Ok(Box::new(Cursor::new(bytes.clone()))),
             Content::At { path: p, start, len } => crate::storage::open_range(p, *start, *len).map_err(SourceError::io(path)),
         }
     }
@@ -151,7 +162,7 @@ fn parse_block(all: &Bytes, pos: usize) -> Option<(LogBlock, usize)> {
     if c.pos != end {
         return None;
     }
-    let content = Content::Mem(all.slice(start..start + content_len));
+    let content = Content::Mem { bytes: all.slice(start..start + content_len), start: start as u64 };
     Some((LogBlock { block_type, header, content, offset: pos }, end))
 }
 
@@ -276,7 +287,7 @@ pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(Recor
     let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
     let schema = block.header.get(&SCHEMA).ok_or_else(|| bad("no SCHEMA header".into()))?;
     let content_len = match &block.content {
-        Content::Mem(b) => b.len() as u64,
+        Content::Mem { bytes, .. } => bytes.len() as u64,
         Content::At { len, .. } => *len,
     };
     let mut r = block.reader(path)?;
@@ -524,13 +535,16 @@ mod tests {
         let lazy = read_blocks(&path, "log-test").unwrap();
         let whole = read_whole(&path, "log-test").unwrap();
         assert!(lazy.iter().all(|b| matches!(b.content, Content::At { .. })), "contents stay in the file");
-        assert!(whole.iter().all(|b| matches!(b.content, Content::Mem(_))));
+        assert!(whole.iter().all(|b| matches!(b.content, Content::Mem { .. })));
         let shape = |v: &[LogBlock]| v.iter().map(|b| (b.block_type, b.header.clone(), b.offset)).collect::<Vec<_>>();
         assert_eq!(shape(&lazy), shape(&whole));
         let (a, b) = (decoded(&lazy, &path), decoded(&whole, &path));
         assert_eq!(a.len(), 220_000);
         assert_eq!(a, b);
         assert_eq!(a[120_000], ("key-000000000000".to_string(), 1_000_000));
+        let unloaded: Vec<LogBlock> = whole.iter().map(|b| b.unloaded(&path)).collect();
+        assert!(unloaded.iter().all(|b| matches!(b.content, Content::At { .. })));
+        assert_eq!(decoded(&unloaded, &path), a);
         // stopping early reads no further
         let mut batches = 0;
         avro_block_batches(&lazy[0], &path, &mut |x| {
@@ -546,7 +560,7 @@ mod tests {
         let before = metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get();
         let blocks = read_blocks(&path, "log-test-lazy").unwrap();
         assert_eq!(shape(&blocks), shape(&whole));
-        assert!(blocks.iter().all(|b| matches!(b.content, Content::Mem(_))));
+        assert!(blocks.iter().all(|b| matches!(b.content, Content::Mem { .. })));
         assert_eq!(metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get() - before, 1);
     }
 }

@@ -1,7 +1,7 @@
 //! The streaming merge of one file slice (planned by [`SliceReader::open`]): log records merged
 //! among themselves first, then the base file streamed batch by batch past them, then the winning
-//! log records. Memory: the block layout of the slice's log files (their contents too for files
-//! of at most 4 MiB, which are read whole), the merge columns of the log records (key, ordering fields,
+//! log records. Memory: the block layout of the slice's log files (a file of at most 4 MiB is
+//! read whole, its contents held only until its records are first decoded), the merge columns of the log records (key, ordering fields,
 //! soft-delete flag) and an index of them, one decoded batch of a log block (8,192 records) and
 //! one base batch, whatever the file group's size. Full log rows are held only while they are
 //! small (a fixed share of the budget); past that the winners are decoded a second time from
@@ -149,9 +149,8 @@ impl SliceMerge<'_> {
             Data(std::ops::Range<usize>),
             Delete(Vec<log::DeletedKey>),
         }
-        // only the merge columns of log records are kept; winning rows are decoded again from the
-        // raw blocks at the end (compact: a generated 16M-row table's 160k-record blocks were
-        // ~4 MiB raw and ~22 MiB decoded), so nothing grows with the log beyond keys
+        // only the merge columns of log records are kept (and decoded rows while they are small);
+        // otherwise winning rows are decoded again from their blocks at the end
         let mut proj: Vec<RecordBatch> = Vec::new();
         let mut block_of: Vec<usize> = Vec::new();
         let mut steps = Vec::new();
@@ -186,6 +185,13 @@ impl SliceMerge<'_> {
                 })?,
             }
         }
+        // contents of log files read whole are not kept through the merge: a slice of many small
+        // log files would hold them all (a second decode reads its blocks back from storage)
+        self.cached = self
+            .cached
+            .iter()
+            .map(|(c, p)| (Arc::new((c.0.iter().map(|b| b.unloaded(p)).collect(), c.1)), p.clone()))
+            .collect();
         let mut rows_read: u64 = proj.iter().map(|b| b.num_rows() as u64).sum();
         let proj_schema = proj.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
         let ord_conv = if ord_idx.is_empty() { None } else { Some(RowKeys::new(&proj_schema, Some((1..=ord_idx.len()).collect()))?) };
