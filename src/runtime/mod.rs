@@ -275,9 +275,14 @@ impl Task {
             metrics::BYTES_READ.with_label_values(&[&name, &task_label]).inc_by(sc.bytes_read);
             self.read.0 += sc.rows_read;
             self.read.1 += sc.bytes_read;
-            // the partition of each batch hashed once per chunk, not once per row
-            let split_partition = Ownership::partition_hash(&sc.split.partition);
-            let batch_partitions: Vec<u32> = sc.batch_files.iter().map(|(p, _)| Ownership::partition_hash(p)).collect();
+            // the partition of each batch hashed once per chunk, not once per row (only when
+            // rows are divided among tasks)
+            let split_partition = if filter { Ownership::partition_hash(&sc.split.partition) } else { 0 };
+            let batch_partitions: Vec<u32> = if filter {
+                sc.batch_files.iter().map(|(p, _)| Ownership::partition_hash(p)).collect()
+            } else {
+                Vec::new()
+            };
             let enc = self.encoder.split(unit, &sc).await?;
             let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
             let ts = now_ms();

@@ -141,29 +141,57 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// What precedes a block's content (after the magic): the size of what follows the size field,
+/// format version, block type, header and content length.
+struct Head {
+    size: u64,
+    version: i32,
+    kind: i32,
+    header: HashMap<i32, String>,
+    content_len: u64,
+}
+
+impl Head {
+    fn parse(c: &mut Cur) -> Option<Head> {
+        let size = u64::try_from(c.i64()?).ok()?;
+        let version = c.i32()?;
+        let kind = c.i32()?;
+        let header = if version >= 1 { c.metadata()? } else { HashMap::new() };
+        let content_len = u64::try_from(c.i64()?).ok()?;
+        Some(Head { size, version, kind, header, content_len })
+    }
+
+    /// The footer and trailing length after the content; `None` unless they end exactly at
+    /// the end of `c`'s bytes.
+    fn check_tail(&self, c: &mut Cur) -> Option<()> {
+        if self.version >= 1 {
+            c.metadata()?;
+        }
+        c.i64()?;
+        (c.pos == c.b.len()).then_some(())
+    }
+
+    fn block(self, content: Content, offset: usize) -> LogBlock {
+        LogBlock { block_type: BlockType::from_i32(self.kind), header: self.header, content, offset }
+    }
+}
+
 /// Parse one block starting at `pos` (at a magic). `None`: damaged.
 fn parse_block(all: &Bytes, pos: usize) -> Option<(LogBlock, usize)> {
     let mut c = Cur { b: all, pos: pos + MAGIC.len() };
-    let size = usize::try_from(c.i64()?).ok()?;
-    let end = c.pos.checked_add(size)?;
+    let head = Head::parse(&mut c)?;
+    let end = (pos + MAGIC.len() + 8).checked_add(usize::try_from(head.size).ok()?)?;
     if end > all.len() {
         return None;
     }
-    let version = c.i32()?;
-    let block_type = BlockType::from_i32(c.i32()?);
-    let header = if version >= 1 { c.metadata()? } else { HashMap::new() };
-    let content_len = usize::try_from(c.i64()?).ok()?;
     let start = c.pos;
-    c.take(content_len)?;
-    if version >= 1 {
-        c.metadata()?;
-    }
-    c.i64()?;
-    if c.pos != end {
+    let content_end = start.checked_add(usize::try_from(head.content_len).ok()?)?;
+    if content_end > end {
         return None;
     }
-    let content = Content::Mem { bytes: all.slice(start..start + content_len), start: start as u64 };
-    Some((LogBlock { block_type, header, content, offset: pos }, end))
+    head.check_tail(&mut Cur { b: &all[..end], pos: content_end })?;
+    let content = Content::Mem { bytes: all.slice(start..content_end), start: start as u64 };
+    Some((head.block(content, pos), end))
 }
 
 /// Log files above this size are not read whole (see the module doc).
@@ -181,33 +209,19 @@ fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>
             return Ok(None);
         }
         let mut c = Cur { b: &first, pos: MAGIC.len() };
-        let Some(block_len) = c.i64().and_then(|n| u64::try_from(n).ok()) else { return Ok(None) };
-        let end = pos + MAGIC.len() as u64 + 8 + block_len;
+        let Some(head) = Head::parse(&mut c) else { return Ok(None) };
+        let end = pos + MAGIC.len() as u64 + 8 + head.size;
+        let start = pos + c.pos as u64;
+        let Some(content_end) = start.checked_add(head.content_len).filter(|e| *e <= end) else { return Ok(None) };
         if end > size {
             return Ok(None);
         }
-        let (Some(version), Some(kind)) = (c.i32(), c.i32()) else { return Ok(None) };
-        let header = if version >= 1 {
-            match c.metadata() {
-                Some(h) => h,
-                None => return Ok(None),
-            }
-        } else {
-            HashMap::new()
-        };
-        let Some(content_len) = c.i64().and_then(|n| u64::try_from(n).ok()) else { return Ok(None) };
-        let start = pos + c.pos as u64;
-        let Some(content_end) = start.checked_add(content_len).filter(|e| *e + 8 <= end) else { return Ok(None) };
         let tail = crate::storage::read_range(path, content_end, end - content_end)?;
-        let mut t = Cur { b: &tail, pos: 0 };
-        if version >= 1 && t.metadata().is_none() {
+        if head.check_tail(&mut Cur { b: &tail, pos: 0 }).is_none() {
             return Ok(None);
         }
-        if t.i64().is_none() || t.pos != tail.len() {
-            return Ok(None);
-        }
-        let content = Content::At { path: path.to_path_buf(), start, len: content_len };
-        out.push(LogBlock { block_type: BlockType::from_i32(kind), header, content, offset: pos as usize });
+        let content = Content::At { path: path.to_path_buf(), start, len: head.content_len };
+        out.push(head.block(content, pos as usize));
         pos = end;
     }
     Ok(Some(out))
@@ -250,80 +264,77 @@ fn read_whole(path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError
     Ok(out)
 }
 
-/// The writer schema and the record datums of an Avro data block.
-fn avro_block_records<'b>(block: &'b LogBlock, content: &'b [u8], path: &Path) -> Result<(&'b str, Vec<&'b [u8]>), SourceError> {
-    let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
-    let schema = block.header.get(&SCHEMA).ok_or_else(|| bad("no SCHEMA header".into()))?;
-    let mut c = Cur { b: content, pos: 0 };
-    let version = c.i32().ok_or_else(|| bad("truncated".into()))?;
-    let count = if version >= 2 { c.i32().ok_or_else(|| bad("truncated".into()))? as usize } else { usize::MAX };
-    let mut records: Vec<&[u8]> = Vec::new();
-    while records.len() < count && c.pos < content.len() {
-        let len = c.i32().and_then(|l| usize::try_from(l).ok()).ok_or_else(|| bad("bad record length".into()))?;
-        records.push(c.take(len).ok_or_else(|| bad("record past the block end".into()))?);
-    }
-    Ok((schema, records))
+/// An Avro data block's error, naming the file and the block.
+fn avro_bad(block: &LogBlock, path: &Path, m: String) -> SourceError {
+    SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset))
 }
 
-/// Records of an Avro data block as JSON values (small metadata blocks: the archived timeline).
-pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::Value>, SourceError> {
-    let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
-    let content = block.bytes(path)?;
-    let (schema, records) = avro_block_records(block, &content, path)?;
-    let schema = apache_avro::Schema::parse_str(schema).map_err(|e| bad(format!("schema: {e}")))?;
-    records
-        .into_iter()
-        .map(|r| {
-            let v = apache_avro::from_avro_datum(&schema, &mut &r[..], None).map_err(|e| bad(e.to_string()))?;
-            serde_json::Value::try_from(v).map_err(|e| bad(e.to_string()))
-        })
-        .collect()
+/// An Avro data block's writer schema (its SCHEMA header).
+fn avro_block_schema<'b>(block: &'b LogBlock, path: &Path) -> Result<&'b str, SourceError> {
+    block.header.get(&SCHEMA).map(String::as_str).ok_or_else(|| avro_bad(block, path, "no SCHEMA header".into()))
 }
 
-/// Records of an Avro data block as Arrow, decoded with the block's writer schema, handed to `f`
-/// batch by batch until it returns false: the content is read as a stream and only one batch of
-/// records is held (raw and decoded) at a time.
-pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
-    let bad = |m: String| SourceError::format(path, format!("Avro data block at offset {}: {m}", block.offset));
-    let schema = block.header.get(&SCHEMA).ok_or_else(|| bad("no SCHEMA header".into()))?;
+/// The record datums of an Avro data block, streamed from its content and handed to `f` one at
+/// a time until it returns false.
+fn avro_block_each(block: &LogBlock, path: &Path, f: &mut dyn FnMut(&[u8]) -> Result<bool, SourceError>) -> Result<(), SourceError> {
+    let bad = |m: String| avro_bad(block, path, m);
     let content_len = match &block.content {
         Content::Mem { bytes, .. } => bytes.len() as u64,
         Content::At { len, .. } => *len,
     };
     let mut r = block.reader(path)?;
-    let mut consumed = 0u64;
     let be = |r: &mut Box<dyn Read + Send>, what: &str| -> Result<i32, SourceError> {
         let mut b = [0u8; 4];
         r.read_exact(&mut b).map_err(|e| bad(format!("{what}: {e}")))?;
         Ok(i32::from_be_bytes(b))
     };
     let version = be(&mut r, "truncated")?;
-    consumed += 4;
+    let mut consumed = 4u64;
     let count = if version >= 2 {
         consumed += 4;
         usize::try_from(be(&mut r, "truncated")?).map_err(|_| bad("negative record count".into()))?
     } else {
         usize::MAX
     };
+    let mut datum = Vec::new();
     let mut done = 0usize;
-    let mut lens: Vec<usize> = Vec::with_capacity(BATCH_RECORDS);
-    let mut data: Vec<u8> = Vec::new();
     while done < count && consumed < content_len {
-        lens.clear();
-        data.clear();
-        while lens.len() < BATCH_RECORDS && done + lens.len() < count && consumed < content_len {
-            let len = usize::try_from(be(&mut r, "bad record length")?).map_err(|_| bad("bad record length".into()))?;
-            consumed += 4 + len as u64;
-            if consumed > content_len {
-                return Err(bad("record past the block end".into()));
-            }
-            let at = data.len();
-            data.resize(at + len, 0);
-            r.read_exact(&mut data[at..]).map_err(|e| bad(format!("record past the block end: {e}")))?;
-            lens.push(len);
+        let len = usize::try_from(be(&mut r, "bad record length")?).map_err(|_| bad("bad record length".into()))?;
+        consumed += 4 + len as u64;
+        if consumed > content_len {
+            return Err(bad("record past the block end".into()));
         }
-        done += lens.len();
-        // the datums wrapped in an in-memory Avro object container file for arrow-avro
+        datum.resize(len, 0);
+        r.read_exact(&mut datum).map_err(|e| bad(format!("record past the block end: {e}")))?;
+        done += 1;
+        if !f(&datum)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Records of an Avro data block as JSON values (small metadata blocks: the archived timeline).
+pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::Value>, SourceError> {
+    let bad = |m: String| avro_bad(block, path, m);
+    let schema = apache_avro::Schema::parse_str(avro_block_schema(block, path)?).map_err(|e| bad(format!("schema: {e}")))?;
+    let mut out = Vec::new();
+    avro_block_each(block, path, &mut |d| {
+        let v = apache_avro::from_avro_datum(&schema, &mut &d[..], None).map_err(|e| bad(e.to_string()))?;
+        out.push(serde_json::Value::try_from(v).map_err(|e| bad(e.to_string()))?);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Records of an Avro data block as Arrow, decoded with the block's writer schema, handed to `f`
+/// batch by batch until it returns false: the content is read as a stream and only one batch of
+/// records is held (raw and decoded) at a time.
+pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
+    let bad = |m: String| avro_bad(block, path, m);
+    let schema = avro_block_schema(block, path)?;
+    // the datums of one batch wrapped in an in-memory Avro object container file for arrow-avro
+    let decode = |n: usize, data: &[u8], f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>| -> Result<bool, SourceError> {
         let mut ocf = Vec::with_capacity(data.len() + schema.len() + 64);
         ocf.extend_from_slice(b"Obj\x01");
         crate::changelog::avro::write_long(&mut ocf, 2);
@@ -334,9 +345,9 @@ pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(Recor
         ocf.push(0);
         let sync = [0x5au8; 16];
         ocf.extend_from_slice(&sync);
-        crate::changelog::avro::write_long(&mut ocf, lens.len() as i64);
+        crate::changelog::avro::write_long(&mut ocf, n as i64);
         crate::changelog::avro::write_long(&mut ocf, data.len() as i64);
-        ocf.extend_from_slice(&data);
+        ocf.extend_from_slice(data);
         ocf.extend_from_slice(&sync);
         let reader = arrow_avro::reader::ReaderBuilder::new()
             .with_batch_size(BATCH_RECORDS)
@@ -344,9 +355,24 @@ pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(Recor
             .map_err(|e| bad(format!("schema not readable: {e}")))?;
         for b in reader {
             if !f(b.map_err(|e| bad(format!("records not readable: {e}")))?)? {
-                return Ok(());
+                return Ok(false);
             }
         }
+        Ok(true)
+    };
+    let (mut n, mut data, mut more) = (0usize, Vec::new(), true);
+    avro_block_each(block, path, &mut |d| {
+        data.extend_from_slice(d);
+        n += 1;
+        if n == BATCH_RECORDS {
+            more = decode(n, &data, f)?;
+            n = 0;
+            data.clear();
+        }
+        Ok(more)
+    })?;
+    if more && n > 0 {
+        decode(n, &data, f)?;
     }
     Ok(())
 }

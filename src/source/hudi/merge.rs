@@ -146,7 +146,8 @@ impl SliceMerge<'_> {
         merge_cols.extend(del_idx);
         // log records in commit order; a delete block is a marker with its keys
         enum Step {
-            Data(std::ops::Range<usize>),
+            /// One decoded batch of log records (an index into `proj`).
+            Data(usize),
             Delete(Vec<log::DeletedKey>),
         }
         // only the merge columns of log records are kept (and decoded rows while they are small);
@@ -175,7 +176,7 @@ impl SliceMerge<'_> {
                             full = None;
                         }
                     }
-                    steps.push(Step::Data(proj.len()..proj.len() + 1));
+                    steps.push(Step::Data(proj.len()));
                     proj.push(p);
                     block_of.push(k);
                     if !deletes.is_empty() {
@@ -216,28 +217,27 @@ impl SliceMerge<'_> {
         let mut winners: HashMap<&str, LogState> = HashMap::with_capacity(rows_read as usize);
         for step in &steps {
             match step {
-                Step::Data(range) => {
-                    for b in range.clone() {
-                        for r in 0..proj[b].num_rows() {
-                            if !keys[b].is_valid(r) {
-                                continue;
+                Step::Data(b) => {
+                    let b = *b;
+                    for r in 0..proj[b].num_rows() {
+                        if !keys[b].is_valid(r) {
+                            continue;
+                        }
+                        let at = (b as u32, r as u32);
+                        let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted(at) } else { LogWinner::Row(at) };
+                        match winners.get_mut(keys[b].value(r)) {
+                            None => {
+                                winners.insert(keys[b].value(r), LogState { cur: w, reset: false, base_won: false });
                             }
-                            let at = (b as u32, r as u32);
-                            let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted(at) } else { LogWinner::Row(at) };
-                            match winners.get_mut(keys[b].value(r)) {
-                                None => {
-                                    winners.insert(keys[b].value(r), LogState { cur: w, reset: false, base_won: false });
-                                }
-                                Some(st) => {
-                                    let wins = match (&st.cur, &ord_rows) {
-                                        (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => {
-                                            ord[b].row(r) >= ord[o.0 as usize].row(o.1 as usize)
-                                        }
-                                        _ => true,
-                                    };
-                                    if wins {
-                                        st.cur = w;
+                            Some(st) => {
+                                let wins = match (&st.cur, &ord_rows) {
+                                    (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => {
+                                        ord[b].row(r) >= ord[o.0 as usize].row(o.1 as usize)
                                     }
+                                    _ => true,
+                                };
+                                if wins {
+                                    st.cur = w;
                                 }
                             }
                         }
