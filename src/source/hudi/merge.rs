@@ -9,7 +9,6 @@
 //! with the log but its keys and nothing needs spilling; a block without winners is not decoded
 //! again.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,21 +48,95 @@ const KEEP_SHARE: usize = 16;
 /// A log record: (decoded batch, row).
 type Pos = (u32, u32);
 
-/// Log-phase merge state of a key (see [`SliceMerge::run`]).
+/// Log-phase merge state of a key (see [`SliceMerge::run`]), 12 bytes: the merge index holds
+/// one per key of the log, so a 1.6M-row file group with 190k log records holds 3 MiB of them
+/// (a `HashMap<&str, _>` of 33-byte slots held 8.6 MiB).
 #[derive(Clone, Copy)]
-enum LogWinner {
-    Row(Pos),
-    /// Soft delete: keeps its ordering value for later comparisons.
-    SoftDeleted(Pos),
-    HardDeleted,
+struct Slot {
+    /// Where the key's text is: a log record ([`LogIndex::pos`]), or with [`DELETED_KEY`] set,
+    /// the n-th key of the delete blocks.
+    key: u32,
+    /// The winning log record, or [`HARD_DELETED`].
+    cur: u32,
+    flags: u8,
 }
 
-struct LogState {
-    cur: LogWinner,
-    /// A hard delete happened: rows before it (the base row too) take no part.
-    reset: bool,
-    /// The base row outranked the log winner.
-    base_won: bool,
+const DELETED_KEY: u32 = 1 << 31;
+const HARD_DELETED: u32 = u32::MAX;
+/// The winner is a soft delete: it keeps its ordering value for later comparisons.
+const SOFT: u8 = 1;
+/// A hard delete happened: rows before it (the base row too) take no part.
+const RESET: u8 = 2;
+/// The base row outranked the log winner.
+const BASE_WON: u8 = 4;
+
+/// Where the text of a [`Slot::key`] is.
+struct KeyTexts<'k> {
+    keys: &'k [StringArray],
+    deleted_keys: Vec<&'k str>,
+    /// Global number of each batch's first record.
+    starts: Vec<u32>,
+}
+
+impl<'k> KeyTexts<'k> {
+    fn pos(&self, id: u32) -> Pos {
+        let b = self.starts.partition_point(|&s| s <= id) - 1;
+        (b as u32, id - self.starts[b])
+    }
+
+    fn text(&self, key: u32) -> &'k str {
+        if key & DELETED_KEY != 0 {
+            self.deleted_keys[(key & !DELETED_KEY) as usize]
+        } else {
+            let (b, r) = self.pos(key);
+            self.keys[b as usize].value(r as usize)
+        }
+    }
+}
+
+/// The merge index of a slice's log records: a hash table of [`Slot`]s whose key text stays in
+/// the decoded merge columns (compared on lookup, never copied).
+struct LogIndex<'k> {
+    texts: KeyTexts<'k>,
+    table: hashbrown::HashTable<Slot>,
+    hasher: std::hash::RandomState,
+}
+
+impl<'k> LogIndex<'k> {
+    fn new(keys: &'k [StringArray], deleted_keys: Vec<&'k str>) -> Result<Self, SourceError> {
+        let mut starts = Vec::with_capacity(keys.len());
+        let mut n = 0u64;
+        for k in keys {
+            starts.push(n as u32);
+            n += k.len() as u64;
+        }
+        if n + deleted_keys.len() as u64 >= DELETED_KEY as u64 {
+            return Err(SourceError::Unsupported { message: format!("a file slice with {n} log records (at most 2^31 are merged)") });
+        }
+        let table = hashbrown::HashTable::with_capacity(n as usize + deleted_keys.len());
+        Ok(Self { texts: KeyTexts { keys, deleted_keys, starts }, table, hasher: std::hash::RandomState::new() })
+    }
+
+    fn id(&self, (b, r): Pos) -> u32 {
+        self.texts.starts[b as usize] + r
+    }
+
+    fn hash(&self, k: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, k)
+    }
+
+    fn get_mut(&mut self, k: &str) -> Option<&mut Slot> {
+        let h = self.hash(k);
+        let texts = &self.texts;
+        self.table.find_mut(h, |s| texts.text(s.key) == k)
+    }
+
+    /// Add a key not yet in the index (sized for every key up front: never rehashed).
+    fn insert(&mut self, slot: Slot) {
+        let h = self.hash(self.texts.text(slot.key));
+        let (texts, hasher) = (&self.texts, &self.hasher);
+        self.table.insert_unique(h, slot, |s| std::hash::BuildHasher::hash_one(hasher, texts.text(s.key)));
+    }
 }
 
 impl SliceMerge<'_> {
@@ -213,8 +286,24 @@ impl SliceMerge<'_> {
         let keys: Vec<StringArray> = proj.iter().map(key_of).collect::<Result<_, _>>()?;
         let deleted: Vec<Option<BooleanArray>> = proj.iter().map(deleted_of).collect();
         let soft = |d: &Option<BooleanArray>, r: usize| d.as_ref().is_some_and(|c| c.is_valid(r) && c.value(r));
-        // 1. the log records among themselves, from an unknown base (sized once: no rehash chain)
-        let mut winners: HashMap<&str, LogState> = HashMap::with_capacity(rows_read as usize);
+        // 1. the log records among themselves, from an unknown base
+        let deleted_keys: Vec<&str> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Delete(d) => Some(d.iter().map(|k| k.record_key.as_str())),
+                Step::Data(_) => None,
+            })
+            .flatten()
+            .collect();
+        let mut index = LogIndex::new(&keys, deleted_keys)?;
+        let mut next_deleted = DELETED_KEY;
+        let outranks = |new: Pos, old: u32, index: &LogIndex<'_>| match &ord_rows {
+            Some(ord) => {
+                let o = index.texts.pos(old);
+                ord[new.0 as usize].row(new.1 as usize) >= ord[o.0 as usize].row(o.1 as usize)
+            }
+            None => true,
+        };
         for step in &steps {
             match step {
                 Step::Data(b) => {
@@ -224,36 +313,37 @@ impl SliceMerge<'_> {
                             continue;
                         }
                         let at = (b as u32, r as u32);
-                        let w = if soft(&deleted[b], r) { LogWinner::SoftDeleted(at) } else { LogWinner::Row(at) };
-                        match winners.get_mut(keys[b].value(r)) {
+                        let id = index.id(at);
+                        let flags = if soft(&deleted[b], r) { SOFT } else { 0 };
+                        let wins = match index.get_mut(keys[b].value(r)) {
                             None => {
-                                winners.insert(keys[b].value(r), LogState { cur: w, reset: false, base_won: false });
+                                index.insert(Slot { key: id, cur: id, flags });
+                                continue;
                             }
+                            Some(st) if st.cur == HARD_DELETED => true,
                             Some(st) => {
-                                let wins = match (&st.cur, &ord_rows) {
-                                    (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord)) => {
-                                        ord[b].row(r) >= ord[o.0 as usize].row(o.1 as usize)
-                                    }
-                                    _ => true,
-                                };
-                                if wins {
-                                    st.cur = w;
-                                }
+                                let old = st.cur;
+                                outranks(at, old, &index)
                             }
+                        };
+                        if wins {
+                            let st = index.get_mut(keys[b].value(r)).expect("the key just found");
+                            st.cur = id;
+                            st.flags = (st.flags & RESET) | flags;
                         }
                     }
                 }
                 Step::Delete(keys_deleted) => {
                     for d in keys_deleted {
-                        match winners.get_mut(d.record_key.as_str()) {
+                        let key = next_deleted;
+                        next_deleted += 1;
+                        match index.get_mut(d.record_key.as_str()) {
                             Some(st) => {
-                                st.cur = LogWinner::HardDeleted;
-                                st.reset = true;
+                                st.cur = HARD_DELETED;
+                                st.flags = RESET;
                             }
-                            None => {
-                                // the key may be in the base file: it is deleted there too
-                                winners.insert(d.record_key.as_str(), LogState { cur: LogWinner::HardDeleted, reset: true, base_won: false });
-                            }
+                            // the key may be in the base file: it is deleted there too
+                            None => index.insert(Slot { key, cur: HARD_DELETED, flags: RESET }),
                         }
                     }
                 }
@@ -276,12 +366,13 @@ impl SliceMerge<'_> {
                         if !bk.is_valid(r) {
                             return Some(false);
                         }
-                        let Some(st) = winners.get_mut(bk.value(r)) else { return Some(!soft(&bd, r)) };
-                        if st.reset {
+                        let Some(st) = index.get_mut(bk.value(r)).copied() else { return Some(!soft(&bd, r)) };
+                        if st.flags & RESET != 0 {
                             return Some(false);
                         }
-                        let log_wins = match (&st.cur, &ord_rows, &bord) {
-                            (LogWinner::Row(o) | LogWinner::SoftDeleted(o), Some(ord), Some(bo)) => {
+                        let log_wins = match (&ord_rows, &bord) {
+                            (Some(ord), Some(bo)) if st.cur != HARD_DELETED => {
+                                let o = index.texts.pos(st.cur);
                                 ord[o.0 as usize].row(o.1 as usize) >= bo.row(r)
                             }
                             _ => true,
@@ -289,7 +380,7 @@ impl SliceMerge<'_> {
                         if log_wins {
                             return Some(false);
                         }
-                        st.base_won = true;
+                        index.get_mut(bk.value(r)).expect("the key just found").flags |= BASE_WON;
                         Some(!soft(&bd, r))
                     })
                     .collect();
@@ -304,16 +395,14 @@ impl SliceMerge<'_> {
             }
         }
         // 3. the winning log records, in log order: their blocks decoded again, batch by batch
-        let mut picks: Vec<Pos> = winners
-            .values()
-            .filter(|st| !st.base_won)
-            .filter_map(|st| match st.cur {
-                LogWinner::Row(src) => Some(src),
-                _ => None,
-            })
+        let mut picks: Vec<Pos> = index
+            .table
+            .iter()
+            .filter(|st| st.flags & (BASE_WON | SOFT) == 0 && st.cur != HARD_DELETED)
+            .map(|st| index.texts.pos(st.cur))
             .collect();
         picks.sort_unstable();
-        drop(winners);
+        drop(index);
         drop(keys);
         drop(deleted);
         drop(ord_rows);
