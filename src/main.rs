@@ -120,6 +120,12 @@ fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, Exi
             }
         }
     }
+    for c in &out {
+        if let Err(e) = lakestream::sink::check_settings(c) {
+            eprintln!("error: {}: {e}", c.file.display());
+            return Err(ExitCode::from(2));
+        }
+    }
     let mut names = std::collections::HashSet::new();
     for c in &out {
         if !names.insert(c.name.clone()) {

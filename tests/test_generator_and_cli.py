@@ -110,6 +110,18 @@ def test_bad_input_exits_2_naming_what_is_wrong(tmp_path):
         ({"tombstones.on.delete": "maybe"}, "`tombstones.on.delete`: `maybe` is not one of: true, false"),
         ({"table.path": tmp_path / "missing"}, "is not a directory"),
         ({"connector.class": "delta"}, "`delta` is not one of: hudi, iceberg"),
+        # settings that used to be accepted and then misbehave (issue: never silently wrong)
+        ({"metrics.port": "70000"}, "`metrics.port`: 70000 is not between 1 and 65535"),
+        ({"transaction.max.records": "0"}, "`transaction.max.records`: 0 is not between 1 and"),
+        ({"topic.creation.default.partitions": "0"}, "`topic.creation.default.partitions`: 0 is not between 1 and 10000"),
+        ({"transaction.timeout.ms": "0"}, "`transaction.timeout.ms`: 0 is not between 1000 and 900000"),
+        ({"topic": "bad topic"}, "`bad topic` is not a legal topic name"),
+        ({"offsets.storage.topic": ".."}, "`..` is not a legal topic name"),
+        ({"producer.override.compresion.type": "lz4"}, "`producer.override.compresion.type=lz4`: No such configuration property"),
+        ({"producer.override.enable.idempotence": "false"}, "must stay true"),
+        ({"producer.override.acks": "1"}, "must be `all`"),
+        ({"producer.override.transactional.id": "x"}, "is derived from `name`"),
+        ({"value.converter": "org.apache.kafka.connect.json.JsonConverter"}, "lakestream writes Confluent-framed Avro only"),
     ]
     for extra, message in cases:
         p = base_props(tmp_path, tmp_path, **extra)
@@ -117,6 +129,15 @@ def test_bad_input_exits_2_naming_what_is_wrong(tmp_path):
             r = run(*cmd)
             assert r.returncode == 2, (cmd, r.stderr)
             assert message in r.stderr, (message, r.stderr)
+
+
+def test_a_key_set_twice_names_both_lines(tmp_path):
+    p = base_props(tmp_path, tmp_path)
+    p.write_text(p.read_text() + "topic=other\n")
+    for cmd in (["validate", p], ["run", "--once", p]):
+        r = run(*cmd)
+        assert r.returncode == 2, (cmd, r.stderr)
+        assert "`topic`: set twice (first on line" in r.stderr, r.stderr
 
 
 def test_not_a_hudi_table_fails_with_exit_1_and_the_reason(env, tmp_path):

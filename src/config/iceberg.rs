@@ -24,6 +24,7 @@ pub const ICEBERG_KEYS: &[&str] = &[
     "split-lookback",
     "split-file-open-cost",
     "key.fields",
+    "key.fields.override",
 ];
 
 /// Keys only a Hudi connector accepts, with the Iceberg key to use instead.
@@ -75,6 +76,8 @@ pub struct IcebergOptions {
     pub split_open_cost: u64,
     /// Kafka key columns when the schema declares no identifier fields.
     pub key_fields: Vec<String>,
+    /// `key.fields.override`: `key.fields` may replace declared identifier fields.
+    pub key_fields_override: bool,
 }
 
 impl IcebergOptions {
@@ -205,8 +208,9 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
             .map(|n| n as usize)
             .filter(|n| *n > 0),
         split_size: size_key(v, "split-size", 128 << 20)?,
-        split_lookback: v.u64_or("split-lookback", 10)?.max(1) as usize,
+        split_lookback: v.u64_in("split-lookback", 10, 1..=10_000)? as usize,
         split_open_cost: size_key(v, "split-file-open-cost", 4 << 20)?,
         key_fields,
+        key_fields_override: v.bool_or("key.fields.override", false)?,
     })
 }

@@ -3,6 +3,7 @@
 //! against the table of known keys below (unknown or malformed keys name the file, line and the
 //! allowed values).
 
+mod checks;
 mod iceberg;
 mod keys;
 
@@ -199,6 +200,14 @@ impl Properties {
                     key: k.clone(),
                     message,
                 })?;
+                if let Some((_, first)) = entries.get(&k) {
+                    return Err(ConfigError::Invalid {
+                        file: file.into(),
+                        line: n,
+                        key: k.clone(),
+                        message: format!("set twice (first on line {first}); remove one"),
+                    });
+                }
                 entries.insert(k, (v.trim().to_string(), n));
             }
         }
@@ -310,13 +319,12 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
     };
     let boundary = match v.get("transaction.boundary").as_deref() {
         None | Some("instant") => TxnBoundary::Instant,
-        Some("interval") => TxnBoundary::Interval(Duration::from_millis(v.u64_or("transaction.interval.ms", 1000)?)),
+        Some("interval") => TxnBoundary::Interval(Duration::from_millis(v.u64_in("transaction.interval.ms", 1000, 1..=3_600_000)?)),
         Some(s) => return Err(v.invalid("transaction.boundary", format!("`{s}` is not one of: instant, interval"))),
     };
-    let tasks = v.u64_or("tasks.max", 1)?;
-    if !(1..=256).contains(&tasks) {
-        return Err(v.invalid("tasks.max", format!("{tasks} is not between 1 and 256")));
-    }
+    let tasks = v.u64_in("tasks.max", 1, 1..=256)?;
+    checks::converters(&v)?;
+    checks::producer_overrides(&v, &props)?;
     let mut producer_overrides = BTreeMap::new();
     for (k, (val, _)) in &props.entries {
         if let Some(rest) = k.strip_prefix("producer.override.") {
@@ -347,10 +355,10 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             s3_path_style: v.bool_or("s3.path-style-access", false)?,
             s3_allow_http: v.bool_or("s3.allow-http", false)?,
         },
-        topic: v.required("topic", "the Kafka topic for change events")?,
+        topic: checks::topic_name(&v, "topic", v.required("topic", "the Kafka topic for change events")?)?,
         bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
         schema_registry_url: registry.trim_end_matches('/').to_string(),
-        offsets_topic: v.get("offsets.storage.topic").unwrap_or_else(|| "lakestream-offsets".into()),
+        offsets_topic: checks::topic_name(&v, "offsets.storage.topic", v.get("offsets.storage.topic").unwrap_or_else(|| "lakestream-offsets".into()))?,
         start,
         end_commit,
         check_interval: if v.get("monitor-interval").is_some() {
@@ -371,8 +379,9 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             }
         },
         boundary,
-        max_txn_records: v.u64_or("transaction.max.records", 1_000_000)?.max(1) as usize,
-        transaction_timeout_ms: v.u64_or("transaction.timeout.ms", 60_000)?,
+        max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
+        // the broker's transaction.max.timeout.ms defaults to 15 minutes
+        transaction_timeout_ms: v.u64_in("transaction.timeout.ms", 60_000, 1_000..=900_000)?,
         task_id,
         tasks: tasks as u32,
         ownership: match v.get("tasks.ownership").as_deref() {
@@ -382,7 +391,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             Some(s) => return Err(v.invalid("tasks.ownership", format!("`{s}` is not one of: auto, key, partition"))),
         },
         by_partition: false,
-        metrics_port: v.get("metrics.port").map(|_| v.u64_or("metrics.port", 0)).transpose()?.map(|p| p as u16),
+        metrics_port: v.get("metrics.port").map(|_| v.u64_in("metrics.port", 0, 1..=65_535)).transpose()?.map(|p| p as u16),
         memory_budget: match v.get("read.memory.budget") {
             None => 256 << 20,
             Some(s) => parse_size(&s).ok_or_else(|| {
@@ -390,8 +399,8 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             })?,
         },
         spill_dir: v.get("read.spill.dir").map(PathBuf::from).unwrap_or_else(std::env::temp_dir),
-        topic_partitions: v.u64_or("topic.creation.default.partitions", 1)?.clamp(1, 10_000) as i32,
-        replication_factor: v.u64_or("topic.creation.default.replication.factor", 1)?.clamp(1, 16) as i32,
+        topic_partitions: v.u64_in("topic.creation.default.partitions", 1, 1..=10_000)? as i32,
+        replication_factor: v.u64_in("topic.creation.default.replication.factor", 1, 1..=16)? as i32,
         producer_overrides,
         raw: props.entries.iter().map(|(k, (val, _))| (k.clone(), val.clone())).collect(),
     };
@@ -445,6 +454,15 @@ impl Validator<'_> {
             None => Ok(default),
             Some(s) => s.parse().map_err(|_| self.invalid(key, format!("`{s}` is not a non-negative integer"))),
         }
+    }
+    /// An integer within `range` (a value outside it would misbehave, not fail: a port that
+    /// wraps, a transaction per record).
+    fn u64_in(&self, key: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> Result<u64, ConfigError> {
+        let n = self.u64_or(key, default)?;
+        if !range.contains(&n) {
+            return Err(self.invalid(key, format!("{n} is not between {} and {}", range.start(), range.end())));
+        }
+        Ok(n)
     }
     fn duration_or(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
         match self.get(key) {

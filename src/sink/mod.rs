@@ -9,7 +9,7 @@ pub mod offsets;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ProducerContext, ThreadedProducer};
@@ -91,6 +91,16 @@ fn producer_config(cfg: &ConnectorConfig, transactional_id: &str, defaults: &[(&
         pc.set(k, v);
     }
     pc
+}
+
+/// Check the producer's settings as librdkafka will take them (`producer.override.*` typos,
+/// values out of range), without creating a client: `validate` and `run` refuse them at start
+/// instead of failing when the first producer is created.
+pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
+    producer_config(cfg, &cfg.transactional_id(), &[]).create_native_config().map(drop).map_err(|e| match e {
+        KafkaError::ClientConfig(_, desc, key, value) => format!("`producer.override.{key}={value}`: {desc}"),
+        e => e.to_string(),
+    })
 }
 
 /// How long a transaction call (init, commit, abort) may block.
@@ -316,6 +326,23 @@ async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
             Err((t, code)) => {
                 return Err(SinkError::Offsets(format!("cannot create topic `{t}`: {code}")));
             }
+        }
+    }
+    // positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
+    // refuses such an offsets topic too)
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Topic(&cfg.offsets_topic)], &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))))
+        .await
+        .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
+    for r in described {
+        let resource = r.map_err(|code| SinkError::Offsets(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic)))?;
+        let policy = resource.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default();
+        if !policy.split(',').any(|p| p.trim() == "compact") {
+            return Err(SinkError::Offsets(format!(
+                "offsets topic `{}` has cleanup.policy={policy}: retention would delete connector positions. Set it to \
+                 compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic",
+                cfg.offsets_topic
+            )));
         }
     }
     Ok(())
