@@ -141,3 +141,134 @@ def test_version_6_archived_instants_are_read_as_changes(env, registry, tmp_path
     replay.apply(testkit.consume_all(env, topic))
     assert {e["source"]["instant"] for e in replay.events} >= {first}, "the archived instant must be emitted"
     testkit.compare(oracle, oracle["instants"][-1]["rows"], replay, "after the archived and active instants")
+
+
+def raw_offsets_key(env, name):
+    """The raw key of a connector's offsets record (task 0, the only one)."""
+    import json
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "t-" + uuid.uuid4().hex, "isolation.level": "read_committed",
+                  "enable.partition.eof": True, "receive.message.max.bytes": 1_500_000_000})
+    try:
+        parts = sorted(c.list_topics(env.offsets_topic, timeout=10).topics[env.offsets_topic].partitions)
+        c.assign([TopicPartition(env.offsets_topic, p, -2) for p in parts])
+        eof, keys = set(), set()
+        while len(eof) < len(parts):
+            m = c.poll(10)
+            assert m is not None, "timed out reading the offsets topic"
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                eof.add(m.partition())
+            elif json.loads(m.key())[0] == name:
+                keys.add(m.key())
+        assert len(keys) == 1, keys
+        return keys.pop()
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("value,message", [
+    (b'{"foo": 1}', "is not a lakestream position"),
+    (b'[]', "is not a lakestream position"),
+    (b'{"issued": {"instant": "not-an-instant"}, "records": 1, "updated_ms": 0}', "is not on the table's timeline"),
+    (b'{"issued": {"instant": "99991231235959999"}, "records": 1, "updated_ms": 0}', "is not on the table's timeline"),
+])
+def test_an_offsets_record_that_is_not_a_position_stops_the_connector(env, tmp_path, value, message):
+    """A foreign or damaged position must stop the connector, never rescan (duplicates) or skip
+    every instant before a made-up time (losses)."""
+    require_fixtures()
+    from confluent_kafka import Producer
+    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
+    topic = "offs-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    testkit.run_once(props)
+    published = len(testkit.consume_all(env, topic))
+    assert published > 0
+    p = Producer({"bootstrap.servers": env.bootstrap})
+    p.produce(env.offsets_topic, key=raw_offsets_key(env, "c-" + topic), value=value)
+    assert p.flush(10) == 0
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert message in r.stderr, r.stderr[-2000:]
+    assert "lakestream offsets show" in r.stderr, r.stderr[-2000:]
+    assert len(testkit.consume_all(env, topic)) == published, "nothing may be published from a bad position"
+
+
+@pytest.mark.parametrize("fixture", ["sample_table/cow/v6_simplekeygen_nonhivestyle", "sample_table/cow/v9_txns_simple_meta"])
+@pytest.mark.parametrize("blank", [b"", b"{}"])
+def test_a_blank_commit_file_stops_without_advancing(env, registry, tmp_path, fixture, blank):
+    """A completed commit whose metadata is empty (v6 JSON and v8+ Avro alike) must stop the
+    connector naming the file — publishing nothing of it and keeping the position before it —
+    and once the file is restored, the same position goes on to the oracle."""
+    oracle, instants, revealed, topic, props = testkit.revealed_fixture(env, tmp_path, "blank", fixture)
+    writes = [k for k, i in enumerate(instants) if k > 0 and i["action"] in ("commit", "deltacommit")]
+    assert writes, "the fixture needs a write after the first instant"
+    k = writes[0]
+    replay, seen = testkit.Replay(registry), set()
+    revealed.reveal_through(testkit.instant_order(instants[k - 1]))
+    testkit.run_once(props)
+    replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+    testkit.compare(oracle, instants[k - 1]["rows"], replay, "before the damage")
+    names = revealed.hidden[testkit.instant_order(instants[k])]
+    revealed.reveal_through(testkit.instant_order(instants[k]))
+    victim = next(revealed.timeline / n for n in names if not n.endswith((".requested", ".inflight")))
+    original = victim.read_bytes()
+    victim.write_bytes(blank)
+    for attempt in range(2):
+        r = testkit.run_once(props, check=False)
+        assert r.returncode == 1, r.stderr[-2000:]
+        assert victim.name in r.stderr and "no write statistics" in r.stderr, r.stderr[-2000:]
+        replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+        testkit.compare(oracle, instants[k - 1]["rows"], replay, f"damaged, attempt {attempt}")
+    victim.write_bytes(original)
+    testkit.run_once(props)
+    replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+    testkit.compare(oracle, instants[k]["rows"], replay, "restored")
+
+
+def test_a_truncated_hoodie_properties_stops_naming_the_missing_keys(env, tmp_path):
+    require_fixtures()
+    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
+    props_file = table / ".hoodie" / "hoodie.properties"
+    kept = [l for l in props_file.read_text().splitlines() if not l.startswith(("hoodie.table.type", "hoodie.table.version"))]
+    props_file.write_text("\n".join(kept) + "\n")
+    topic = "trunc-" + uuid.uuid4().hex[:6]
+    r = testkit.run_once(testkit.connector_props(tmp_path, "c-" + topic, table, topic, env), check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "hoodie.properties" in r.stderr and "missing hoodie.table.type, hoodie.table.version" in r.stderr, r.stderr[-2000:]
+    assert testkit.consume_all(env, topic) == []
+
+
+def test_a_changed_key_stops_instead_of_mixing_keys_in_one_topic(env, tmp_path):
+    """The key the published events carry is stored with the position: hoodie.properties
+    losing its record-key fields (the key would fall back to `_hoodie_record_key`) stops the run."""
+    require_fixtures()
+    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
+    topic = "rekey-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    testkit.run_once(props)
+    published = len(testkit.consume_all(env, topic))
+    props_file = table / ".hoodie" / "hoodie.properties"
+    props_file.write_text("\n".join(l for l in props_file.read_text().splitlines()
+                                     if not l.startswith("hoodie.table.recordkey.fields")) + "\n")
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "the table's key is now" in r.stderr and "start under a new connector name" in r.stderr, r.stderr[-2000:]
+    assert len(testkit.consume_all(env, topic)) == published
+
+
+def test_an_offsets_topic_that_deletes_by_retention_is_refused(env, tmp_path):
+    """Positions in a `cleanup.policy=delete` topic would expire: a restart would rescan or skip."""
+    require_fixtures()
+    from confluent_kafka.admin import AdminClient, NewTopic
+    offsets = "offs-delete-" + uuid.uuid4().hex[:6]
+    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    for f in admin.create_topics([NewTopic(offsets, 1, 1, config={"cleanup.policy": "delete"})]).values():
+        f.result(30)
+    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
+    topic = "offdel-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"offsets.storage.topic": offsets})
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"offsets topic `{offsets}` has cleanup.policy=delete" in r.stderr, r.stderr[-2000:]
+    assert testkit.consume_all(env, topic) == []

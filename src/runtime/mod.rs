@@ -30,6 +30,9 @@ pub enum RuntimeError {
     Changelog(#[from] ChangelogError),
     #[error("sink: {0}")]
     Sink(#[from] SinkError),
+    /// The stored position was written under different terms than this run's (the key).
+    #[error("position: {0}")]
+    Position(String),
 }
 
 impl RuntimeError {
@@ -45,6 +48,7 @@ impl RuntimeError {
             RuntimeError::Source(_) => "source",
             RuntimeError::Changelog(_) => "changelog",
             RuntimeError::Sink(_) => "sink",
+            RuntimeError::Position(_) => "position",
         }
     }
 }
@@ -105,7 +109,19 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Run
     };
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let sink = TxnSink::start(&cfg).await?;
-    let (state, new_state) = tasks::resume_state(&cfg, &source).await?;
+    let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
+    // the events already published were keyed by the stored key fields: a run keyed otherwise
+    // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
+    let key = &source.info().key_fields;
+    if !state.key.is_empty() && state.key != *key {
+        return Err(RuntimeError::Position(format!(
+            "the table's key is now {key:?}, but the events already published were keyed by {:?} (stored with the \
+             position). Check the table's properties (hoodie.properties, identifier fields) and `key.fields`; if the \
+             change is deliberate, start under a new connector name (and topic) so no topic mixes two keys",
+            state.key
+        )));
+    }
+    state.key = key.clone();
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = ?source.ownership(), issued = ?state.issued,
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?;

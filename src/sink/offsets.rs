@@ -46,6 +46,7 @@ impl InFlight {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Offsets {
     /// The last unit fully emitted.
     pub issued: Option<Position>,
@@ -73,6 +74,9 @@ pub struct Offsets {
     /// can redo it for keys whose owner never finished it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first: Option<FirstUnit>,
+    /// The fields the published events are keyed by (records of older builds: none stored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
 }
 
 fn is_key(o: &Ownership) -> bool {
@@ -251,8 +255,15 @@ pub fn read_offsets_matching(
                         latest.remove(key);
                     }
                     Some(v) => {
-                        let o = serde_json::from_slice(v).map_err(|e| {
-                            SinkError::Offsets(format!("offsets record at {}:{} is not valid: {e}", m.partition(), m.offset()))
+                        let o = parse_record(v).map_err(|e| {
+                            SinkError::Offsets(format!(
+                                "offsets record of `{}` at partition {} offset {} is not a lakestream position ({e}); it was not \
+                                 written by this connector. Inspect it with `lakestream offsets show`; delete it (a tombstone \
+                                 for that key) only if the connector should start over",
+                                String::from_utf8_lossy(key),
+                                m.partition(),
+                                m.offset()
+                            ))
                         })?;
                         latest.insert(key.to_vec(), o);
                     }
@@ -261,6 +272,17 @@ pub fn read_offsets_matching(
         }
     }
     Ok(latest)
+}
+
+/// An offsets record's value: the JSON object lakestream writes, every field known and
+/// `issued` present (`{"foo": 1}` must not read as "no position", which would rescan the table).
+fn parse_record(v: &[u8]) -> Result<Offsets, String> {
+    let value: serde_json::Value = serde_json::from_slice(v).map_err(|e| e.to_string())?;
+    let Some(obj) = value.as_object() else { return Err("not a JSON object".into()) };
+    if !obj.contains_key("issued") {
+        return Err("no `issued` field".into());
+    }
+    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 /// librdkafka keys that every client of the cluster needs (security), shared with the consumer
@@ -311,8 +333,15 @@ mod tests {
             handoff: None,
             first: None,
             ownership: Ownership::Partition,
+            key: vec!["id".into()],
         };
         let s = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<Offsets>(&s).unwrap(), o);
+        assert_eq!(parse_record(s.as_bytes()).unwrap(), o);
+        let none = serde_json::to_string(&Offsets::default()).unwrap();
+        assert_eq!(parse_record(none.as_bytes()).unwrap(), Offsets::default(), "a record with no position yet");
+        for bad in [&br#"{"foo": 1}"#[..], b"{}", b"[]", b"null", br#"{"issued": null, "extra": 1}"#, b"not json"] {
+            assert!(parse_record(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
     }
 }

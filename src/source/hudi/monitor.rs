@@ -118,6 +118,7 @@ impl HudiSource {
             }
             _ => {}
         }
+        self.check_not_blank(i, &md)?;
         let mut touched = BTreeSet::new();
         for (p, w) in md.writes() {
             touched.insert((p.to_string(), w.file_id.clone().unwrap_or_default()));
@@ -127,10 +128,67 @@ impl HudiSource {
         Ok(unit)
     }
 
+    /// A completed write whose metadata names no files must really have written none: an empty
+    /// or damaged commit file would otherwise advance the position past its changes. Hudi always
+    /// writes `partitionToWriteStats` (an empty map for an empty commit, `hoodie.allow.empty.commit`),
+    /// so its absence is damage; an empty map is checked against the files on storage.
+    fn check_not_blank(&self, i: &Instant, md: &CommitMetadata) -> Result<(), SourceError> {
+        let file = match &i.meta {
+            MetaSource::File(f) => f.display().to_string(),
+            _ => format!("archived instant {}", i.requested),
+        };
+        let way_out = "Restore the file from the writer's storage (or a backup); to go on without that instant's \
+                       changes deliberately, restart under a new connector name with read.start-commit set to the \
+                       next instant";
+        if md.write_stats.is_none() && md.replaced.is_none() {
+            return Err(SourceError::Unreadable {
+                message: format!(
+                    "completed {} {} has no write statistics ({file} is empty or damaged): its changes cannot be \
+                     planned, and nothing after it is emitted. {way_out}",
+                    i.action, i.requested
+                ),
+            });
+        }
+        if md.writes().next().is_some() || md.replaced().next().is_some() {
+            return Ok(());
+        }
+        for p in list_partitions(&self.table.path)? {
+            let files = list_partition(&self.table.path, &p)?;
+            let named = files.base.values().flatten().map(|b| (&b.instant, &b.name));
+            let logs = files.logs.values().flatten().map(|l| (&l.instant, &l.name));
+            if let Some((_, name)) = named.chain(logs).find(|(t, _)| **t == i.requested) {
+                return Err(SourceError::Unreadable {
+                    message: format!(
+                        "completed {} {} names no files ({file}), but `{}` was written by it: the metadata is damaged \
+                         and its changes cannot be planned; nothing after it is emitted. {way_out}",
+                        i.action,
+                        i.requested,
+                        super::join_path(&p, name)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn plan(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
         let tl = self.timeline()?;
         let mut candidates: Vec<&Instant> = match after {
-            Some(p) => tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect(),
+            Some(p) => {
+                // a position the timeline does not hold would skip every instant before its time
+                if tl.get(&p.instant).is_none() {
+                    return Err(SourceError::Unreadable {
+                        message: format!(
+                            "the stored position, instant {}, is not on the table's timeline (active or archived): a \
+                             restore or rollback removed it, or the offsets record is not this table's. Nothing is \
+                             skipped. Ways out: check `lakestream offsets show`; restart under a new connector name \
+                             with read.start-commit=earliest (full rescan) or an instant time",
+                            p.instant
+                        ),
+                    });
+                }
+                tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect()
+            }
             None => match &self.start {
                 StartCommit::Earliest => {
                     return match tl.latest() {

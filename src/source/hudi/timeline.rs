@@ -37,7 +37,20 @@ impl TableConfig {
         })?;
         let props = java_properties::read(std::io::BufReader::new(&f[..]))
             .map_err(|e| SourceError::format(&file, e.to_string()))?;
-        let version: u32 = props.get("hoodie.table.version").and_then(|v| v.parse().ok()).unwrap_or(6);
+        // every Hudi writer records these: a file without them is damaged (truncated), and
+        // defaults would silently change the key or the table type
+        let missing: Vec<&str> =
+            ["hoodie.table.name", "hoodie.table.type", "hoodie.table.version"].into_iter().filter(|k| !props.contains_key(*k)).collect();
+        if !missing.is_empty() {
+            return Err(SourceError::format(
+                &file,
+                format!("missing {} (the file is damaged or truncated); restore it from the writer's storage or a backup", missing.join(", ")),
+            ));
+        }
+        let version: u32 = props
+            .get("hoodie.table.version")
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| SourceError::format(&file, "hoodie.table.version is not a number"))?;
         let layout: u32 = props
             .get("hoodie.timeline.layout.version")
             .and_then(|v| v.parse().ok())

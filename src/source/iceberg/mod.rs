@@ -47,6 +47,22 @@ impl IcebergSource {
         let file = metadata::current_metadata_file(&opts.location)?;
         let md = metadata::TableMetadata::load(&file)?;
         let schema = md.schema_of(None)?;
+        let declared: Vec<String> = schema
+            .identifier_field_ids
+            .iter()
+            .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
+            .collect();
+        if !opts.key_fields.is_empty() && !declared.is_empty() && opts.key_fields != declared && !opts.key_fields_override {
+            return Err(SourceError::Unreadable {
+                message: format!(
+                    "key.fields {:?} differs from the identifier fields {declared:?} that table {} declares: the events \
+                     would be keyed by something other than the row's identity. Remove key.fields, or set \
+                     key.fields.override=true if that is meant",
+                    opts.key_fields,
+                    file.display()
+                ),
+            });
+        }
         let key_fields: Vec<String> = if !opts.key_fields.is_empty() {
             for k in &opts.key_fields {
                 if !schema.fields.iter().any(|f| f.name == *k) {
@@ -58,11 +74,7 @@ impl IcebergSource {
             }
             opts.key_fields.clone()
         } else {
-            schema
-                .identifier_field_ids
-                .iter()
-                .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
-                .collect()
+            declared
         };
         if key_fields.is_empty() {
             return Err(SourceError::Unreadable {
