@@ -1,6 +1,12 @@
 //! A small Confluent-compatible Schema Registry for tests and the demo: the REST subset that
 //! serializers and deserializers use, with schemas kept in a compacted Kafka topic (`_schemas`)
 //! so a restart keeps ids. Not for production: one instance, no compatibility checks.
+//!
+//! Broker outages: a failed write recreates the producer and retries with backoff; a write
+//! that still fails answers 500 and marks the in-memory store stale, so the next registration
+//! first re-reads `_schemas` (the failed record may have landed: its id must not be given to
+//! another schema). The producer is not idempotent: a duplicate schema record is harmless, and
+//! an idempotent producer turns fatal when a restarted broker forgets its sequence numbers.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,8 +63,45 @@ impl Store {
 
 struct App {
     store: Mutex<Store>,
-    producer: FutureProducer,
+    writer: Mutex<Writer>,
+    bootstrap: String,
     topic: String,
+}
+
+/// The producer of `_schemas`, and whether the store may miss a record it wrote.
+struct Writer {
+    producer: FutureProducer,
+    stale: bool,
+}
+
+fn producer(bootstrap: &str) -> anyhow::Result<FutureProducer> {
+    Ok(ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").set("message.timeout.ms", "10000").create()?)
+}
+
+/// Write a schema record, recreating the producer between attempts (about 30 s in all).
+async fn write(app: &App, w: &mut Writer, key: &str, payload: &str) -> Result<(), String> {
+    let mut last = String::new();
+    for attempt in 0..3u64 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500 * attempt)).await;
+            match producer(&app.bootstrap) {
+                Ok(p) => w.producer = p,
+                Err(e) => {
+                    last = e.to_string();
+                    continue;
+                }
+            }
+        }
+        match w.producer.send(FutureRecord::to(&app.topic).key(key).payload(payload), Duration::from_secs(10)).await {
+            Ok(_) => return Ok(()),
+            Err((e, _)) => {
+                tracing::warn!(error = %e, attempt, "writing a schema failed; retrying with a new producer");
+                last = e.to_string();
+            }
+        }
+    }
+    w.stale = true;
+    Err(last)
 }
 
 type Shared = Arc<App>;
@@ -79,7 +122,20 @@ async fn register(State(app): State<Shared>, Path(subject): Path<String>, Json(b
     if let Err(e) = apache_avro::Schema::parse_str(&schema) {
         return error(StatusCode::UNPROCESSABLE_ENTITY, 42201, format!("Invalid schema: {e}"));
     }
-    let mut store = app.store.lock().await;
+    // one registration at a time (ids are assigned in order), store re-read after a failed write
+    let mut w = app.writer.lock().await;
+    if w.stale {
+        let (b, t) = (app.bootstrap.clone(), app.topic.clone());
+        match tokio::task::spawn_blocking(move || load(&b, &t)).await {
+            Ok(Ok(fresh)) => {
+                *app.store.lock().await = fresh;
+                w.stale = false;
+            }
+            Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, 50001, format!("cannot re-read schemas: {e}")),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, 50001, format!("cannot re-read schemas: {e}")),
+        }
+    }
+    let store = app.store.lock().await;
     if let Some(ids) = store.subjects.get(&subject) {
         if let Some(id) = ids.iter().find(|id| store.by_id.get(id) == Some(&schema)) {
             return Json(json!({"id": id})).into_response();
@@ -95,11 +151,11 @@ async fn register(State(app): State<Shared>, Path(subject): Path<String>, Json(b
     let key = json!({"keytype": "SCHEMA", "subject": subject, "version": version, "magic": 1}).to_string();
     let value = json!({"subject": subject, "version": version, "id": id, "schema": schema, "deleted": false});
     let payload = value.to_string();
-    let rec = FutureRecord::to(&app.topic).key(&key).payload(&payload);
-    if let Err((e, _)) = app.producer.send(rec, Duration::from_secs(10)).await {
+    drop(store); // readers go on while the record is written
+    if let Err(e) = write(&app, &mut w, &key, &payload).await {
         return error(StatusCode::INTERNAL_SERVER_ERROR, 50001, format!("cannot store schema: {e}"));
     }
-    store.apply(&value);
+    app.store.lock().await.apply(&value);
     Json(json!({"id": id})).into_response()
 }
 
@@ -187,11 +243,13 @@ async fn main() -> anyhow::Result<()> {
     let (b, t) = (args.bootstrap_servers.clone(), args.topic.clone());
     let store = tokio::task::spawn_blocking(move || load(&b, &t)).await??;
     tracing::info!(schemas = store.by_id.len(), "schemas loaded");
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &args.bootstrap_servers)
-        .set("enable.idempotence", "true")
-        .create()?;
-    let app = Arc::new(App { store: Mutex::new(store), producer, topic: args.topic.clone() });
+    let writer = Writer { producer: producer(&args.bootstrap_servers)?, stale: false };
+    let app = Arc::new(App {
+        store: Mutex::new(store),
+        writer: Mutex::new(writer),
+        bootstrap: args.bootstrap_servers.clone(),
+        topic: args.topic.clone(),
+    });
     let router = Router::new()
         .route("/subjects", get(subjects))
         .route("/subjects/{subject}", post(lookup))
