@@ -4,6 +4,7 @@
 //! (events, Avro, schema registry) → [`sink`] (transactional producer, offsets) → [`runtime`]
 //! (task loop, boundaries, shutdown), with [`metrics`] beside.
 
+mod alloc;
 pub mod changelog;
 pub mod config;
 pub mod generate;

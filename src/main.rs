@@ -1,25 +1,4 @@
-//! The `lakestream` binary: command line, logging, and the process's memory allocator.
-//!
-//! **Allocator: jemalloc** (`tikv-jemallocator`, the allocator TiKV, Materialize and Vector
-//! ship), configured below to hand freed pages back to the system within 100 ms from a
-//! background thread. With glibc's malloc a long full scan or change unit kept growing its
-//! resident set from fragmentation across reader threads' arenas: measured peak RSS 1M → 16M
-//! rows, MOR full scan 104 → 141 MiB and COW full-touch upsert 129 → 178 MiB with glibc; with
-//! this jemalloc configuration 100–109 → 122 MiB and 133 → 165 MiB, at the same speed. Operators
-//! can override the configuration with the `_RJEM_MALLOC_CONF` environment variable.
-
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's `malloc_conf` (read once at start): purge freed pages after 100 ms from a
-/// background thread instead of keeping them 10 s.
-#[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: ConfPtr = ConfPtr(b"background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0\0".as_ptr());
-
-#[repr(transparent)]
-struct ConfPtr(*const u8);
-// SAFETY: points at an immutable static string
-unsafe impl Sync for ConfPtr {}
+//! The `lakestream` binary: command line and logging (the allocator is set in `lakestream::alloc`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

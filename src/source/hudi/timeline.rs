@@ -264,7 +264,7 @@ impl CommitMetadata {
             return Ok(Self::default());
         }
         let json = if bytes.starts_with(b"Obj\x01") {
-            let reader = apache_avro::Reader::new(&bytes[..])
+            let reader = apache_avro::Reader::new(bytes)
                 .map_err(|e| SourceError::format(file, format!("bad Avro commit metadata: {e}")))?;
             let first = reader
                 .into_iter()
@@ -274,7 +274,7 @@ impl CommitMetadata {
             serde_json::Value::try_from(first)
                 .map_err(|e| SourceError::format(file, format!("commit metadata to JSON: {e}")))?
         } else {
-            serde_json::from_slice(&bytes)
+            serde_json::from_slice(bytes)
                 .map_err(|e| SourceError::format(file, format!("bad JSON commit metadata: {e}")))?
         };
         serde_json::from_value(json).map_err(|e| SourceError::format(file, format!("unexpected commit metadata: {e}")))
