@@ -1,5 +1,14 @@
 //! Arrow → Avro: schemas generated from Arrow schemas, and a binary encoder that writes rows
 //! straight from Arrow columns (downcast once per batch, no per-row `Value` trees).
+//!
+//! **Why not arrow-avro's `Encoder`.** `benches/encode.rs` encodes the same 1M rows (11 columns,
+//! strings, longs, doubles, a timestamp, nulls) with both and checks they write the same bytes:
+//! this encoder ran at 7.4 M rows/s, arrow-avro's at 6.4 M (136 vs 157 ns a row). Both are
+//! far from the bottleneck (end to end a full scan spends ~1.7 µs an event, most of it in
+//! librdkafka), so speed does not decide; the shape does: the runtime encodes one record at a time
+//! (rows are filtered per record for tasks and handoffs, and an update's envelope takes its
+//! before and after images from two different batches), while arrow-avro encodes whole batches
+//! of one schema.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
