@@ -67,6 +67,8 @@ metric!(SPILLED_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_spilled_bytes_total", "Bytes written to disk under read.memory.budget (key buckets, key-hash runs)", &["connector"], REGISTRY));
 metric!(ERRORS, CounterVec, register_counter_vec_with_registry!(
     "lakestream_errors_total", "Errors by kind", &["connector", "kind"], REGISTRY));
+metric!(RETRIES, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_outage_retries_total", "Task restarts from the committed position after a broker outage", &["connector"], REGISTRY));
 metric!(REGISTRY_REQUESTS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_schema_registry_requests_total", "Schema Registry requests by result", &["result"], REGISTRY));
 

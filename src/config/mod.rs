@@ -99,6 +99,10 @@ pub struct ConnectorConfig {
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub transaction_timeout_ms: u64,
+    /// `errors.retry.timeout`: how long a broker outage is retried (`None`: forever).
+    pub retry_timeout: Option<Duration>,
+    /// `errors.retry.delay.max.ms`: the longest wait between two retries.
+    pub retry_delay_max: Duration,
     pub task_id: u32,
     /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
     pub tasks: u32,
@@ -382,6 +386,11 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
         // the broker's transaction.max.timeout.ms defaults to 15 minutes
         transaction_timeout_ms: v.u64_in("transaction.timeout.ms", 60_000, 1_000..=900_000)?,
+        retry_timeout: match v.get("errors.retry.timeout").as_deref() {
+            None | Some("-1") => None,
+            Some(_) => Some(Duration::from_millis(v.u64_in("errors.retry.timeout", 0, 0..=u32::MAX as u64)?)),
+        },
+        retry_delay_max: Duration::from_millis(v.u64_in("errors.retry.delay.max.ms", 60_000, 1..=3_600_000)?),
         task_id,
         tasks: tasks as u32,
         ownership: match v.get("tasks.ownership").as_deref() {

@@ -42,6 +42,11 @@ impl RuntimeError {
             _ => 1,
         }
     }
+    /// A broker outage, which a new producer and the committed position recover from.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RuntimeError::Sink(e) if e.is_transient())
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             RuntimeError::Config(_) => "config",
@@ -86,12 +91,55 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     let name = cfg.name.clone();
     let task = cfg.task_id.to_string();
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
-    let res = run_inner(cfg, opts).await;
+    let res = ride_out(&cfg, &opts).await;
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
-    if let Err(e) = &res {
-        metrics::ERRORS.with_label_values(&[&name, e.kind()]).inc();
-    }
     res
+}
+
+/// First wait after a broker outage shows; doubled each retry up to `errors.retry.delay.max.ms`.
+const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// Run the task, and after a broker outage (down, restarted, stalled: a transient sink error)
+/// run it again from the top as a restarted process would: a new producer whose
+/// `init_transactions` aborts what the old one left open (or finds it committed), and the
+/// position re-read from the offsets topic — never the in-memory one, which an ambiguous commit
+/// may have left behind. Backoff doubles up to `errors.retry.delay.max.ms`; an outage lasting
+/// longer than `errors.retry.timeout` fails the task. Fencing, damage, bad offsets and
+/// configuration stop at once.
+async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions) -> Result<(), RuntimeError> {
+    let name = &cfg.name;
+    // (when this outage began, the next wait)
+    let mut outage: Option<(Instant, Duration)> = None;
+    loop {
+        let attempt = Instant::now();
+        let err = match run_inner(cfg.clone(), opts.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        metrics::ERRORS.with_label_values(&[name.as_str(), err.kind()]).inc();
+        if !err.is_transient() || *opts.shutdown.borrow() {
+            return Err(err);
+        }
+        // a run that went on for a while before failing starts a new outage
+        let (since, delay) = match outage {
+            Some((since, d)) if attempt.elapsed() < 2 * d => (since, d),
+            _ => (Instant::now(), FIRST_RETRY_DELAY),
+        };
+        if cfg.retry_timeout.is_some_and(|t| since.elapsed() >= t) {
+            tracing::error!(connector = %name, error = %err, outage_s = since.elapsed().as_secs(), "outage outlasted errors.retry.timeout");
+            return Err(err);
+        }
+        tracing::warn!(connector = %name, error = %err, retry_in_ms = delay.as_millis() as u64, outage_s = since.elapsed().as_secs(),
+            "broker outage: retrying from the committed position with a new producer");
+        metrics::RETRIES.with_label_values(&[name.as_str()]).inc();
+        metrics::set_ready(false);
+        let mut sd = opts.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = sd.changed() => return Err(err),
+        }
+        outage = Some((since, (delay * 2).min(cfg.retry_delay_max)));
+    }
 }
 
 async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {

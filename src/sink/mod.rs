@@ -29,8 +29,12 @@ pub enum SinkError {
     /// The open transaction was aborted; replay from the last committed offsets.
     #[error("transaction aborted: {0}")]
     Aborted(String),
-    /// Another instance with the same transactional.id took over, or the producer is unusable.
-    #[error("fatal producer error (fenced by a newer instance of this connector task?): {0}")]
+    /// Another instance with the same transactional.id took over: this one must stop.
+    #[error("fenced: a newer instance of this connector task took over ({0}); run one instance per task")]
+    Fenced(String),
+    /// The producer is unusable (librdkafka fatal error, e.g. sequence numbers a restarted
+    /// broker no longer knows); a new producer and the committed position recover.
+    #[error("fatal producer error: {0}")]
     Fatal(String),
     #[error("offsets: {0}")]
     Offsets(String),
@@ -58,6 +62,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 fn classify(context: &str, e: KafkaError) -> SinkError {
+    if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)) {
+        return SinkError::Fenced(format!("{context}: {e}"));
+    }
     if let KafkaError::Transaction(ref t) = e {
         if t.is_fatal() {
             return SinkError::Fatal(format!("{context}: {t}"));
@@ -66,10 +73,15 @@ fn classify(context: &str, e: KafkaError) -> SinkError {
             return SinkError::Aborted(format!("{context}: {t}"));
         }
     }
-    if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)) {
-        return SinkError::Fatal(format!("{context}: {e}"));
-    }
     SinkError::kafka(context, e)
+}
+
+impl SinkError {
+    /// Whether a new producer and the committed position can recover from this (a broker
+    /// outage, restart or stall), as opposed to fencing or a problem with the offsets data.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Fatal(_))
+    }
 }
 
 fn retriable(e: &KafkaError) -> bool {
@@ -318,7 +330,7 @@ async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     let res = admin
         .create_topics(&topics, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
         .await
-        .map_err(|e| SinkError::kafka("create topics", e))?;
+        .map_err(|e| SinkError::kafka(format!("create topics (bootstrap.servers={})", cfg.bootstrap_servers), e))?;
     for r in res {
         match r {
             Ok(t) => tracing::info!(topic = %t, "topic created"),
