@@ -3,7 +3,7 @@
 //!
 //! **Why not arrow-avro's `Encoder`.** `benches/encode.rs` encodes the same 1M rows (11 columns,
 //! strings, longs, doubles, a timestamp, nulls) with both and checks they write the same bytes:
-//! this encoder ran at 7.4 M rows/s, arrow-avro's at 6.4 M (136 vs 157 ns a row). Both are
+//! this encoder ran at 7.4 M rows/s, arrow-avro's at 6.0–6.4 M (135 vs 157–167 ns a row). Both are
 //! far from the bottleneck (end to end a full scan spends ~1.7 µs an event, most of it in
 //! librdkafka), so speed does not decide; the shape does: the runtime encodes one record at a time
 //! (rows are filtered per record for tasks and handoffs, and an update's envelope takes its
