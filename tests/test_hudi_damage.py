@@ -145,26 +145,9 @@ def test_version_6_archived_instants_are_read_as_changes(env, registry, tmp_path
 
 def raw_offsets_key(env, name):
     """The raw key of a connector's offsets record (task 0, the only one)."""
-    import json
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-    c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "t-" + uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "receive.message.max.bytes": 1_500_000_000})
-    try:
-        parts = sorted(c.list_topics(env.offsets_topic, timeout=10).topics[env.offsets_topic].partitions)
-        c.assign([TopicPartition(env.offsets_topic, p, -2) for p in parts])
-        eof, keys = set(), set()
-        while len(eof) < len(parts):
-            m = c.poll(10)
-            assert m is not None, "timed out reading the offsets topic"
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                eof.add(m.partition())
-            elif json.loads(m.key())[0] == name:
-                keys.add(m.key())
-        assert len(keys) == 1, keys
-        return keys.pop()
-    finally:
-        c.close()
+    keys = {k for k, _ in testkit.offsets_records(env, name)}
+    assert len(keys) == 1, keys
+    return keys.pop()
 
 
 @pytest.mark.parametrize("value,message", [

@@ -16,26 +16,7 @@ HUDI = "sample_table/mor/avro/v9_txns_simple_meta"
 
 def offsets_keys(env, name):
     """The offsets-record keys of a connector (one per task and generation)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-    c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "t-" + uuid.uuid4().hex, "isolation.level": "read_committed",
-                  "enable.partition.eof": True, "receive.message.max.bytes": 1_500_000_000})
-    try:
-        parts = sorted(c.list_topics(env.offsets_topic, timeout=10).topics[env.offsets_topic].partitions)
-        c.assign([TopicPartition(env.offsets_topic, p, -2) for p in parts])
-        eof, keys = set(), set()
-        while len(eof) < len(parts):
-            m = c.poll(10)
-            assert m is not None, "timed out reading the offsets topic"
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                eof.add(m.partition())
-                continue
-            k = json.loads(m.key())
-            if k[0] == name:
-                keys.add(json.dumps(k[1], sort_keys=True))
-        return keys
-    finally:
-        c.close()
+    return {json.dumps(json.loads(k)[1], sort_keys=True) for k, _ in testkit.offsets_records(env, name)}
 
 
 def test_three_tasks_in_one_process_replay_to_the_oracle(env, registry, tmp_path):

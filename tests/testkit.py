@@ -214,6 +214,27 @@ class Registry:
         return fastavro.schemaless_reader(io.BytesIO(data[5:]), self.schema(sid))
 
 
+def offsets_records(env, name):
+    """(raw key, value) of a connector's records in the offsets topic, read_committed, in order."""
+    c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "testkit-" + uuid.uuid4().hex, "isolation.level": "read_committed",
+                  "enable.partition.eof": True, "receive.message.max.bytes": 1_500_000_000})
+    try:
+        parts = sorted(c.list_topics(env.offsets_topic, timeout=10).topics[env.offsets_topic].partitions)
+        c.assign([TopicPartition(env.offsets_topic, p, -2) for p in parts])
+        eof, out = set(), []
+        while len(eof) < len(parts):
+            m = c.poll(10)
+            assert m is not None, "timed out reading the offsets topic"
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                eof.add(m.partition())
+            elif json.loads(m.key())[0] == name:
+                out.append((m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
 def consume_all(env, topic):
     """Every committed record of the topic, in partition/offset order (read_committed)."""
     c = Consumer({
