@@ -151,8 +151,8 @@ def test_a_broker_restart_mid_stream_is_ridden_out_exactly_once(tmp_path):
         _, out = proc.communicate(timeout=240)
         log = "".join(lines) + out
         assert proc.returncode == 0, log[-3000:]
-        assert "broker outage: retrying" in log, "the restart must have hit the running connector:\n" + log[-3000:]
-        print("".join(l + "\n" for l in log.splitlines() if "broker outage" in l))
+        assert "outage: retrying" in log, "the restart must have hit the running connector:\n" + log[-3000:]
+        print("".join(l + "\n" for l in log.splitlines() if "outage: retrying" in l))
         replay = testkit.Replay(testkit.Registry(env.registry))
         replay.apply(testkit.consume_all(env, topic))
         testkit.compare(oracle, oracle["rows"], replay, "after a broker restart")
@@ -161,3 +161,37 @@ def test_a_broker_restart_mid_stream_is_ridden_out_exactly_once(tmp_path):
             proc.kill()
         reg.kill()
         broker.stop()
+
+
+def test_a_registry_outage_at_start_is_ridden_out(env, tmp_path):
+    """The Schema Registry is down when the first schema must be registered, longer than the
+    client's own retries: the task retries from the committed position until it answers."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    table = tmp_path / "gen"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "cow", "--path", str(table), "--rows", "3000",
+                        "--partitions", "2", "--commits", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    oracle = latest_oracle(table)
+    topic = "regout-" + uuid.uuid4().hex[:6]
+    import types
+    here = types.SimpleNamespace(bootstrap=env.bootstrap, registry=url, offsets_topic=env.offsets_topic)
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, here, **{"errors.retry.delay.max.ms": "2000"})
+    proc = testkit.start(props, "--once")
+    reg = None
+    try:
+        time.sleep(15)  # past the registry client's own ~11 s of retries
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        reg = subprocess.Popen([str(testkit.REGISTRY_BIN), "--listen", f"127.0.0.1:{port}", "--bootstrap-servers", env.bootstrap,
+                                "--topic", "_schemas-" + uuid.uuid4().hex[:6]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, log = proc.communicate(timeout=120)
+        assert proc.returncode == 0, log[-3000:]
+        assert "outage: retrying" in log and "schema registry unavailable" in log, log[-3000:]
+        replay = testkit.Replay(testkit.Registry(url))
+        replay.apply(testkit.consume_all(here, topic))
+        testkit.compare(oracle, oracle["rows"], replay, "after a registry outage")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if reg:
+            reg.kill()

@@ -20,6 +20,9 @@ pub enum ChangelogError {
     Unsupported(String),
     #[error("schema registry: {0}")]
     Registry(String),
+    /// The registry did not answer (unreachable, 5xx) through the client's own retries.
+    #[error("schema registry unavailable: {0}")]
+    RegistryUnavailable(String),
     #[error("{0}")]
     Schema(String),
 }

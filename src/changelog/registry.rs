@@ -115,6 +115,6 @@ impl RegistryClient {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        Err(ChangelogError::Registry(format!("{url}: schema registry unavailable after retries")))
+        Err(ChangelogError::RegistryUnavailable(format!("{url}: no answer after 6 attempts")))
     }
 }

@@ -42,9 +42,13 @@ impl RuntimeError {
             _ => 1,
         }
     }
-    /// A broker outage, which a new producer and the committed position recover from.
+    /// A broker or registry outage, which a new producer and the committed position recover from.
     pub fn is_transient(&self) -> bool {
-        matches!(self, RuntimeError::Sink(e) if e.is_transient())
+        match self {
+            RuntimeError::Sink(e) => e.is_transient(),
+            RuntimeError::Changelog(ChangelogError::RegistryUnavailable(_)) => true,
+            _ => false,
+        }
     }
 
     fn kind(&self) -> &'static str {
@@ -100,7 +104,7 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
 const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// Run the task, and after a broker outage (down, restarted, stalled: a transient sink error)
-/// run it again from the top as a restarted process would: a new producer whose
+/// or a Schema Registry that stopped answering, run it again from the top as a restarted process would: a new producer whose
 /// `init_transactions` aborts what the old one left open (or finds it committed), and the
 /// position re-read from the offsets topic — never the in-memory one, which an ambiguous commit
 /// may have left behind. Backoff doubles up to `errors.retry.delay.max.ms`; an outage lasting
@@ -130,7 +134,7 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions) -> Result<(), Runtim
             return Err(err);
         }
         tracing::warn!(connector = %name, error = %err, retry_in_ms = delay.as_millis() as u64, outage_s = since.elapsed().as_secs(),
-            "broker outage: retrying from the committed position with a new producer");
+            "outage: retrying from the committed position with a new producer");
         metrics::RETRIES.with_label_values(&[name.as_str()]).inc();
         metrics::set_ready(false);
         let mut sd = opts.shutdown.clone();
