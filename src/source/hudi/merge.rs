@@ -9,11 +9,13 @@
 //! with the log but its keys and nothing needs spilling; a block without winners is not decoded
 //! again.
 
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
+use hashbrown::hash_table::Entry;
 
 use super::files::{with_virtual_keys, LAYOUT_META_COLUMNS};
 use super::log::{self, BlockType, LogBlock};
@@ -53,7 +55,7 @@ type Pos = (u32, u32);
 /// (a `HashMap<&str, _>` of 33-byte slots held 8.6 MiB).
 #[derive(Clone, Copy)]
 struct Slot {
-    /// Where the key's text is: a log record ([`LogIndex::pos`]), or with [`DELETED_KEY`] set,
+    /// Where the key's text is: a log record ([`KeyTexts::pos`]), or with [`DELETED_KEY`] set,
     /// the n-th key of the delete blocks.
     key: u32,
     /// The winning log record, or [`HARD_DELETED`].
@@ -121,21 +123,19 @@ impl<'k> LogIndex<'k> {
         self.texts.starts[b as usize] + r
     }
 
-    fn hash(&self, k: &str) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.hasher, k)
-    }
-
-    fn get_mut(&mut self, k: &str) -> Option<&mut Slot> {
-        let h = self.hash(k);
-        let texts = &self.texts;
-        self.table.find_mut(h, |s| texts.text(s.key) == k)
-    }
-
-    /// Add a key not yet in the index (sized for every key up front: never rehashed).
-    fn insert(&mut self, slot: Slot) {
-        let h = self.hash(self.texts.text(slot.key));
+    /// The key's slot, found or vacant, from one hash and one probe; with the key texts, to
+    /// compare ordering values while the slot is held.
+    fn entry(&mut self, k: &str) -> (Entry<'_, Slot>, &KeyTexts<'k>) {
+        let h = self.hasher.hash_one(k);
         let (texts, hasher) = (&self.texts, &self.hasher);
-        self.table.insert_unique(h, slot, |s| std::hash::BuildHasher::hash_one(hasher, texts.text(s.key)));
+        (self.table.entry(h, |s| texts.text(s.key) == k, |s| hasher.hash_one(texts.text(s.key))), texts)
+    }
+
+    /// The key's slot, if the log has the key (the index is not changed).
+    fn find_mut(&mut self, k: &str) -> (Option<&mut Slot>, &KeyTexts<'k>) {
+        let h = self.hasher.hash_one(k);
+        let texts = &self.texts;
+        (self.table.find_mut(h, |s| texts.text(s.key) == k), texts)
     }
 }
 
@@ -297,9 +297,9 @@ impl SliceMerge<'_> {
             .collect();
         let mut index = LogIndex::new(&keys, deleted_keys)?;
         let mut next_deleted = DELETED_KEY;
-        let outranks = |new: Pos, old: u32, index: &LogIndex<'_>| match &ord_rows {
+        let outranks = |new: Pos, old: u32, texts: &KeyTexts<'_>| match &ord_rows {
             Some(ord) => {
-                let o = index.texts.pos(old);
+                let o = texts.pos(old);
                 ord[new.0 as usize].row(new.1 as usize) >= ord[o.0 as usize].row(o.1 as usize)
             }
             None => true,
@@ -315,21 +315,17 @@ impl SliceMerge<'_> {
                         let at = (b as u32, r as u32);
                         let id = index.id(at);
                         let flags = if soft(&deleted[b], r) { SOFT } else { 0 };
-                        let wins = match index.get_mut(keys[b].value(r)) {
-                            None => {
-                                index.insert(Slot { key: id, cur: id, flags });
-                                continue;
+                        match index.entry(keys[b].value(r)) {
+                            (Entry::Vacant(v), _) => {
+                                v.insert(Slot { key: id, cur: id, flags });
                             }
-                            Some(st) if st.cur == HARD_DELETED => true,
-                            Some(st) => {
-                                let old = st.cur;
-                                outranks(at, old, &index)
+                            (Entry::Occupied(mut o), texts) => {
+                                let st = o.get_mut();
+                                if st.cur == HARD_DELETED || outranks(at, st.cur, texts) {
+                                    st.cur = id;
+                                    st.flags = (st.flags & RESET) | flags;
+                                }
                             }
-                        };
-                        if wins {
-                            let st = index.get_mut(keys[b].value(r)).expect("the key just found");
-                            st.cur = id;
-                            st.flags = (st.flags & RESET) | flags;
                         }
                     }
                 }
@@ -337,13 +333,16 @@ impl SliceMerge<'_> {
                     for d in keys_deleted {
                         let key = next_deleted;
                         next_deleted += 1;
-                        match index.get_mut(d.record_key.as_str()) {
-                            Some(st) => {
+                        match index.entry(d.record_key.as_str()).0 {
+                            Entry::Occupied(mut o) => {
+                                let st = o.get_mut();
                                 st.cur = HARD_DELETED;
                                 st.flags = RESET;
                             }
                             // the key may be in the base file: it is deleted there too
-                            None => index.insert(Slot { key, cur: HARD_DELETED, flags: RESET }),
+                            Entry::Vacant(v) => {
+                                v.insert(Slot { key, cur: HARD_DELETED, flags: RESET });
+                            }
                         }
                     }
                 }
@@ -366,13 +365,13 @@ impl SliceMerge<'_> {
                         if !bk.is_valid(r) {
                             return Some(false);
                         }
-                        let Some(st) = index.get_mut(bk.value(r)).copied() else { return Some(!soft(&bd, r)) };
+                        let (Some(st), texts) = index.find_mut(bk.value(r)) else { return Some(!soft(&bd, r)) };
                         if st.flags & RESET != 0 {
                             return Some(false);
                         }
                         let log_wins = match (&ord_rows, &bord) {
                             (Some(ord), Some(bo)) if st.cur != HARD_DELETED => {
-                                let o = index.texts.pos(st.cur);
+                                let o = texts.pos(st.cur);
                                 ord[o.0 as usize].row(o.1 as usize) >= bo.row(r)
                             }
                             _ => true,
@@ -380,7 +379,7 @@ impl SliceMerge<'_> {
                         if log_wins {
                             return Some(false);
                         }
-                        index.get_mut(bk.value(r)).expect("the key just found").flags |= BASE_WON;
+                        st.flags |= BASE_WON;
                         Some(!soft(&bd, r))
                     })
                     .collect();
