@@ -1,7 +1,7 @@
 //! Checks of settings that would otherwise be accepted and then misbehave: illegal topic names,
 //! converters lakestream does not implement, and producer overrides that break exactly-once.
 
-use super::{ConfigError, Properties, Validator};
+use super::{ConfigError, Validator};
 
 /// The only converter lakestream writes (keys and values are always Confluent-framed Avro).
 const AVRO_CONVERTER: &str = "io.confluent.connect.avro.AvroConverter";
@@ -41,8 +41,8 @@ pub(super) fn converters(v: &Validator<'_>) -> Result<(), ConfigError> {
 
 /// `producer.override.*` settings that would silently give up exactly-once, or that lakestream
 /// sets from its own keys.
-pub(super) fn producer_overrides(v: &Validator<'_>, props: &Properties) -> Result<(), ConfigError> {
-    for (k, (val, _)) in &props.entries {
+pub(super) fn producer_overrides(v: &Validator<'_>) -> Result<(), ConfigError> {
+    for (k, (val, _)) in &v.props.entries {
         let Some(setting) = k.strip_prefix("producer.override.") else { continue };
         let problem = match setting {
             "transactional.id" => Some("is derived from `name` and the task id (one per task, stable across restarts)".to_string()),

@@ -328,7 +328,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
     };
     let tasks = v.u64_in("tasks.max", 1, 1..=256)?;
     checks::converters(&v)?;
-    checks::producer_overrides(&v, &props)?;
+    checks::producer_overrides(&v)?;
     let mut producer_overrides = BTreeMap::new();
     for (k, (val, _)) in &props.entries {
         if let Some(rest) = k.strip_prefix("producer.override.") {
