@@ -143,6 +143,23 @@ def test_version_6_archived_instants_are_read_as_changes(env, registry, tmp_path
     testkit.compare(oracle, oracle["instants"][-1]["rows"], replay, "after the archived and active instants")
 
 
+SMALL_COW = "sample_table/cow/v9_txns_simple_meta"
+
+
+def small_cow_connector(env, tmp_path, prefix, **extra):
+    """The small COW fixture extracted, and a connector on it: (table, topic, props)."""
+    require_fixtures()
+    table = testkit.extract(SMALL_COW, tmp_path / "t")
+    topic = f"{prefix}-" + uuid.uuid4().hex[:6]
+    return table, topic, testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra)
+
+
+def drop_table_properties(table, *prefixes):
+    """Remove the hoodie.properties lines starting with `prefixes` (as a truncated file lacks them)."""
+    f = table / ".hoodie" / "hoodie.properties"
+    f.write_text("\n".join(l for l in f.read_text().splitlines() if not l.startswith(prefixes)) + "\n")
+
+
 def raw_offsets_key(env, name):
     """The raw key of a connector's offsets record (task 0, the only one)."""
     keys = {k for k, _ in testkit.offsets_records(env, name)}
@@ -159,11 +176,8 @@ def raw_offsets_key(env, name):
 def test_an_offsets_record_that_is_not_a_position_stops_the_connector(env, tmp_path, value, message):
     """A foreign or damaged position must stop the connector, never rescan (duplicates) or skip
     every instant before a made-up time (losses)."""
-    require_fixtures()
     from confluent_kafka import Producer
-    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
-    topic = "offs-" + uuid.uuid4().hex[:6]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    _, topic, props = small_cow_connector(env, tmp_path, "offs")
     testkit.run_once(props)
     published = len(testkit.consume_all(env, topic))
     assert published > 0
@@ -210,13 +224,9 @@ def test_a_blank_commit_file_stops_without_advancing(env, registry, tmp_path, fi
 
 
 def test_a_truncated_hoodie_properties_stops_naming_the_missing_keys(env, tmp_path):
-    require_fixtures()
-    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
-    props_file = table / ".hoodie" / "hoodie.properties"
-    kept = [l for l in props_file.read_text().splitlines() if not l.startswith(("hoodie.table.type", "hoodie.table.version"))]
-    props_file.write_text("\n".join(kept) + "\n")
-    topic = "trunc-" + uuid.uuid4().hex[:6]
-    r = testkit.run_once(testkit.connector_props(tmp_path, "c-" + topic, table, topic, env), check=False)
+    table, topic, props = small_cow_connector(env, tmp_path, "trunc")
+    drop_table_properties(table, "hoodie.table.type", "hoodie.table.version")
+    r = testkit.run_once(props, check=False)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "hoodie.properties" in r.stderr and "missing hoodie.table.type, hoodie.table.version" in r.stderr, r.stderr[-2000:]
     assert testkit.consume_all(env, topic) == []
@@ -225,15 +235,10 @@ def test_a_truncated_hoodie_properties_stops_naming_the_missing_keys(env, tmp_pa
 def test_a_changed_key_stops_instead_of_mixing_keys_in_one_topic(env, tmp_path):
     """The key the published events carry is stored with the position: hoodie.properties
     losing its record-key fields (the key would fall back to `_hoodie_record_key`) stops the run."""
-    require_fixtures()
-    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
-    topic = "rekey-" + uuid.uuid4().hex[:6]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    table, topic, props = small_cow_connector(env, tmp_path, "rekey")
     testkit.run_once(props)
     published = len(testkit.consume_all(env, topic))
-    props_file = table / ".hoodie" / "hoodie.properties"
-    props_file.write_text("\n".join(l for l in props_file.read_text().splitlines()
-                                     if not l.startswith("hoodie.table.recordkey.fields")) + "\n")
+    drop_table_properties(table, "hoodie.table.recordkey.fields")
     r = testkit.run_once(props, check=False)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "the table's key is now" in r.stderr and "start under a new connector name" in r.stderr, r.stderr[-2000:]
@@ -248,9 +253,7 @@ def test_an_offsets_topic_that_deletes_by_retention_is_refused(env, tmp_path):
     admin = AdminClient({"bootstrap.servers": env.bootstrap})
     for f in admin.create_topics([NewTopic(offsets, 1, 1, config={"cleanup.policy": "delete"})]).values():
         f.result(30)
-    table = testkit.extract("sample_table/cow/v9_txns_simple_meta", tmp_path / "t")
-    topic = "offdel-" + uuid.uuid4().hex[:6]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"offsets.storage.topic": offsets})
+    _, topic, props = small_cow_connector(env, tmp_path, "offdel", **{"offsets.storage.topic": offsets})
     r = testkit.run_once(props, check=False)
     assert r.returncode == 1, r.stderr[-2000:]
     assert f"offsets topic `{offsets}` has cleanup.policy=delete" in r.stderr, r.stderr[-2000:]

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import types
 import uuid
 from pathlib import Path
 
@@ -56,18 +57,22 @@ class Broker:
             self.proc.wait(10)
 
 
-def latest_oracle(table):
-    """The table's latest rows as hudi-rs (PyPI `hudi`) reads them, in the oracle's shape."""
-    import hudi
-    import pyarrow as pa
-    t = hudi.HudiTableBuilder.from_base_uri(str(table)).build()
-    rows = pa.Table.from_batches(t.read()).to_pylist()
-    for r in rows:
-        r.pop("_hoodie_commit_seqno", None)
-        r.pop("_hoodie_file_name", None)
-    props = dict(l.split("=", 1) for l in (table / ".hoodie" / "hoodie.properties").read_text().splitlines() if "=" in l)
-    return {"schema": [{"name": f.name, "type": str(f.type)} for f in t.get_schema_with_meta_fields()],
-            "record_key_fields": props["hoodie.table.recordkey.fields"].split(","), "rows": rows}
+def start_registry(port, bootstrap, topic):
+    """The project's registry on `port`, its schemas in `topic` of the broker at `bootstrap`."""
+    p = subprocess.Popen([str(testkit.REGISTRY_BIN), "--listen", f"127.0.0.1:{port}", "--bootstrap-servers", bootstrap,
+                          "--topic", topic], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port("127.0.0.1", port)
+    return p
+
+
+def generated(tmp_path, kind, rows):
+    """A generated Hudi table (a bulk insert and two upsert commits) and hudi-rs's oracle of its
+    latest state."""
+    table = tmp_path / "gen"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", kind, "--path", str(table), "--rows", str(rows),
+                        "--partitions", "3", "--commits", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return table, testkit.hudi_rs_oracle(table, only_latest=True)
 
 
 def schema(name):
@@ -80,13 +85,7 @@ def test_the_registry_recovers_from_a_broker_restart_with_stable_ids():
     port = free_port()
     url = f"http://127.0.0.1:{port}"
 
-    def start_registry():
-        p = subprocess.Popen([str(testkit.REGISTRY_BIN), "--listen", f"127.0.0.1:{port}", "--bootstrap-servers",
-                              broker.bootstrap, "--topic", topic], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port("127.0.0.1", port)
-        return p
-
-    reg = start_registry()
+    reg = start_registry(port, broker.bootstrap, topic)
     try:
         a = requests.post(f"{url}/subjects/s1/versions", json=schema("A"), timeout=30)
         assert a.status_code == 200, a.text
@@ -110,7 +109,7 @@ def test_the_registry_recovers_from_a_broker_restart_with_stable_ids():
         assert len(set(ids.values())) == 3
         reg.terminate()
         reg.wait(10)
-        reg = start_registry()
+        reg = start_registry(port, broker.bootstrap, topic)
         for name, i in ids.items():
             r = requests.get(f"{url}/schemas/ids/{i}", timeout=10)
             assert r.status_code == 200 and f'"name":"{name}"' in r.json()["schema"].replace(" ", ""), (name, i, r.text)
@@ -123,21 +122,14 @@ def test_a_broker_restart_mid_stream_is_ridden_out_exactly_once(tmp_path):
     """The broker restarts while a table streams (an open transaction, a producer whose sequence
     numbers the restarted broker forgot): the connector retries from the committed position with
     a new producer and finishes with every row once — nothing lost, nothing duplicated."""
-    import types
     broker = Broker(signal.SIGTERM)
     port = free_port()
-    reg = subprocess.Popen([str(testkit.REGISTRY_BIN), "--listen", f"127.0.0.1:{port}", "--bootstrap-servers",
-                            broker.bootstrap], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reg = start_registry(port, broker.bootstrap, "_schemas")
     proc = None
     try:
-        wait_port("127.0.0.1", port)
         env = types.SimpleNamespace(bootstrap=broker.bootstrap, registry=f"http://127.0.0.1:{port}",
                                     offsets_topic="offsets-" + uuid.uuid4().hex[:6])
-        table = tmp_path / "gen"
-        r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "mor", "--path", str(table), "--rows", "400000",
-                            "--partitions", "3", "--commits", "2"], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        oracle = latest_oracle(table)
+        table, oracle = generated(tmp_path, "mor", 400_000)
         topic = "outage-" + uuid.uuid4().hex[:6]
         props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{
             "transaction.max.records": "10000", "errors.retry.delay.max.ms": "2000"})
@@ -155,7 +147,7 @@ def test_a_broker_restart_mid_stream_is_ridden_out_exactly_once(tmp_path):
         print("".join(l + "\n" for l in log.splitlines() if "outage: retrying" in l))
         replay = testkit.Replay(testkit.Registry(env.registry))
         replay.apply(testkit.consume_all(env, topic))
-        testkit.compare(oracle, oracle["rows"], replay, "after a broker restart")
+        testkit.compare(oracle, oracle["instants"][-1]["rows"], replay, "after a broker restart")
     finally:
         if proc and proc.poll() is None:
             proc.kill()
@@ -168,13 +160,8 @@ def test_a_registry_outage_at_start_is_ridden_out(env, tmp_path):
     client's own retries: the task retries from the committed position until it answers."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    table = tmp_path / "gen"
-    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "cow", "--path", str(table), "--rows", "3000",
-                        "--partitions", "2", "--commits", "2"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    oracle = latest_oracle(table)
+    table, oracle = generated(tmp_path, "cow", 3000)
     topic = "regout-" + uuid.uuid4().hex[:6]
-    import types
     here = types.SimpleNamespace(bootstrap=env.bootstrap, registry=url, offsets_topic=env.offsets_topic)
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, here, **{"errors.retry.delay.max.ms": "2000"})
     proc = testkit.start(props, "--once")
@@ -182,14 +169,13 @@ def test_a_registry_outage_at_start_is_ridden_out(env, tmp_path):
     try:
         time.sleep(15)  # past the registry client's own ~11 s of retries
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        reg = subprocess.Popen([str(testkit.REGISTRY_BIN), "--listen", f"127.0.0.1:{port}", "--bootstrap-servers", env.bootstrap,
-                                "--topic", "_schemas-" + uuid.uuid4().hex[:6]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        reg = start_registry(port, env.bootstrap, "_schemas-" + uuid.uuid4().hex[:6])
         _, log = proc.communicate(timeout=120)
         assert proc.returncode == 0, log[-3000:]
         assert "outage: retrying" in log and "schema registry unavailable" in log, log[-3000:]
         replay = testkit.Replay(testkit.Registry(url))
         replay.apply(testkit.consume_all(here, topic))
-        testkit.compare(oracle, oracle["rows"], replay, "after a registry outage")
+        testkit.compare(oracle, oracle["instants"][-1]["rows"], replay, "after a registry outage")
     finally:
         if proc.poll() is None:
             proc.kill()

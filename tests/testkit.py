@@ -107,9 +107,9 @@ class RevealedTable:
                 shutil.move(str(self.stash / n), self.timeline / n)
 
 
-def hudi_rs_oracle(table: Path):
+def hudi_rs_oracle(table: Path, only_latest=False):
     """An oracle in the fixtures' shape, read from a table with hudi-rs (PyPI `hudi`), an
-    independent reader: the table as of every completed commit."""
+    independent reader: the table as of every completed commit (`only_latest`: of the last one)."""
     import hudi
     import pyarrow as pa
 
@@ -119,7 +119,7 @@ def hudi_rs_oracle(table: Path):
     instants = []
     timeline = t.get_timeline()
     done = sorted(timeline.get_completed_commits() + timeline.get_completed_deltacommits(), key=lambda i: i.timestamp)
-    for i in done:
+    for i in done[-1:] if only_latest else done:
         batches = t.read(hudi.HudiReadOptions().with_as_of_timestamp(i.timestamp))
         rows = pa.Table.from_batches(batches).to_pylist() if batches else []
         for r in rows:  # layout columns are left out, as in the fixture oracles
