@@ -80,7 +80,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let t = Instant::now();
-    rt.block_on(run_connector(cfg, RunOptions { once: true, shutdown: rx })).expect("run");
+    rt.block_on(run_connector(cfg, RunOptions { once: true, shutdown: rx, health: lakestream::metrics::Health::new() })).expect("run");
     let secs = t.elapsed().as_secs_f64();
     let events = counter_sum(&metrics::RECORDS_POLLED, &["r", "c", "u", "d"]);
     let rows = metrics::ROWS_READ.get_metric_with_label_values(&["bench", "0"]).map(|c| c.get()).unwrap_or(0);

@@ -207,16 +207,18 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         tracing::info!("shutdown requested: committing the open transaction");
         let _ = tx.send(true);
     });
+    let health = lakestream::metrics::Health::new();
     if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.metrics_port)) {
+        let health = health.clone();
         tokio::spawn(async move {
-            if let Err(e) = lakestream::metrics::serve(port).await {
+            if let Err(e) = lakestream::metrics::serve(port, health).await {
                 tracing::error!(port, error = %e, "metrics endpoint failed");
             }
         });
     }
     let mut set = tokio::task::JoinSet::new();
     for cfg in cfgs {
-        let opts = RunOptions { once, shutdown: rx.clone() };
+        let opts = RunOptions { once, shutdown: rx.clone(), health: health.clone() };
         set.spawn(async move {
             let name = cfg.name.clone();
             (name, run_connector(cfg, opts).await)

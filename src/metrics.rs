@@ -1,7 +1,10 @@
-//! Prometheus metrics (one process-wide registry) and the `/metrics`, `/healthz`, `/ready` server.
+//! Prometheus metrics (one process-wide registry), each task's health (progress and
+//! connectivity, a `Health` the process hands to its tasks) and the `/metrics`, `/healthz`,
+//! `/ready` server.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::LazyLock;
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus::{
     register_counter_vec_with_registry, register_counter_with_registry, register_gauge_vec_with_registry,
@@ -10,7 +13,6 @@ use prometheus::{
 };
 
 pub static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
-static READY: AtomicBool = AtomicBool::new(false);
 
 macro_rules! metric {
     ($name:ident, $t:ty, $e:expr) => {
@@ -72,30 +74,145 @@ metric!(RETRIES, IntCounterVec, register_int_counter_vec_with_registry!(
 metric!(REGISTRY_REQUESTS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_schema_registry_requests_total", "Schema Registry requests by result", &["result"], REGISTRY));
 
-pub fn set_ready(ready: bool) {
-    READY.store(ready, Ordering::SeqCst);
-}
-
 pub fn render() -> String {
     let mut buf = Vec::new();
     TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")
 }
 
-/// Serve `/metrics`, `/healthz` (process alive) and `/ready` (producers initialised, offsets
-/// loaded) until the process ends.
-pub async fn serve(port: u16) -> std::io::Result<()> {
+/// The running tasks' health, shared by the tasks and the HTTP server. A task is *stalled* when it
+/// made no progress (a poll, a split emitted, a commit) for longer than it allows itself
+/// (`transaction.timeout.ms` plus the poll interval): a broker that stopped answering, a hung
+/// read. It is *ready* while its producer is initialised and no outage is being ridden out.
+#[derive(Default)]
+pub struct Health {
+    tasks: Mutex<BTreeMap<String, TaskHealth>>,
+}
+
+struct TaskHealth {
+    ready: bool,
+    last_progress: Instant,
+    allowed: Duration,
+}
+
+impl Health {
+    pub fn new() -> Arc<Health> {
+        Arc::new(Health::default())
+    }
+
+    /// Register a task (not ready, progress now) that may go `allowed` without progress; its
+    /// handle reports for it.
+    pub fn task(self: &Arc<Self>, name: &str, allowed: Duration) -> TaskHealthHandle {
+        self.lock().insert(name.to_string(), TaskHealth { ready: false, last_progress: Instant::now(), allowed });
+        TaskHealthHandle { health: self.clone(), name: name.to_string() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, TaskHealth>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The stalled tasks, each with how long it has not moved.
+    pub fn stalled(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, t)| t.last_progress.elapsed() > t.allowed)
+            .map(|(name, t)| format!("{name}: no progress for {} s (allowed {} s)", t.last_progress.elapsed().as_secs(), t.allowed.as_secs()))
+            .collect()
+    }
+
+    /// Every running task is connected (and at least one runs).
+    pub fn ready(&self) -> bool {
+        let tasks = self.lock();
+        !tasks.is_empty() && tasks.values().all(|t| t.ready)
+    }
+}
+
+/// One task's reports to its process's `Health`.
+#[derive(Clone)]
+pub struct TaskHealthHandle {
+    health: Arc<Health>,
+    name: String,
+}
+
+impl TaskHealthHandle {
+    fn with(&self, f: impl FnOnce(&mut TaskHealth)) {
+        if let Some(t) = self.health.lock().get_mut(&self.name) {
+            f(t);
+        }
+    }
+
+    /// The task moved forward now (a poll answered, rows arrived, a transaction committed).
+    pub fn progress(&self) {
+        self.with(|t| t.last_progress = Instant::now());
+    }
+
+    /// The task is connected (its producer initialised, transactions committing) or not (a
+    /// transaction call timing out, an outage being ridden out). Not progress by itself.
+    pub fn set_ready(&self, ready: bool) {
+        self.with(|t| t.ready = ready);
+    }
+
+    /// The task ended (done or failed): it no longer counts for health or readiness.
+    pub fn stopped(&self) {
+        self.health.lock().remove(&self.name);
+    }
+}
+
+/// Serve `/metrics`, `/healthz` (503 naming the stalled tasks when one made no progress for
+/// longer than it allows) and `/ready` (every task's producer initialised, no outage being
+/// ridden out) until the process ends.
+pub async fn serve(port: u16, health: Arc<Health>) -> std::io::Result<()> {
     use axum::{http::StatusCode, routing::get, Router};
+    let live = health.clone();
     let app = Router::new()
         .route("/metrics", get(|| async { render() }))
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(move || async move {
+                let stalled = live.stalled();
+                if stalled.is_empty() {
+                    (StatusCode::OK, "ok".to_string())
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, format!("stalled: {}", stalled.join("; ")))
+                }
+            }),
+        )
         .route(
             "/ready",
-            get(|| async {
-                if READY.load(Ordering::SeqCst) { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "starting") }
+            get(move || async move {
+                if health.ready() { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
             }),
         );
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await?;
     tracing::info!(port, "metrics endpoint listening");
     axum::serve(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_without_progress_for_longer_than_allowed_is_stalled() {
+        let h = Health::new();
+        assert!(!h.ready(), "no task: not ready");
+        let (a, b) = (h.task("c/0", Duration::from_secs(60)), h.task("c/1", Duration::from_millis(20)));
+        a.set_ready(true);
+        assert!(h.stalled().is_empty());
+        assert!(!h.ready(), "c/1 not connected yet");
+        b.set_ready(true);
+        assert!(h.ready());
+        std::thread::sleep(Duration::from_millis(40));
+        let stalled = h.stalled();
+        assert_eq!(stalled.len(), 1, "{stalled:?}");
+        assert!(stalled[0].starts_with("c/1: no progress"), "{stalled:?}");
+        b.progress();
+        assert!(h.stalled().is_empty());
+        b.set_ready(false);
+        assert!(!h.ready());
+        b.stopped();
+        assert!(h.ready(), "a stopped task no longer counts");
+        a.stopped();
+        assert!(!h.ready());
+    }
 }

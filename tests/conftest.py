@@ -17,6 +17,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import testkit  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", help="chaos tests: 25 outages of each kind instead of a few")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

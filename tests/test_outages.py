@@ -2,7 +2,9 @@
 tests control a broker process of their own (noida-db, PyPI), whatever KAFKA_BOOTSTRAP names."""
 
 import concurrent.futures
+import random
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -118,41 +120,157 @@ def test_the_registry_recovers_from_a_broker_restart_with_stable_ids():
         broker.stop()
 
 
-def test_a_broker_restart_mid_stream_is_ridden_out_exactly_once(tmp_path):
-    """The broker restarts while a table streams (an open transaction, a producer whose sequence
-    numbers the restarted broker forgot): the connector retries from the committed position with
-    a new producer and finishes with every row once — nothing lost, nothing duplicated."""
-    broker = Broker(signal.SIGTERM)
+def chaos_count(request, modest):
+    """How many outages a chaos test causes: `modest` in CI, 25 with `pytest --long`."""
+    return 25 if request.config.getoption("--long") else modest
+
+
+def streaming(tmp_path, broker, rows, **extra):
+    """A registry on `broker`, a generated MOR table of `rows` rows and a started `run --once`
+    connector (small transactions, a 5 s transaction timeout, fast retries, a metrics port)."""
     port = free_port()
     reg = start_registry(port, broker.bootstrap, "_schemas")
-    proc = None
+    env = types.SimpleNamespace(bootstrap=broker.bootstrap, registry=f"http://127.0.0.1:{port}",
+                                offsets_topic="offsets-" + uuid.uuid4().hex[:6])
+    table, oracle = generated(tmp_path, "mor", rows)
+    topic = "outage-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{
+        "transaction.max.records": "5000", "transaction.timeout.ms": "5000", "errors.retry.delay.max.ms": "2000", **extra})
+    metrics = free_port()
+    log = testkit.LogTail(testkit.start(props, "--once", "--metrics-port", str(metrics)))
+    wait_port("127.0.0.1", metrics)
+    return types.SimpleNamespace(env=env, topic=topic, oracle=oracle, registry=reg, log=log, metrics=metrics)
+
+
+def wait_commits(run, n, timeout=60):
+    """Wait until the connector committed `n` more transactions (its metrics endpoint)."""
+    def committed():
+        text = requests.get(f"http://127.0.0.1:{run.metrics}/metrics", timeout=5).text
+        return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("lakestream_sink_transactions_committed_total"))
+    target, deadline = committed() + n, time.time() + timeout
+    while committed() < target:
+        assert time.time() < deadline and run.log.proc.poll() is None, run.log.text()[-3000:]
+        time.sleep(0.1)
+
+
+def finish_exactly_once(run, what, outages):
+    """The connector ends with exit 0 having ridden out `outages` outages, and the topic replays to
+    the table: nothing lost, nothing duplicated."""
+    assert run.log.finish() == 0, run.log.text()[-3000:]
+    assert run.log.count("outage: retrying") >= outages, run.log.text()[-3000:]
+    replay = testkit.Replay(testkit.Registry(run.env.registry))
+    replay.apply(testkit.consume_all(run.env, run.topic))
+    testkit.compare(run.oracle, run.oracle["instants"][-1]["rows"], replay, what)
+
+
+def test_broker_restarts_mid_stream_are_ridden_out_exactly_once(tmp_path, request):
+    """The broker restarts again and again while a table streams (open transactions, producers
+    whose sequence numbers the restarted broker forgot). Each time the broker stays down until the
+    connector has seen the outage, so every restart hits it; it retries from the committed
+    position with a new producer and finishes with every row once."""
+    restarts = chaos_count(request, 3)
+    broker = Broker(signal.SIGTERM)
+    run = None
     try:
-        env = types.SimpleNamespace(bootstrap=broker.bootstrap, registry=f"http://127.0.0.1:{port}",
-                                    offsets_topic="offsets-" + uuid.uuid4().hex[:6])
-        table, oracle = generated(tmp_path, "mor", 400_000)
-        topic = "outage-" + uuid.uuid4().hex[:6]
-        props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{
-            "transaction.max.records": "10000", "errors.retry.delay.max.ms": "2000"})
-        proc = testkit.start(props, "--once")
-        lines, seen = testkit.wait_for_log(proc, "emitting instant")
-        assert seen, "".join(lines[-20:])
-        time.sleep(0.3)
-        broker.kill()
-        time.sleep(4)
-        broker.start()
-        _, out = proc.communicate(timeout=240)
-        log = "".join(lines) + out
-        assert proc.returncode == 0, log[-3000:]
-        assert "outage: retrying" in log, "the restart must have hit the running connector:\n" + log[-3000:]
-        print("".join(l + "\n" for l in log.splitlines() if "outage: retrying" in l))
-        replay = testkit.Replay(testkit.Registry(env.registry))
-        replay.apply(testkit.consume_all(env, topic))
-        testkit.compare(oracle, oracle["instants"][-1]["rows"], replay, "after a broker restart")
+        run = streaming(tmp_path, broker, 300_000 * restarts)
+        rng = random.Random(restarts)
+        for k in range(restarts):
+            # wait for the connector to (re)connect and commit (its schemas registered: the
+            # registry shares the broker), then restart at a random moment
+            assert run.log.wait("resuming from stored offsets", k + 1), run.log.text()[-3000:]
+            wait_commits(run, 2)
+            time.sleep(rng.uniform(0.1, 1.0))
+            assert run.log.proc.poll() is None, f"the stream ended before restart {k + 1}: make the table larger"
+            broker.kill()
+            assert run.log.wait("outage: retrying", k + 1, timeout=60), run.log.text()[-3000:]
+            broker.start()
+        finish_exactly_once(run, f"after {restarts} broker restarts", restarts)
     finally:
-        if proc and proc.poll() is None:
-            proc.kill()
-        reg.kill()
+        if run:
+            run.log.proc.kill()
+            run.registry.kill()
         broker.stop()
+
+
+def test_broker_stalls_longer_than_the_transaction_timeout_are_ridden_out(tmp_path, request):
+    """The broker stops answering (SIGSTOP) for longer than transaction.timeout.ms while a table
+    streams: `/healthz` turns 503 naming the stalled task, `/ready` too; when the broker resumes
+    the connector recovers (the broker's own transaction timeouts, abortable errors, epoch bumps)
+    and finishes with every row once."""
+    stalls = chaos_count(request, 2)
+    broker = Broker(signal.SIGTERM)
+    run = None
+    try:
+        run = streaming(tmp_path, broker, 300_000 * stalls)
+        url = f"http://127.0.0.1:{run.metrics}"
+        rng = random.Random(stalls)
+        for k in range(stalls):
+            wait_commits(run, 2)
+            time.sleep(rng.uniform(0.1, 1.0))
+            assert run.log.proc.poll() is None, f"the stream ended before stall {k + 1}: make the table larger"
+            assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
+            broker.proc.send_signal(signal.SIGSTOP)
+            try:
+                # unhealthy once no progress for the stall limit (transaction.timeout.ms 5 s + poll
+                # interval); not ready once the connector sees the outage (a transaction call times out)
+                seen = {"/healthz": None, "/ready": None}
+                deadline = time.time() + 45
+                while time.time() < deadline and None in seen.values():
+                    for path in seen:
+                        r = requests.get(url + path, timeout=5)
+                        if r.status_code == 503 and seen[path] is None:
+                            seen[path] = r.text
+                    time.sleep(0.5)
+                assert seen["/healthz"] and "no progress" in seen["/healthz"], f"/healthz stayed healthy during a stall: {seen}"
+                assert seen["/ready"], f"/ready stayed ready during a stall: {seen}" + run.log.text()[-4000:]
+                time.sleep(rng.uniform(0, 3))
+            finally:
+                broker.proc.send_signal(signal.SIGCONT)
+            # progress again: healthy
+            deadline = time.time() + 90
+            while time.time() < deadline and run.log.proc.poll() is None:
+                if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+                time.sleep(0.5)
+        finish_exactly_once(run, f"after {stalls} broker stalls", 0)
+    finally:
+        if run:
+            run.log.proc.kill()
+            run.registry.kill()
+        broker.proc.send_signal(signal.SIGCONT)
+        broker.stop()
+
+
+def test_an_unreachable_bootstrap_fails_within_its_timeout_naming_each_address(tmp_path):
+    """At start, bootstrap.servers that cannot be reached fail the task within
+    bootstrap.timeout.ms, naming each address and what is wrong with it: a refused port, an
+    unknown host, a listener that is not Kafka (it accepts and never answers)."""
+    table, _ = generated(tmp_path, "cow", 100)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    refused = free_port()
+    cases = {
+        f"127.0.0.1:{refused},no-such-host.invalid:9092": ["no bootstrap server could be reached",
+                                                           f"127.0.0.1:{refused}: connection refused",
+                                                           "no-such-host.invalid:9092: unknown host"],
+        f"127.0.0.1:{refused},127.0.0.1:{silent.getsockname()[1]}": ["no Kafka metadata answer",
+                                                                     f"127.0.0.1:{silent.getsockname()[1]}: accepts TCP connections",
+                                                                     "security.protocol"],
+    }
+    try:
+        for bootstrap, expected in cases.items():
+            env = types.SimpleNamespace(bootstrap=bootstrap, registry="http://127.0.0.1:1", offsets_topic="o")
+            props = testkit.connector_props(tmp_path, "unreachable", table, "t", env, **{"bootstrap.timeout.ms": "3000"})
+            started = time.time()
+            r = subprocess.run([str(testkit.BIN), "run", "--once", str(props)], capture_output=True, text=True, timeout=60)
+            took = time.time() - started
+            assert r.returncode == 1, r.stderr[-2000:]
+            assert took < 15, f"took {took:.1f} s for bootstrap.timeout.ms=3000"
+            for e in expected:
+                assert e in r.stderr, f"{e!r} not in:\n{r.stderr[-2000:]}"
+    finally:
+        silent.close()
 
 
 def test_a_registry_outage_at_start_is_ridden_out(env, tmp_path):

@@ -13,6 +13,8 @@ import os
 import shutil
 import struct
 import subprocess
+import threading
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -178,6 +180,48 @@ def wait_for_log(proc, needle, count=1):
         if seen >= count:
             break
     return lines, seen
+
+
+class LogTail:
+    """A started connector's stderr, read on a thread so a test can act (kill a broker, query an
+    endpoint) while it waits for a line."""
+
+    def __init__(self, proc):
+        self.proc, self.lines = proc, []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+        with self.cond:
+            self.lines.append(None)  # the end
+            self.cond.notify_all()
+
+    def count(self, needle):
+        return sum(1 for l in self.lines if l is not None and needle in l)
+
+    def wait(self, needle, count=1, timeout=120):
+        """True once `needle` appeared `count` times; False on exit or timeout."""
+        deadline = time.time() + timeout
+        with self.cond:
+            while self.count(needle) < count:
+                if (self.lines and self.lines[-1] is None) or time.time() >= deadline:
+                    return False
+                self.cond.wait(min(1.0, max(0.0, deadline - time.time())))
+        return True
+
+    def text(self):
+        with self.cond:
+            return "".join(l for l in self.lines if l is not None)
+
+    def finish(self, timeout=240):
+        """Wait for the process to exit; its return code."""
+        self.proc.wait(timeout)
+        self.wait("\0never", timeout=10)
+        return self.proc.returncode
 
 
 # stderr of the latest `run_once` calls, for tests that check which path a run took

@@ -55,6 +55,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("transaction.max.records", "1000000", "a transaction commits at least every this many records, or when a third of transaction.timeout.ms old (large instants span several, resumable mid-split)"),
     ("errors.retry.timeout", "-1", "how long a broker outage (down, restarted, stalled) is retried before the task fails, in ms; -1: forever (Kafka Connect's key)"),
     ("errors.retry.delay.max.ms", "60000", "the longest wait between two retries of an outage (backoff doubles from 1 s)"),
+    ("bootstrap.timeout.ms", "30000", "at start, how long `bootstrap.servers` may stay unreachable before the task fails naming the addresses and the cause (later outages are ridden out)"),
     ("transaction.timeout.ms", "60000", "producer `transaction.timeout.ms` (1000 to 900000: the broker's default `transaction.max.timeout.ms`)"),
     ("metrics.port", "(none)", "serve `/metrics`, `/healthz`, `/ready` on this port (CLI `--metrics-port` wins)"),
     ("topic.creation.default.partitions", "1", "partitions of the change topic when lakestream creates it"),

@@ -103,6 +103,8 @@ pub struct ConnectorConfig {
     pub retry_timeout: Option<Duration>,
     /// `errors.retry.delay.max.ms`: the longest wait between two retries.
     pub retry_delay_max: Duration,
+    /// `bootstrap.timeout.ms`: how long an unreachable `bootstrap.servers` is waited for at start.
+    pub bootstrap_timeout: Duration,
     pub task_id: u32,
     /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
     pub tasks: u32,
@@ -162,6 +164,18 @@ impl ConnectorConfig {
             (_, false) => format!("{}-{tasks}-{task}", self.name),
             (_, true) => format!("{}-{tasks}p-{task}", self.name),
         }
+    }
+
+    /// The task's name in `/healthz` answers: `<connector>/<task>`.
+    pub fn health_name(&self) -> String {
+        format!("{}/{}", self.name, self.task_id)
+    }
+
+    /// How long the task may go without progress (a poll, a chunk, a commit) before `/healthz`
+    /// calls it stalled: a transaction may take `transaction.timeout.ms`, a quiet table is polled
+    /// every check interval.
+    pub fn stall_limit(&self) -> Duration {
+        Duration::from_millis(self.transaction_timeout_ms) + self.check_interval
     }
 
     /// This connector as task `task`.
@@ -391,6 +405,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             Some(_) => Some(Duration::from_millis(v.u64_in("errors.retry.timeout", 0, 0..=u32::MAX as u64)?)),
         },
         retry_delay_max: Duration::from_millis(v.u64_in("errors.retry.delay.max.ms", 60_000, 1..=3_600_000)?),
+        bootstrap_timeout: Duration::from_millis(v.u64_in("bootstrap.timeout.ms", 30_000, 1_000..=3_600_000)?),
         task_id,
         tasks: tasks as u32,
         ownership: match v.get("tasks.ownership").as_deref() {

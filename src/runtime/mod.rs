@@ -13,7 +13,7 @@ mod tasks;
 
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
-use crate::metrics;
+use crate::metrics::{self, TaskHealthHandle};
 use crate::sink::offsets::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
@@ -67,6 +67,8 @@ pub struct RunOptions {
     /// Emit every instant committed so far, then return.
     pub once: bool,
     pub shutdown: watch::Receiver<bool>,
+    /// Where the task reports progress and connectivity (`/healthz`, `/ready`).
+    pub health: Arc<metrics::Health>,
 }
 
 struct Task {
@@ -84,6 +86,7 @@ struct Task {
     /// Rows and bytes this task read from storage (logged when it stops).
     read: (u64, u64),
     opts: RunOptions,
+    health: TaskHealthHandle,
 }
 
 enum Flow {
@@ -95,8 +98,10 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     let name = cfg.name.clone();
     let task = cfg.task_id.to_string();
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
-    let res = ride_out(&cfg, &opts).await;
+    let health = opts.health.task(&cfg.health_name(), cfg.stall_limit());
+    let res = ride_out(&cfg, &opts, &health).await;
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
+    health.stopped();
     res
 }
 
@@ -110,13 +115,15 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// may have left behind. Backoff doubles up to `errors.retry.delay.max.ms`; an outage lasting
 /// longer than `errors.retry.timeout` fails the task. Fencing, damage, bad offsets and
 /// configuration stop at once.
-async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions) -> Result<(), RuntimeError> {
+async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthHandle) -> Result<(), RuntimeError> {
     let name = &cfg.name;
     // (when this outage began, the next wait)
     let mut outage: Option<(Instant, Duration)> = None;
+    // a wrong address fails at start, naming it; once running, an outage is ridden out
+    crate::sink::reach(cfg).await?;
     loop {
         let attempt = Instant::now();
-        let err = match run_inner(cfg.clone(), opts.clone()).await {
+        let err = match run_inner(cfg.clone(), opts.clone(), health.clone()).await {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
@@ -136,7 +143,7 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions) -> Result<(), Runtim
         tracing::warn!(connector = %name, error = %err, retry_in_ms = delay.as_millis() as u64, outage_s = since.elapsed().as_secs(),
             "outage: retrying from the committed position with a new producer");
         metrics::RETRIES.with_label_values(&[name.as_str()]).inc();
-        metrics::set_ready(false);
+        health.set_ready(false);
         let mut sd = opts.shutdown.clone();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
@@ -146,7 +153,7 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions) -> Result<(), Runtim
     }
 }
 
-async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
+async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealthHandle) -> Result<(), RuntimeError> {
     crate::storage::configure(&cfg.storage);
     let source: Arc<dyn Source> = {
         let c = cfg.clone();
@@ -160,7 +167,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Run
         .expect("open panicked")?
     };
     cfg.by_partition = source.ownership() == Ownership::Partition;
-    let sink = TxnSink::start(&cfg).await?;
+    let sink = TxnSink::start(&cfg, health.clone()).await?;
     let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
     // the events already published were keyed by the stored key fields: a run keyed otherwise
     // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
@@ -177,8 +184,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions) -> Result<(), Run
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = ?source.ownership(), issued = ?state.issued,
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?;
-    metrics::set_ready(true);
-    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, read: (0, 0), opts };
+    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, read: (0, 0), opts, health };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it
         task.commit().await?;
@@ -264,6 +270,7 @@ impl Task {
                 tasks::publish_first_unit(&self.cfg, units.first().map(|u| FirstUnit { unit: u.position.clone(), snapshot: u.snapshot }));
             }
             metrics::POLL_SECONDS.observe(started.elapsed().as_secs_f64());
+            self.moved();
             metrics::PENDING_UNITS.with_label_values(&[&self.cfg.name]).set(units.len() as f64);
             if units.is_empty() {
                 self.update_lag();
@@ -339,6 +346,7 @@ impl Task {
             buckets: buckets.filter(|b| *b != 1),
         };
         while let Some(sc) = rx.recv().await {
+            self.moved();
             metrics::ROWS_READ.with_label_values(&[&name, &task_label]).inc_by(sc.rows_read);
             metrics::BYTES_READ.with_label_values(&[&name, &task_label]).inc_by(sc.bytes_read);
             self.read.0 += sc.rows_read;
@@ -470,6 +478,11 @@ impl Task {
         }
         self.committed = self.state.clone();
         Ok(())
+    }
+
+    /// A poll answered or a chunk of rows arrived: not stalled (the sink reports commits).
+    fn moved(&self) {
+        self.health.progress();
     }
 }
 

@@ -5,6 +5,9 @@
 //! (fenced by a newer instance, or broken producer: exit non-zero).
 
 pub mod offsets;
+mod reach;
+
+pub use reach::reach;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +22,7 @@ use rdkafka::ClientConfig;
 
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
-use crate::metrics;
+use crate::metrics::{self, TaskHealthHandle};
 use offsets::{is_client_security_key, Offsets};
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +41,9 @@ pub enum SinkError {
     Fatal(String),
     #[error("offsets: {0}")]
     Offsets(String),
+    /// `bootstrap.servers` did not answer at start within `bootstrap.timeout.ms`.
+    #[error("{0}")]
+    Unreachable(String),
 }
 
 impl SinkError {
@@ -55,6 +61,7 @@ pub struct TxnSink {
     txn_records: u64,
     txn_started: Option<Instant>,
     timeout: Duration,
+    health: TaskHealthHandle,
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -172,7 +179,9 @@ impl ProducerContext for StatsContext {
 impl TxnSink {
     /// Create topics if missing, build the producer and `init_transactions` (which fences any older
     /// producer of this task and aborts the transaction it left open).
-    pub async fn start(cfg: &ConnectorConfig) -> Result<Self, SinkError> {
+    /// A producer for the task, initialised (older instances fenced); it reports readiness and
+    /// commits to `health`.
+    pub async fn start(cfg: &ConnectorConfig, health: TaskHealthHandle) -> Result<Self, SinkError> {
         ensure_topics(cfg).await?;
         let pc = producer_config(
             cfg,
@@ -202,6 +211,8 @@ impl TxnSink {
             .await
             .map_err(|e| classify("init_transactions", e))?;
         tracing::info!(transactional_id = %cfg.transactional_id(), ms = started.elapsed().as_millis() as u64, "producer initialised (older instances fenced)");
+        health.set_ready(true);
+        health.progress();
         Ok(Self {
             producer,
             topic: cfg.topic.clone(),
@@ -211,6 +222,7 @@ impl TxnSink {
             txn_records: 0,
             txn_started: None,
             timeout,
+            health,
         })
     }
 
@@ -274,6 +286,8 @@ impl TxnSink {
                 Ok(()) => break,
                 Err(e) if retriable(&e) && attempt < 5 => {
                     attempt += 1;
+                    // still committing, but the broker is not answering in time
+                    self.health.set_ready(false);
                     tracing::warn!(error = %e, attempt, "commit_transaction retriable error, retrying");
                 }
                 Err(e) => {
@@ -286,6 +300,8 @@ impl TxnSink {
                 }
             }
         }
+        self.health.set_ready(true);
+        self.health.progress();
         let secs = started.elapsed().as_secs_f64();
         metrics::OFFSET_COMMIT_SECONDS.observe(secs);
         metrics::TXN_RECORDS.observe(self.txn_records as f64);

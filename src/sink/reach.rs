@@ -1,0 +1,108 @@
+//! Reaching `bootstrap.servers` at start. librdkafka retries an unreachable cluster forever and,
+//! when an admin call finally times out, says only `OperationTimedOut`; a mistyped address or a
+//! closed firewall would look like a slow broker. This probe connects to each address itself
+//! (naming what failed: unknown host, refused, no answer), then asks the cluster for metadata
+//! through librdkafka with the connector's security settings, all within `bootstrap.timeout.ms`.
+//! Only the first start is probed: once the connector has run, an outage is ridden out.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::ClientConfig;
+
+use super::offsets::is_client_security_key;
+use super::SinkError;
+use crate::config::ConnectorConfig;
+
+/// `host:port` of each bootstrap address (a `PROTOCOL://` prefix dropped).
+fn addresses(bootstrap: &str) -> Vec<String> {
+    bootstrap
+        .split(',')
+        .map(|a| a.trim())
+        .filter(|a| !a.is_empty())
+        .map(|a| a.rsplit_once("://").map_or(a, |(_, rest)| rest).to_string())
+        .collect()
+}
+
+/// Why one address did not accept a TCP connection within `wait`, or `None` when it did.
+async fn connect(addr: &str, wait: Duration) -> Option<String> {
+    let targets = match tokio::time::timeout(wait, tokio::net::lookup_host(addr)).await {
+        Err(_) => return Some("name lookup timed out".into()),
+        Ok(Err(e)) => return Some(format!("unknown host ({e})")),
+        Ok(Ok(t)) => t.collect::<Vec<_>>(),
+    };
+    if targets.is_empty() {
+        return Some("the name resolves to no address".into());
+    }
+    let mut why = String::new();
+    for t in targets {
+        // the resolved address, where the name was not one
+        let at = if t.to_string() == addr { String::new() } else { format!(" at {t}") };
+        match tokio::time::timeout(wait, tokio::net::TcpStream::connect(t)).await {
+            Ok(Ok(_)) => return None,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => why = format!("connection refused{at}"),
+            Ok(Err(e)) => why = format!("{e}{at}"),
+            Err(_) => why = format!("no answer within {} s{at} (filtered or blackholed?)", wait.as_secs()),
+        }
+    }
+    Some(why)
+}
+
+/// Wait until one bootstrap address accepts connections and the cluster answers a metadata
+/// request, or fail after `bootstrap.timeout.ms` naming every address and its cause.
+pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
+    let deadline = Instant::now() + cfg.bootstrap_timeout;
+    let addrs = addresses(&cfg.bootstrap_servers);
+    let each = |causes: Vec<Option<String>>| -> String {
+        let each: Vec<String> = addrs
+            .iter()
+            .zip(causes)
+            .map(|(a, c)| format!("{a}: {}", c.unwrap_or_else(|| "accepts TCP connections".into())))
+            .collect();
+        each.join("; ")
+    };
+    let causes = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = left.clamp(Duration::from_millis(100), Duration::from_secs(10));
+        let causes = futures::future::join_all(addrs.iter().map(|a| connect(a, wait))).await;
+        if causes.iter().any(Option::is_none) {
+            break causes;
+        }
+        if Instant::now() + Duration::from_millis(500) >= deadline {
+            return Err(SinkError::Unreachable(format!(
+                "no bootstrap server could be reached within bootstrap.timeout.ms={} ({}). Check bootstrap.servers, \
+                 DNS and network policies",
+                cfg.bootstrap_timeout.as_millis(),
+                each(causes)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // a listener answers: now Kafka itself, with the connector's security settings
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
+    for (k, v) in cfg.producer_overrides.iter().filter(|(k, _)| is_client_security_key(k)) {
+        cc.set(k, v);
+    }
+    let client: BaseProducer = cc.create().map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+    let res = tokio::task::spawn_blocking(move || client.client().fetch_metadata(None, left).map(drop))
+        .await
+        .expect("metadata probe panicked");
+    res.map_err(|e| {
+        SinkError::Unreachable(format!(
+            "no Kafka metadata answer from bootstrap.servers within bootstrap.timeout.ms={} ({e}; {}). Is it a Kafka \
+             listener, and do security.protocol / sasl.* / ssl.* (producer.override.*) match it?",
+            cfg.bootstrap_timeout.as_millis(),
+            each(causes)
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bootstrap_addresses_drop_the_protocol_prefix() {
+        assert_eq!(super::addresses("SASL_SSL://a:9093, b:9092,"), vec!["a:9093", "b:9092"]);
+    }
+}
