@@ -284,7 +284,9 @@ impl TxnSink {
             let timeout = self.timeout;
             match blocking(move || p.commit_transaction(timeout)).await {
                 Ok(()) => break,
-                Err(e) if retriable(&e) && attempt < 5 => {
+                // resumed while the broker answers within about a transaction timeout; beyond it
+                // the broker aborts the transaction anyway: the outage path takes over
+                Err(e) if retriable(&e) && attempt < 5 && started.elapsed() < self.timeout => {
                     attempt += 1;
                     // still committing, but the broker is not answering in time
                     self.health.set_ready(false);
