@@ -137,7 +137,7 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let t = Instant::now();
     rt.block_on(async {
-        let mut sink = lakestream::sink::TxnSink::start(&cfg).await.expect("producer");
+        let mut sink = lakestream::sink::TxnSink::start(&cfg, lakestream::metrics::Health::new().task("bench", Duration::MAX)).await.expect("producer");
         let offsets = lakestream::sink::offsets::Offsets::default();
         for i in 0..count as usize {
             sink.send(std::slice::from_ref(&samples[i % samples.len()])).expect("send");

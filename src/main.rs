@@ -44,8 +44,12 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Check connector files and print their resolved settings (secrets masked).
+    /// Check connector files, open each table (its key and columns must fit the settings) and
+    /// print the resolved settings (secrets masked).
     Validate {
+        /// Check the files only, without opening the tables (where they are not reachable from here).
+        #[arg(long)]
+        offline: bool,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -126,10 +130,26 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Validate { files } => match load_all(&files, 0) {
+        Command::Validate { offline, files } => match load_all(&files, 0) {
             Ok(cfgs) => {
                 for c in cfgs {
-                    println!("# {}: ok\n{}", c.file.display(), c.describe());
+                    if offline {
+                        println!("# {}: ok (table not opened)\n{}", c.file.display(), c.describe());
+                        continue;
+                    }
+                    // the table must fit the settings too (a key, its columns)
+                    match lakestream::runtime::open_source(&c) {
+                        Ok(source) => {
+                            let info = source.info();
+                            println!("# {}: ok (table {}, key {:?})\n{}", c.file.display(), info.name, info.key_fields, c.describe());
+                        }
+                        Err(e) => {
+                            let e = lakestream::runtime::RuntimeError::from(e);
+                            eprintln!("error: {}: {e}", c.file.display());
+                            let code = e.exit_code();
+                            return ExitCode::from(code as u8);
+                        }
+                    }
                 }
                 ExitCode::SUCCESS
             }

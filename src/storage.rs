@@ -71,7 +71,66 @@ fn other(e: impl std::fmt::Display) -> io::Error {
 fn map_err(e: object_store::Error) -> io::Error {
     match e {
         object_store::Error::NotFound { .. } => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            io::Error::new(io::ErrorKind::PermissionDenied, e.to_string())
+        }
         other_err => other(other_err),
+    }
+}
+
+/// What kind of storage failure an error is, for messages and for the runtime's choice between
+/// stopping and riding it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoClass {
+    NotFound,
+    PermissionDenied,
+    /// The store refused the rate of requests (HTTP 429/503 SlowDown) beyond its client's retries.
+    Throttled,
+    /// The store could not be reached or the connection broke.
+    Unreachable,
+    /// The bytes are not what the format says (truncated, damaged).
+    Corrupt,
+    Other,
+}
+
+impl IoClass {
+    pub fn of(e: &io::Error) -> IoClass {
+        use io::ErrorKind as K;
+        match e.kind() {
+            K::NotFound => return IoClass::NotFound,
+            K::PermissionDenied => return IoClass::PermissionDenied,
+            K::InvalidData | K::UnexpectedEof => return IoClass::Corrupt,
+            K::TimedOut | K::ConnectionRefused | K::ConnectionReset | K::ConnectionAborted | K::NotConnected
+            | K::BrokenPipe | K::HostUnreachable | K::NetworkUnreachable | K::NetworkDown => return IoClass::Unreachable,
+            _ => {}
+        }
+        // object-store errors arrive as text (after the client's own retries)
+        let text = e.to_string();
+        let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+        if has(&["429", "Too Many Requests", "SlowDown", "503 Service Unavailable", "Throttl", "RequestLimitExceeded"]) {
+            IoClass::Throttled
+        } else if has(&["error sending request", "connection refused", "Connection refused", "timed out", "dns error", "connection reset"]) {
+            IoClass::Unreachable
+        } else {
+            IoClass::Other
+        }
+    }
+
+    /// A failure that a later attempt can get past (the store is busy or out of reach now).
+    pub fn is_transient(self) -> bool {
+        matches!(self, IoClass::Throttled | IoClass::Unreachable)
+    }
+
+    /// What the failure is and what to do about it, for the error message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            IoClass::NotFound => "not found",
+            IoClass::PermissionDenied => "permission denied (check the credentials, role or ACL lakestream reads with)",
+            IoClass::Throttled => "throttled by the store beyond its client's retries (retried from the committed position)",
+            IoClass::Unreachable => "storage unreachable (retried from the committed position)",
+            IoClass::Corrupt => "corrupt or truncated",
+            IoClass::Other => "I/O error",
+        }
     }
 }
 
@@ -273,4 +332,31 @@ pub fn parquet(p: &Path) -> Result<parquet::arrow::arrow_reader::ParquetRecordBa
     let input = open(p).map_err(crate::source::SourceError::io(p))?;
     parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input)
         .map_err(|source| crate::source::SourceError::Parquet { path: p.to_path_buf(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IoClass;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn storage_errors_are_classed_by_kind_and_by_the_object_store_text() {
+        let cases = [
+            (Error::from(ErrorKind::NotFound), IoClass::NotFound),
+            (Error::from(ErrorKind::PermissionDenied), IoClass::PermissionDenied),
+            (Error::from(ErrorKind::UnexpectedEof), IoClass::Corrupt),
+            (Error::from(ErrorKind::ConnectionRefused), IoClass::Unreachable),
+            (Error::other("Generic S3 error: Error performing GET http://s3/b/k in 3.1s, after 10 retries, max_retries: 10, \
+                           retry_timeout: 180s - Server returned non-2xx status code: 503 Service Unavailable: <Code>SlowDown</Code>"),
+             IoClass::Throttled),
+            (Error::other("Generic S3 error: Error after 10 retries in 180s: error sending request for url (http://s3/b/k)"),
+             IoClass::Unreachable),
+            (Error::other("Generic S3 error: something else"), IoClass::Other),
+        ];
+        for (e, want) in cases {
+            assert_eq!(IoClass::of(&e), want, "{e}");
+        }
+        assert!(IoClass::Throttled.is_transient() && IoClass::Unreachable.is_transient());
+        assert!(!IoClass::NotFound.is_transient() && !IoClass::PermissionDenied.is_transient() && !IoClass::Corrupt.is_transient());
+    }
 }

@@ -98,7 +98,7 @@ def base_props(tmp_path, table, **extra):
 
 def test_validate_ok_masks_secrets(tmp_path):
     p = base_props(tmp_path, tmp_path, **{"producer.override.sasl.password": "${env:CLI_SECRET}"})
-    r = run("validate", p, env={"CLI_SECRET": "s3cr3t-value", "PATH": "/usr/bin:/bin"})
+    r = run("validate", "--offline", p, env={"CLI_SECRET": "s3cr3t-value", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert "sasl.password = ********" in r.stdout
     assert "s3cr3t-value" not in r.stdout + r.stderr

@@ -116,7 +116,7 @@ def test_rendered_connector_files_pass_validate(helm, tmp_path):
         f.write_text(body.replace("/etc/lakestream/secrets/registry/user-info", str(secrets)))
         files.append(str(f))
     env = {**os.environ, "KAFKA_PASSWORD": "kafka-secret-value", "CATALOG_TOKEN": "catalog-secret-value"}
-    r = subprocess.run([str(testkit.BIN), "validate", *files], capture_output=True, text=True, env=env)
+    r = subprocess.run([str(testkit.BIN), "validate", "--offline", *files], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     for secret in ["kafka-secret-value", "catalog-secret-value", "svc:pw"]:
         assert secret not in r.stdout + r.stderr, "a secret was printed"

@@ -52,8 +52,32 @@ def test_damaged_log_blocks_are_skipped_and_reported(env, registry, tmp_path, fi
         assert "corrupt or truncated log block skipped" in err and victim.name in err, err[-2000:]
 
 
-def test_a_cleaned_file_fails_loudly_naming_instant_file_and_way_out(env, tmp_path):
-    """A lagging reader whose files were cleaned must stop, not skip: nothing silently lost."""
+CLEAN_PARTITION = {
+    "type": "record", "name": "HoodieCleanPartitionMetadata", "namespace": "org.apache.hudi.avro.model",
+    "fields": [{"name": "partitionPath", "type": "string"}, {"name": "policy", "type": "string"},
+               {"name": "deletePathPatterns", "type": {"type": "array", "items": "string"}},
+               {"name": "successDeleteFiles", "type": {"type": "array", "items": "string"}},
+               {"name": "failedDeleteFiles", "type": {"type": "array", "items": "string"}},
+               {"name": "isPartitionDeleted", "type": ["null", "boolean"], "default": None}],
+}
+CLEAN_SCHEMA = {  # Hudi's HoodieCleanMetadata.avsc
+    "type": "record", "name": "HoodieCleanMetadata", "namespace": "org.apache.hudi.avro.model",
+    "fields": [{"name": "policy", "type": "string", "default": ""}, {"name": "startCleanTime", "type": "string"},
+               {"name": "timeTakenInMillis", "type": "long"}, {"name": "totalFilesDeleted", "type": "int"},
+               {"name": "earliestCommitToRetain", "type": "string"},
+               {"name": "lastCompletedCommitTimestamp", "type": "string", "default": ""},
+               {"name": "partitionMetadata", "type": {"type": "map", "values": CLEAN_PARTITION}},
+               {"name": "version", "type": ["int", "null"], "default": 1}],
+}
+
+
+@pytest.mark.parametrize("by_clean", [True, False], ids=["removed-by-a-clean", "deleted-outside-hudi"])
+def test_a_missing_file_fails_loudly_saying_who_removed_it(env, tmp_path, by_clean):
+    """A lagging reader whose file is gone stops, never skips: nothing silently lost. Removed by a
+    completed clean (its Avro metadata lists the file): named with the clean and the ways out
+    (skip or rescan). Gone with no clean that removed it: named as deleted outside Hudi, and the
+    way out is to restore it — skipping is not suggested."""
+    import fastavro
     require_fixtures()
     name = "sample_table/cow/v9_txns_simple_meta"
     oracle = testkit.load_oracle(name)
@@ -64,11 +88,30 @@ def test_a_cleaned_file_fails_loudly_naming_instant_file_and_way_out(env, tmp_pa
     versions = [p for p in victim.parent.glob(victim.name.split("_")[0] + "_*.parquet")]
     assert len(versions) > 1, "pick a file group with several versions"
     victim.unlink()
+    if by_clean:
+        partition = str(victim.parent.relative_to(table))
+        clean, done = "29990101000000000", "29990101000001000"
+        meta = {"policy": "KEEP_LATEST_COMMITS", "startCleanTime": clean, "timeTakenInMillis": 5, "totalFilesDeleted": 1,
+                "earliestCommitToRetain": oracle["instants"][1]["requested"], "lastCompletedCommitTimestamp": "",
+                "partitionMetadata": {partition: {
+                    "partitionPath": partition, "policy": "KEEP_LATEST_COMMITS", "deletePathPatterns": [victim.name],
+                    "successDeleteFiles": [victim.name], "failedDeleteFiles": [], "isPartitionDeleted": None}},
+                "version": 2}
+        timeline = table / ".hoodie" / "timeline"
+        (timeline / f"{clean}.clean.requested").write_bytes(b"")
+        (timeline / f"{clean}.clean.inflight").write_bytes(b"")
+        with open(timeline / f"{clean}_{done}.clean", "wb") as f:
+            fastavro.writer(f, fastavro.parse_schema(CLEAN_SCHEMA), [meta])
     topic = "clean-" + uuid.uuid4().hex[:6]
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first})
     r = testkit.run_once(props, check=False)
     assert r.returncode == 1, r.stderr
-    assert victim.name in r.stderr and "read.start-commit" in r.stderr, r.stderr[-2000:]
+    assert victim.name in r.stderr, r.stderr[-2000:]
+    if by_clean:
+        assert f"removed by clean {clean}" in r.stderr and "read.start-commit=latest" in r.stderr, r.stderr[-2000:]
+    else:
+        assert "deleted outside Hudi" in r.stderr and "Restore the file" in r.stderr, r.stderr[-2000:]
+        assert "read.start-commit=latest" not in r.stderr, "skipping must not be suggested for a file no clean removed"
     assert testkit.consume_all(env, topic) == [], "nothing of the unreadable instant may be published"
 
 

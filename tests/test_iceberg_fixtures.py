@@ -134,11 +134,23 @@ def test_bad_iceberg_options_exit_2(env, tmp_path):
         assert r.returncode == 2 and needle in r.stderr, (extra, r.returncode, r.stderr)
 
 
-def test_table_without_identifier_fields_needs_key_fields(env, tmp_path):
+def test_a_key_that_does_not_fit_the_table_exits_2_from_validate_and_run(env, tmp_path):
+    """Settings that do not fit the table are configuration errors: `validate` opens the table
+    and says so, as `run` does, with exit 2 — a table without identifier fields and no
+    key.fields, or key.fields naming a column the table does not have."""
     props, _ = ik.iceberg_props(tmp_path, env, ik.WAREHOUSE / "db" / "mor_v2")
-    props.write_text(props.read_text().replace("key.fields=id\n", ""))
-    r = testkit.run_once(props, check=False)
-    assert r.returncode == 1 and "key.fields" in r.stderr, r.stderr[-2000:]
+    text = props.read_text()
+    assert "key.fields=id\n" in text
+    r = subprocess.run([str(testkit.BIN), "validate", str(props)], capture_output=True, text=True)
+    assert r.returncode == 0 and "key [\"id\"]" in r.stdout, r.stdout + r.stderr
+    for body, needle in [(text.replace("key.fields=id\n", ""), "declares no identifier fields"),
+                         (text.replace("key.fields=id\n", "key.fields=idd\n"), "`idd` is not a column")]:
+        props.write_text(body)
+        for cmd in (["validate"], ["run", "--once"]):
+            r = subprocess.run([str(testkit.BIN), *cmd, str(props)], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 2 and needle in r.stderr and "key.fields" in r.stderr, (cmd, r.returncode, r.stderr[-2000:])
+        r = subprocess.run([str(testkit.BIN), "validate", "--offline", str(props)], capture_output=True, text=True)
+        assert r.returncode == 0, "--offline checks the file only"
 
 
 def test_start_from_snapshot_timestamp(env, registry, tmp_path):

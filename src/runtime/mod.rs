@@ -38,14 +38,16 @@ pub enum RuntimeError {
 impl RuntimeError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            RuntimeError::Config(_) => 2,
+            RuntimeError::Config(_) | RuntimeError::Source(SourceError::Config { .. }) => 2,
             _ => 1,
         }
     }
-    /// A broker or registry outage, which a new producer and the committed position recover from.
+    /// A broker, registry or storage outage, which a new producer and the committed position
+    /// recover from.
     pub fn is_transient(&self) -> bool {
         match self {
             RuntimeError::Sink(e) => e.is_transient(),
+            RuntimeError::Source(e) => e.is_transient(),
             RuntimeError::Changelog(ChangelogError::RegistryUnavailable(_)) => true,
             _ => false,
         }
@@ -154,17 +156,9 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
 }
 
 async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealthHandle) -> Result<(), RuntimeError> {
-    crate::storage::configure(&cfg.storage);
-    let source: Arc<dyn Source> = {
+    let source = {
         let c = cfg.clone();
-        tokio::task::spawn_blocking(move || -> Result<Arc<dyn Source>, SourceError> {
-            Ok(match c.kind {
-                ConnectorKind::Hudi => Arc::new(HudiSource::open(&c)?),
-                ConnectorKind::Iceberg => Arc::new(IcebergSource::open(&c)?),
-            })
-        })
-        .await
-        .expect("open panicked")?
+        tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked")?
     };
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let sink = TxnSink::start(&cfg, health.clone()).await?;
@@ -193,6 +187,16 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     tracing::info!(connector = %task.cfg.name, task = task.cfg.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");
     res
+}
+
+/// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
+/// opens it too, so a table that does not fit the settings fails there.
+pub fn open_source(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
+    crate::storage::configure(&cfg.storage);
+    Ok(match cfg.kind {
+        ConnectorKind::Hudi => Arc::new(HudiSource::open(cfg)?),
+        ConnectorKind::Iceberg => Arc::new(IcebergSource::open(cfg)?),
+    })
 }
 
 fn now_ms() -> i64 {

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 /// A source failure. `Unreadable` errors name the file or instant and the way out.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {}: {source}", crate::storage::IoClass::of(source).describe())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: cannot read parquet: {source}")]
     Parquet { path: PathBuf, source: parquet::errors::ParquetError },
@@ -33,9 +33,17 @@ pub enum SourceError {
     Unreadable { message: String },
     #[error("{message}")]
     Unsupported { message: String },
+    /// The table and the connector's settings do not fit (no key, a key column the table lacks):
+    /// the operator fixes the properties (exit 2, also from `validate`).
+    #[error("{message}")]
+    Config { message: String },
 }
 
 impl SourceError {
+    /// Storage that is busy or out of reach: the runtime retries from the committed position.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SourceError::Io { source, .. } if crate::storage::IoClass::of(source).is_transient())
+    }
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SourceError {
         let path = path.into();
         move |source| SourceError::Io { path, source }

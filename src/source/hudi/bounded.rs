@@ -15,7 +15,7 @@ use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
 use super::files::base_as_of;
-use super::reader::{cleaned_hint, UnitRead};
+use super::reader::UnitRead;
 use super::slice::FileCache;
 use super::{join_path, HudiSource};
 use crate::metrics;
@@ -195,8 +195,7 @@ impl HudiSource {
                     f(s, seq, &b, &keys, order)?;
                     seq += b.num_rows() as u64;
                     Ok(())
-                })
-                .map_err(|e| cleaned_hint(e, unit))?;
+                })?;
             Ok(())
         };
         par::ordered(unit.splits.len(), self.threads, &read, &mut |_| Ok(()))
@@ -289,8 +288,7 @@ impl HudiSource {
                         send(chunk.take(sp, &file, false))?;
                     }
                     Ok(())
-                })
-                .map_err(|e| cleaned_hint(e, unit))?;
+                })?;
             let mut sc = chunk.take(sp, &file, true);
             sc.rows_read = rows_read;
             sc.bytes_read = bytes_read;
@@ -363,8 +361,7 @@ impl HudiSource {
                 }
                 bytes_read[s] += merge.bytes_read;
                 rows_read[s] += merge
-                    .run(&mut |b| writer.push(s as u32, is_new, 0, &crate::source::rows::conform(&b, &target)?))
-                    .map_err(|e| cleaned_hint(e, unit))?;
+                    .run(&mut |b| writer.push(s as u32, is_new, 0, &crate::source::rows::conform(&b, &target)?))?;
             }
         }
         let buckets = writer.finish()?;

@@ -105,7 +105,7 @@ impl Source for HudiSource {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        self.read(unit, resume, emit)
+        self.read(unit, resume, emit).map_err(|e| self.explain_gone(e, unit))
     }
 
     fn ownership(&self) -> super::Ownership {

@@ -40,7 +40,7 @@ impl HudiSource {
     ) -> Result<Option<SliceMerge<'r>>, SourceError> {
         let files = r.listings.partition(&sp.partition)?;
         let (base, logs) = files.group(&sp.file_group);
-        reader.open(&sp.partition, base, logs, r.unit.position.order_key(), inclusive).map_err(|e| cleaned_hint(e, r.unit))
+        reader.open(&sp.partition, base, logs, r.unit.position.order_key(), inclusive)
     }
 
     fn load_sides(&self, r: &UnitRead<'_>, splits: &[SplitSpec], cache: &FileCache) -> Result<Sides, SourceError> {
@@ -51,7 +51,7 @@ impl HudiSource {
         for (s, sp) in splits.iter().enumerate() {
             let side = |inclusive: bool| -> Result<Option<SliceState>, SourceError> {
                 let merge = self.open_slice(r, &reader, sp, inclusive)?;
-                merge.map(SliceMerge::collect).transpose().map_err(|e| cleaned_hint(e, unit))
+                merge.map(SliceMerge::collect).transpose()
             };
             let old = if unit.snapshot { None } else { side(false)? };
             let new = if r.is_replaced(sp) { None } else { side(true)? };
@@ -120,7 +120,7 @@ impl HudiSource {
                     }
                 }
             } else {
-                let old = self.open_slice(r, &reader, sp, false)?.map(SliceMerge::collect).transpose().map_err(|e| cleaned_hint(e, unit))?;
+                let old = self.open_slice(r, &reader, sp, false)?.map(SliceMerge::collect).transpose()?;
                 let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
                 let old_batches = old.map(|o| o.batches).unwrap_or_default();
                 let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.skip_merge)?;
@@ -154,10 +154,8 @@ impl HudiSource {
 
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
     /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
-    fn verify_inputs(&self, unit: &Unit, md: &CommitMetadata, listings: &Listings) -> Result<(), SourceError> {
-        let gone = |what: String| {
-            cleaned_hint(SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() }, unit)
-        };
+    fn verify_inputs(&self, md: &CommitMetadata, listings: &Listings) -> Result<(), SourceError> {
+        let gone = |what: String| SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() };
         for (p, w) in md.writes() {
             if let Some(path) = &w.path {
                 if !crate::storage::exists(&self.table.path.join(path)) {
@@ -224,7 +222,7 @@ impl HudiSource {
             self.replaced_up_to(&tl, unit.position.order_key())?
         } else {
             let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
-            self.verify_inputs(unit, &md, &listings)?;
+            self.verify_inputs(&md, &listings)?;
             md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
         };
         let r = UnitRead { unit, tl: &tl, replaced: &replaced, listings: &listings };
@@ -298,19 +296,34 @@ impl Sides {
     }
 }
 
-/// A file the unit needs has gone (cleaned): say which, and the way out.
-pub(super) fn cleaned_hint(e: SourceError, unit: &Unit) -> SourceError {
-    match e {
-        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
-            message: format!(
-                "instant {}: file {} is gone (cleaned or archived away before it was read); the changelog cannot \
-                 be continued exactly. Ways out: restart with a new connector name and read.start-commit=latest \
-                 (skip the gap), or read.start-commit=earliest (full rescan); keep the cleaner's retention longer \
-                 than the connector's lag",
-                unit.position.instant,
-                path.display()
+impl HudiSource {
+    /// A file the unit needs is gone: name it, and say whether a completed clean removed it (the
+    /// way out is to skip or rescan) or something outside Hudi did (restore it: skipping would
+    /// lose its rows silently).
+    pub(super) fn explain_gone(&self, e: SourceError, unit: &Unit) -> SourceError {
+        let path = match &e {
+            SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => path.clone(),
+            _ => return e,
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (instant, file) = (&unit.position.instant, path.display());
+        let message = match super::timeline::cleaned_by(&self.table, &name) {
+            Ok(Some(clean)) => format!(
+                "instant {instant}: file {file} was removed by clean {clean} before it was read; the changelog cannot be \
+                 continued exactly. Ways out: restart with a new connector name and read.start-commit=latest (skip the \
+                 gap), or read.start-commit=earliest (full rescan); keep the cleaner's retention longer than the \
+                 connector's lag"
             ),
-        },
-        other => other,
+            found => format!(
+                "instant {instant}: file {file} is missing, and no completed clean on the active timeline removed it{}: it \
+                 was deleted outside Hudi (a lifecycle rule, a manual delete, an incomplete copy) or the store is \
+                 inconsistent. Restore the file (bucket versioning, backup) and restart; skipping it would lose its rows",
+                match found {
+                    Err(e) => format!(" (the cleans could not be read: {e})"),
+                    Ok(_) => String::new(),
+                }
+            ),
+        };
+        SourceError::Unreadable { message }
     }
 }

@@ -263,21 +263,8 @@ impl CommitMetadata {
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             return Ok(Self::default());
         }
-        let json = if bytes.starts_with(b"Obj\x01") {
-            let reader = apache_avro::Reader::new(bytes)
-                .map_err(|e| SourceError::format(file, format!("bad Avro commit metadata: {e}")))?;
-            let first = reader
-                .into_iter()
-                .next()
-                .ok_or_else(|| SourceError::format(file, "empty Avro commit metadata"))?
-                .map_err(|e| SourceError::format(file, format!("bad Avro commit metadata: {e}")))?;
-            serde_json::Value::try_from(first)
-                .map_err(|e| SourceError::format(file, format!("commit metadata to JSON: {e}")))?
-        } else {
-            serde_json::from_slice(bytes)
-                .map_err(|e| SourceError::format(file, format!("bad JSON commit metadata: {e}")))?
-        };
-        serde_json::from_value(json).map_err(|e| SourceError::format(file, format!("unexpected commit metadata: {e}")))
+        serde_json::from_value(metadata_json(bytes, file, "commit")?)
+            .map_err(|e| SourceError::format(file, format!("unexpected commit metadata: {e}")))
     }
 
     /// (partition, write stat) of every write that names its file group.
@@ -295,6 +282,48 @@ impl CommitMetadata {
             .flatten()
             .flat_map(|(p, ids)| ids.iter().flatten().map(move |id| (p.as_str(), id.as_str())))
     }
+}
+
+/// Instant metadata as JSON: Avro (a one-record container file; every layout-2 file, and clean
+/// or rollback metadata on layout 1) or JSON (layout-1 commit metadata).
+fn metadata_json(bytes: &[u8], file: &Path, what: &str) -> Result<serde_json::Value, SourceError> {
+    if bytes.starts_with(b"Obj\x01") {
+        let reader =
+            apache_avro::Reader::new(bytes).map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
+        let first = reader
+            .into_iter()
+            .next()
+            .ok_or_else(|| SourceError::format(file, format!("empty Avro {what} metadata")))?
+            .map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
+        serde_json::Value::try_from(first).map_err(|e| SourceError::format(file, format!("{what} metadata to JSON: {e}")))
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| SourceError::format(file, format!("bad JSON {what} metadata: {e}")))
+    }
+}
+
+/// The completed clean on the active timeline that deleted a file named `file_name`
+/// (`HoodieCleanMetadata.partitionMetadata.*.successDeleteFiles`, or its `deletePathPatterns`),
+/// by requested time.
+pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>, SourceError> {
+    let timeline = Timeline::load(table)?;
+    for clean in timeline.completed.iter().filter(|i| i.action == "clean") {
+        let MetaSource::File(file) = &clean.meta else { continue };
+        let bytes = crate::storage::read(file).map_err(SourceError::io(file))?;
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        let json = metadata_json(&bytes, file, "clean")?;
+        let partitions = json.get("partitionMetadata").and_then(|p| p.as_object()).into_iter().flat_map(|m| m.values());
+        let deleted = partitions
+            .flat_map(|p| ["successDeleteFiles", "deletePathPatterns"].map(|k| p.get(k).and_then(|v| v.as_array())))
+            .flatten()
+            .flatten()
+            .filter_map(|v| v.as_str());
+        if deleted.into_iter().any(|d| d.rsplit('/').next() == Some(file_name)) {
+            return Ok(Some(clean.requested.clone()));
+        }
+    }
+    Ok(None)
 }
 
 /// Epoch millis of an instant time `yyyyMMddHHmmss[SSS]` read as UTC.

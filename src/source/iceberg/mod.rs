@@ -53,7 +53,7 @@ impl IcebergSource {
             .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
             .collect();
         if !opts.key_fields.is_empty() && !declared.is_empty() && opts.key_fields != declared && !opts.key_fields_override {
-            return Err(SourceError::Unreadable {
+            return Err(SourceError::Config {
                 message: format!(
                     "key.fields {:?} differs from the identifier fields {declared:?} that table {} declares: the events \
                      would be keyed by something other than the row's identity. Remove key.fields, or set \
@@ -66,7 +66,7 @@ impl IcebergSource {
         let key_fields: Vec<String> = if !opts.key_fields.is_empty() {
             for k in &opts.key_fields {
                 if !schema.fields.iter().any(|f| f.name == *k) {
-                    return Err(SourceError::Unreadable {
+                    return Err(SourceError::Config {
                         message: format!("key.fields: `{k}` is not a column of table {} (columns: {})", file.display(),
                             schema.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")),
                     });
@@ -77,7 +77,7 @@ impl IcebergSource {
             declared
         };
         if key_fields.is_empty() {
-            return Err(SourceError::Unreadable {
+            return Err(SourceError::Config {
                 message: format!(
                     "table {} declares no identifier fields, so change events would have no key; set key.fields \
                      (comma-separated columns that identify a row)",
@@ -374,18 +374,30 @@ struct Sides {
     bytes: u64,
 }
 
-/// A file a unit needs is gone: name it and the way out.
-fn gone_hint(e: SourceError, unit: &Unit) -> SourceError {
+/// A file a unit needs is gone: name it, say whether expiry removed it (its snapshot no longer
+/// in the metadata: the way out is to skip or rescan) or something outside Iceberg did (the
+/// snapshot still references it: restore the file; skipping would lose its rows silently).
+fn gone_hint(e: SourceError, unit: &Unit, still_referenced: impl FnOnce() -> Option<bool>) -> SourceError {
     match e {
         SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
-            message: format!(
-                "snapshot {}: file {} is gone (snapshot expired and its files deleted before they were read); the \
-                 changelog cannot be continued exactly. Ways out: restart under a new connector name with \
-                 starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE (skip the gap) or TABLE_SCAN_THEN_INCREMENTAL \
-                 (full rescan); keep snapshot expiry longer than the connector's lag",
-                unit.position.instant,
-                path.display()
-            ),
+            message: match still_referenced() {
+                Some(true) => format!(
+                    "snapshot {}: file {} is missing, yet the snapshot is still in the table metadata: it was deleted \
+                     outside Iceberg (orphan-file removal with too short an age, a lifecycle rule, a manual delete) or the \
+                     store is inconsistent. Restore the file (bucket versioning, backup) and restart; skipping it would \
+                     lose its rows",
+                    unit.position.instant,
+                    path.display()
+                ),
+                _ => format!(
+                    "snapshot {}: file {} is gone (snapshot expired and its files deleted before they were read); the \
+                     changelog cannot be continued exactly. Ways out: restart under a new connector name with \
+                     starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE (skip the gap) or TABLE_SCAN_THEN_INCREMENTAL \
+                     (full rescan); keep snapshot expiry longer than the connector's lag",
+                    unit.position.instant,
+                    path.display()
+                ),
+            },
         },
         other => other,
     }
@@ -414,7 +426,12 @@ impl Source for IcebergSource {
     }
 
     fn read_unit(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
-        self.read(unit, resume, emit).map_err(|e| gone_hint(e, unit))
+        self.read(unit, resume, emit).map_err(|e| {
+            gone_hint(e, unit, || {
+                let id = unit.position.instant.parse::<i64>().ok()?;
+                Some(self.metadata().ok()?.snapshot(id).is_some())
+            })
+        })
     }
 
     fn ownership(&self) -> super::Ownership {
