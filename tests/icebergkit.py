@@ -1,6 +1,7 @@
 """Iceberg test kit: fixture tables revealed one metadata version at a time (a table's history as
 a reader polling its catalog sees it), oracles per snapshot, and Spark's changelog view as events."""
 
+import collections
 import json
 import shutil
 import sqlite3
@@ -11,7 +12,7 @@ import pytest
 
 import uuid
 
-from testkit import FIXTURES, Replay, compare, connector_props, consume_all, new_records, run_once
+from testkit import FIXTURES, Replay, compare, connector_props, consume_all, new_records, norm, run_once
 
 ICEBERG_ROOT = Path("/tmp/lakestream-fixtures/iceberg")
 WAREHOUSE = ICEBERG_ROOT / "warehouse"
@@ -111,6 +112,75 @@ def check_step(oracle, snaps, current, replay, columns, label):
     compare(sor, rows, Filled, label)
 
 
+class MultisetReplay:
+    """Applies the events of a keyless table (`key.mode=none`) to a multiset of rows: null keys, no
+    tombstones, `c`/`r` add the after image, `d` removes one copy of the before image (which must
+    be live), never `u`. Rows are compared on `columns`, a column that is null in a row counting as
+    absent (a column added later reads as null in older rows, as in Iceberg)."""
+
+    def __init__(self, registry, columns, types):
+        self.registry, self.columns, self.types = registry, columns, types
+        self.rows = collections.Counter()
+        self.events = []
+
+    def canon(self, row):
+        return json.dumps({k: norm(v, self.types.get(k, "")) for k, v in row.items() if k in self.columns and v is not None},
+                          sort_keys=True, default=str)
+
+    def apply(self, records):
+        for _, _, k, v in records:
+            assert k is None, "key.mode=none: every record has a null key"
+            assert v is not None, "key.mode=none: no tombstones (there is no key to delete)"
+            ev = self.registry.decode(v)
+            self.events.append(ev)
+            assert ev["op"] in ("r", "c", "d"), f"keyless: op {ev['op']} (nothing pairs two rows into an update)"
+            if ev["op"] == "d":
+                row = self.canon(ev["before"])
+                assert self.rows[row] > 0, f"delete of a row not live: {row}"
+                self.rows[row] -= 1
+                if not self.rows[row]:
+                    del self.rows[row]
+            else:
+                self.rows[self.canon(ev["after"])] += 1
+
+    def check(self, oracle_rows, snapshot_columns, label):
+        """Compare on the columns the snapshot's schema has (a dropped column is not compared)."""
+        def project(row):
+            r = json.loads(row)
+            return json.dumps({k: v for k, v in r.items() if k in snapshot_columns}, sort_keys=True)
+        want = collections.Counter(project(self.canon(r)) for r in oracle_rows)
+        got = collections.Counter()
+        for row, n in self.rows.items():
+            got[project(row)] += n
+        missing, extra = want - got, got - want
+        assert not missing and not extra, \
+            f"{label}: multiset differs: missing {list(missing.items())[:3]} extra {list(extra.items())[:3]}"
+
+
+def replay_revealed_keyless(env, registry, name, tmp, **extra):
+    """`replay_revealed` for `key.mode=none`: the replayed multiset of rows equals the oracle's
+    rows at every revealed snapshot. Returns the replay."""
+    oracle = load_oracle(name)
+    snaps = {s["snapshot_id"]: s for s in oracle["snapshots"]}
+    types = {c["name"]: c["type"] for s in oracle["snapshots"] for c in s["columns"]}
+    t = RevealedIceberg(name, tmp / "tables")
+    replay = MultisetReplay(registry, stable_columns(WAREHOUSE / name.replace(".", "/")), types)
+    props, topic = iceberg_props(tmp, env, t.table, **{"key.mode": "none"}, **extra)
+    steps, seen = 0, set()
+    for i in range(len(t.versions)):
+        t.reveal(i)
+        cur = t.current(i)
+        if cur is not None and cur not in snaps:
+            continue
+        run_once(props)
+        replay.apply(new_records(consume_all(env, topic), seen))
+        snap = snaps.get(cur, {"rows": [], "columns": []})
+        replay.check(snap["rows"], {c["name"] for c in snap["columns"]}, f"{name} version {i} snapshot {cur}")
+        steps += 1
+    assert steps >= 2, f"{name}: only {steps} states compared"
+    return replay
+
+
 def no_split_updates(replay):
     """A key deleted and re-created in one snapshot must be one update, never `d` + `c`."""
     ops = {}
@@ -125,6 +195,8 @@ def iceberg_props(tmp, env, table=None, **extra):
     topic = "ice-" + uuid.uuid4().hex[:10]
     base = {"connector.class": "iceberg", "key.fields": "id", "monitor-interval": "200ms"}
     base.update(extra)
+    if base.get("key.mode") == "none":
+        del base["key.fields"]
     return connector_props(tmp, "c-" + topic, table, topic, env, **base), topic
 
 

@@ -27,7 +27,8 @@ pub enum ChangelogError {
     Schema(String),
 }
 
-/// A record to produce: Confluent-framed Avro key, and value (`None` = tombstone).
+/// A record to produce: Confluent-framed Avro key (empty: a null key, for a keyless table), and
+/// value (`None` = tombstone).
 #[derive(Debug, Clone)]
 pub struct KafkaRecord {
     pub key: Vec<u8>,
@@ -117,7 +118,8 @@ impl ChangelogEncoder {
         for s in [&key, &envelope] {
             apache_avro::Schema::parse(s).map_err(|e| ChangelogError::Schema(format!("generated schema invalid: {e}: {s}")))?;
         }
-        let key_id = self.registry.register(&format!("{}-key", self.topic), &key.to_string()).await?;
+        // a keyless table's records have null keys: no key schema
+        let key_id = if self.keyless() { 0 } else { self.registry.register(&format!("{}-key", self.topic), &key.to_string()).await? };
         let value_id = self.registry.register(&format!("{}-value", self.topic), &envelope.to_string()).await?;
         tracing::info!(topic = %self.topic, key_id, value_id, "schemas registered");
         let r = Arc::new(Registered { key_id, value_id, key_cols });
@@ -125,10 +127,14 @@ impl ChangelogEncoder {
         Ok(r)
     }
 
+    fn keyless(&self) -> bool {
+        self.table.key_fields.is_empty()
+    }
+
     /// Prepare the encoder of one split (registers its schemas on first sight).
     pub async fn split(&mut self, unit: &Unit, split: &SplitChanges) -> Result<SplitEncoder, ChangelogError> {
         let Some(first) = split.batches.first() else {
-            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones });
+            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones && !self.keyless() });
         };
         let schema = first.schema();
         let reg = self.register(&schema).await?;
@@ -167,8 +173,9 @@ impl ChangelogEncoder {
             split.batch_files.iter().map(|(p, f)| [source.as_slice(), &suffix(p, f)].concat()).collect()
         };
         Ok(SplitEncoder {
-            inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, sources }),
-            tombstones: self.tombstones,
+            inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, sources, keyless: self.keyless() }),
+            // a tombstone needs a key to delete
+            tombstones: self.tombstones && !self.keyless(),
         })
     }
 }
@@ -180,6 +187,8 @@ struct Inner {
     keys: Vec<RowEncoder>,
     /// The encoded `source` record: one for the split, or one per batch.
     sources: Vec<Vec<u8>>,
+    /// Null keys (`key.mode=none`).
+    keyless: bool,
 }
 
 pub struct SplitEncoder {
@@ -208,8 +217,13 @@ impl SplitEncoder {
     pub fn encode(&self, row: &ChangeRow, ts_ms: i64, out: &mut Vec<KafkaRecord>) {
         let Some(e) = &self.inner else { return };
         let key_row = row.after.or(row.before).expect("a change row has a row");
-        let mut key = framed(e.key_id, 32);
-        e.keys[key_row.batch as usize].write(key_row.row as usize, &mut key);
+        let key = if e.keyless {
+            Vec::new()
+        } else {
+            let mut key = framed(e.key_id, 32);
+            e.keys[key_row.batch as usize].write(key_row.row as usize, &mut key);
+            key
+        };
         let mut value = framed(e.value_id, 256);
         for side in [row.before, row.after] {
             match side {

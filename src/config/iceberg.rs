@@ -25,6 +25,7 @@ pub const ICEBERG_KEYS: &[&str] = &[
     "split-file-open-cost",
     "key.fields",
     "key.fields.override",
+    "key.mode",
 ];
 
 /// Keys only a Hudi connector accepts, with the Iceberg key to use instead.
@@ -78,6 +79,9 @@ pub struct IcebergOptions {
     pub key_fields: Vec<String>,
     /// `key.fields.override`: `key.fields` may replace declared identifier fields.
     pub key_fields_override: bool,
+    /// `key.mode=none`: a keyless table; events carry a null Kafka key and rows are compared
+    /// whole (a multiset), never paired into updates.
+    pub keyless: bool,
 }
 
 impl IcebergOptions {
@@ -193,10 +197,21 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
             ))
         }
     };
-    let key_fields = v
+    let key_fields: Vec<String> = v
         .get("key.fields")
         .map(|s| s.split(',').map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect())
         .unwrap_or_default();
+    let keyless = match v.get("key.mode").as_deref() {
+        None | Some("fields") => false,
+        Some("none") if !key_fields.is_empty() => {
+            return Err(v.invalid("key.mode", "`none` (no key) contradicts key.fields: set one of them".into()));
+        }
+        Some("none") if v.u64_in("tasks.max", 1, 1..=256)? > 1 => {
+            return Err(v.invalid("key.mode", "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into()));
+        }
+        Some("none") => true,
+        Some(s) => return Err(v.invalid("key.mode", format!("`{s}` is not one of: fields, none"))),
+    };
     Ok(IcebergOptions {
         location: location(v)?,
         start,
@@ -212,5 +227,6 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
         split_open_cost: size_key(v, "split-file-open-cost", 4 << 20)?,
         key_fields,
         key_fields_override: v.bool_or("key.fields.override", false)?,
+        keyless,
     })
 }

@@ -42,6 +42,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("split-file-open-cost", "4MiB", "Iceberg: weight of a file when packing splits"),
     ("key.fields", "(identifier fields)", "Iceberg: Kafka key columns (comma-separated) when the schema declares no identifier fields"),
     ("key.fields.override", "false", "Iceberg: let `key.fields` replace the identifier fields the table declares (otherwise refused)"),
+    ("key.mode", "fields", "Iceberg: `fields` (the key is key.fields or the identifier fields) or `none`: a keyless table, null Kafka keys, rows compared whole (removed rows `d`, added rows `c`, unchanged carry-over rows nothing)"),
     ("s3.endpoint", "(AWS)", "S3-compatible endpoint URL for `s3://` tables (MinIO, Ceph, ...); else `AWS_ENDPOINT_URL`"),
     ("s3.region", "(AWS_REGION)", "S3 region"),
     ("s3.access-key-id", "(credential chain)", "S3 access key; unset: environment, web identity (IRSA), instance profile"),

@@ -165,7 +165,10 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
     // the events already published were keyed by the stored key fields: a run keyed otherwise
     // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
-    let key = &source.info().key_fields;
+    let key = match &source.info().key_fields {
+        k if k.is_empty() => &vec!["(key.mode=none)".to_string()],
+        k => k,
+    };
     if !state.key.is_empty() && state.key != *key {
         return Err(RuntimeError::Position(format!(
             "the table's key is now {key:?}, but the events already published were keyed by {:?} (stored with the \

@@ -246,7 +246,11 @@ impl TxnSink {
 
     fn send_to(&mut self, topic: &str, key: &[u8], value: Option<&[u8]>) -> Result<(), SinkError> {
         self.begin()?;
-        let mut rec = BaseRecord::<[u8], [u8]>::to(topic).key(key);
+        let mut rec = BaseRecord::<[u8], [u8]>::to(topic);
+        if !key.is_empty() {
+            // (empty: a keyless table's null key)
+            rec = rec.key(key);
+        }
         if let Some(v) = value {
             rec = rec.payload(v);
         }

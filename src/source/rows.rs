@@ -215,6 +215,37 @@ pub fn diff(
     Ok(out)
 }
 
+/// The diff of a keyless table between an old and a new set of rows, compared whole as a
+/// multiset: a row removed and re-added unchanged (a copy-on-write carry-over) cancels, as
+/// Spark's `create_changelog_view` does; what is left are creates (new rows, in row order) then
+/// deletes (old rows, in row order). Never an update: without a key nothing pairs two rows.
+pub fn multiset_diff(batches: &[RecordBatch], old: &[u32], new: &[u32]) -> Result<Vec<ChangeRow>, SourceError> {
+    let Some(first) = batches.first() else { return Ok(Vec::new()) };
+    let full = RowKeys::new(&first.schema(), None)?;
+    let rows: Vec<Rows> = batches.iter().map(|b| full.rows(b)).collect::<Result<_, _>>()?;
+    // each distinct old row -> its occurrences, last first (so cancelling pops the latest)
+    let mut left: HashMap<Row<'_>, Vec<RowRef>> = HashMap::new();
+    for &b in old {
+        for i in 0..batches[b as usize].num_rows() {
+            left.entry(rows[b as usize].row(i)).or_default().push(RowRef { batch: b, row: i as u32 });
+        }
+    }
+    let mut out = Vec::new();
+    for &b in new {
+        for i in 0..batches[b as usize].num_rows() {
+            let cancelled = left.get_mut(&rows[b as usize].row(i)).and_then(Vec::pop).is_some();
+            if !cancelled {
+                out.push(ChangeRow { op: Op::Create, before: None, after: Some(RowRef { batch: b, row: i as u32 }) });
+            }
+        }
+    }
+    let order: HashMap<u32, usize> = old.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+    let mut gone: Vec<RowRef> = left.into_values().flatten().collect();
+    gone.sort_by_key(|r| (order[&r.batch], r.row));
+    out.extend(gone.into_iter().map(|r| ChangeRow { op: Op::Delete, before: Some(r), after: None }));
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +286,28 @@ mod tests {
             ops(&out[1]),
             vec![(Op::Update, Some((0, 2)), Some((3, 1))), (Op::Create, None, Some((3, 2)))]
         );
+    }
+
+    #[test]
+    fn a_keyless_diff_cancels_carried_over_rows_and_counts_duplicates() {
+        let batches = vec![
+            batch(&["a", "a", "b", "c"], &[1, 1, 2, 3], &["1", "1", "1", "1"]), // old: a twice
+            batch(&["a", "b", "d", "d"], &[1, 2, 4, 4], &["1", "1", "1", "1"]), // new: one a gone, c gone, d twice
+        ];
+        let out = multiset_diff(&batches, &[0], &[1]).unwrap();
+        assert_eq!(
+            ops(&out),
+            vec![
+                (Op::Create, None, Some((1, 2))),
+                (Op::Create, None, Some((1, 3))),
+                (Op::Delete, Some((0, 0)), None),
+                (Op::Delete, Some((0, 3)), None),
+            ]
+        );
+        // a row changed in place is a delete and a create: nothing pairs them
+        let batches = vec![batch(&["a"], &[1], &["1"]), batch(&["a"], &[2], &["2"])];
+        let ops_only: Vec<Op> = multiset_diff(&batches, &[0], &[1]).unwrap().iter().map(|r| r.op).collect();
+        assert_eq!(ops_only, vec![Op::Create, Op::Delete]);
     }
 
     #[test]

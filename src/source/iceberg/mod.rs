@@ -20,7 +20,7 @@ use self::manifest::ManifestCache;
 use self::monitor::{DiffPart, First, Plan, PlanKind, Task};
 use self::reader::{and_not, keep, read_range, FileRange};
 use super::buckets::{buckets_for, restrict_indexes, BucketWriter, DECODED_PER_FILE_BYTE};
-use super::rows::diff;
+use super::rows::{diff, multiset_diff};
 use super::{par, ChangeRow, Position, Resume, RowRef, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
 
@@ -76,11 +76,13 @@ impl IcebergSource {
         } else {
             declared
         };
-        if key_fields.is_empty() {
+        let key_fields = if opts.keyless { Vec::new() } else { key_fields };
+        if key_fields.is_empty() && !opts.keyless {
             return Err(SourceError::Config {
                 message: format!(
                     "table {} declares no identifier fields, so change events would have no key; set key.fields \
-                     (comma-separated columns that identify a row)",
+                     (comma-separated columns that identify a row), or key.mode=none for a table without a key (null \
+                     Kafka keys, rows compared whole)",
                     file.display()
                 ),
             });
@@ -203,7 +205,11 @@ impl IcebergSource {
         }
         let keys = self.key_columns(plan)?;
         let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let rows = diff(&batches, &[old_idx], &[new_idx], &keys, None)?.remove(0);
+        let rows = if self.info.key_fields.is_empty() {
+            multiset_diff(&batches, &old_idx, &new_idx)?
+        } else {
+            diff(&batches, &[old_idx], &[new_idx], &keys, None)?.remove(0)
+        };
         let (picked, rows) = restrict_indexes(batches.len(), rows);
         let batches: Vec<RecordBatch> = picked.iter().map(|&i| batches[i].clone()).collect();
         let labels: Vec<(String, String)> = picked.iter().map(|&i| labels[i].clone()).collect();
@@ -258,7 +264,11 @@ impl IcebergSource {
         let mut first_row = 0u64;
         for p in 0..reader.len() {
             let rows = reader.read(p, 1)?;
-            let changes = diff(&rows.batches, &rows.old, &rows.new, &keys, None)?.remove(0);
+            let changes = if self.info.key_fields.is_empty() {
+                multiset_diff(&rows.batches, &rows.old[0], &rows.new[0])?
+            } else {
+                diff(&rows.batches, &rows.old, &rows.new, &keys, None)?.remove(0)
+            };
             let last = p + 1 == reader.len();
             if changes.is_empty() && !last {
                 continue;
@@ -282,7 +292,11 @@ impl IcebergSource {
         Ok(())
     }
 
+    /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.
     fn key_columns(&self, plan: &Plan) -> Result<Vec<usize>, SourceError> {
+        if self.info.key_fields.is_empty() {
+            return Ok((0..plan.schema.fields().len()).collect());
+        }
         self.info
             .key_fields
             .iter()
