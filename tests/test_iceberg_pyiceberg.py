@@ -133,9 +133,10 @@ def test_pyiceberg_history_replays_at_every_commit(env, registry, tmp_path):
         "catalog.type": "sql", "catalog.uri": f"sqlite:///{db}", "table.identifier": "shop.orders"})
     props.write_text(props.read_text().replace("key.fields=id\n", ""))  # the identifier field is the key
     replay, consumed = testkit.Replay(registry), 0
-    ops = []
+    ops, currents = [], set()
     for op in history(tbl, rng, 14):
         ops.append(op)
+        currents.add(tbl.metadata.current_snapshot_id)
         testkit.run_once(props)
         records = testkit.consume_all(env, topic)
         replay.apply(records[consumed:])
@@ -143,6 +144,12 @@ def test_pyiceberg_history_replays_at_every_commit(env, registry, tmp_path):
         compare_now(tbl, replay, {"id", "cat", "amount", "ts", "day", "note"}, f"seed {seed} after {ops}")
     ik.no_split_updates(replay)
     assert {e["op"] for e in replay.events} >= {"r", "c", "d"}
+    # one catalog commit, one unit: an upsert's delete and append snapshots (one metadata commit)
+    # are emitted together, as the snapshot the commit made current, so updated keys are `u`
+    emitted = {int(e["source"]["instant"]) for e in replay.events}
+    assert emitted <= currents, f"events of snapshots no reader saw as current: {emitted - currents}"
+    if "upsert" in ops:
+        assert "u" in {e["op"] for e in replay.events}, "an upsert's updated keys must arrive as `u`"
     rest_catalog_reads_the_same_table(env, registry, tmp_path, db, tbl)
 
 

@@ -43,7 +43,7 @@ class Broker:
 
     def kill(self):
         self.proc.send_signal(self.signal)
-        self.proc.wait(10)
+        self.proc.wait(120)  # a broker holding much data takes a while to stop
         deadline = time.time() + 30
         while time.time() < deadline:  # the port must be free before the restart binds it
             try:

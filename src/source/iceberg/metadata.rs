@@ -33,6 +33,16 @@ pub struct TableMetadata {
     pub current_schema_id: Option<i32>,
     #[serde(default)]
     pub partition_specs: Vec<PartitionSpec>,
+    /// Earlier metadata versions, oldest first (which snapshot each made current: see `commits`).
+    #[serde(default)]
+    pub metadata_log: Vec<MetadataLogEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MetadataLogEntry {
+    pub metadata_file: String,
+    pub timestamp_ms: i64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

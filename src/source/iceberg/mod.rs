@@ -5,6 +5,7 @@
 //! one `u`, and `replace` (compaction) emits nothing. Deletes apply by sequence number.
 
 pub mod catalog;
+mod commits;
 pub mod deletes;
 pub mod manifest;
 pub mod metadata;
@@ -28,6 +29,8 @@ pub struct IcebergSource {
     opts: IcebergOptions,
     info: TableInfo,
     manifests: ManifestCache,
+    /// Which snapshot each metadata version made current (snapshots folded into one commit).
+    currents: commits::CurrentCache,
     /// Plans of the units handed out, by (snapshot id, full scan).
     plans: Mutex<HashMap<(i64, bool), Arc<Plan>>>,
     threads: usize,
@@ -102,6 +105,7 @@ impl IcebergSource {
             info: TableInfo { name, key_fields, connector: "iceberg" },
             opts,
             manifests: ManifestCache::default(),
+            currents: Default::default(),
             plans: Default::default(),
             threads: par::default_threads(),
             budget: cfg.memory_budget,
@@ -117,7 +121,7 @@ impl IcebergSource {
             return Ok(p.clone());
         }
         let md = self.metadata()?;
-        self.unit(&md, id, unit.snapshot, false)?;
+        self.unit(&md, id, unit.snapshot, false, None)?;
         Ok(self.plans.lock().expect("plans lock").get(&(id, unit.snapshot)).cloned().expect("planned above"))
     }
 
@@ -427,7 +431,7 @@ impl Source for IcebergSource {
         let (ids, first) = self.pending(&md, after)?;
         ids.iter()
             .enumerate()
-            .map(|(i, id)| self.unit(&md, *id, i == 0 && first == First::Scan, i == 0 && first == First::Nothing))
+            .map(|(i, id)| self.unit(&md, *id, i == 0 && first == First::Scan, i == 0 && first == First::Nothing, after))
             .collect()
     }
 
@@ -436,7 +440,7 @@ impl Source for IcebergSource {
         let id = position.instant.parse().map_err(|_| SourceError::Unreadable {
             message: format!("stored position `{}` is not an Iceberg snapshot id; use a new connector name", position.instant),
         })?;
-        self.unit(&md, id, snapshot, false)
+        self.unit(&md, id, snapshot, false, None)
     }
 
     fn read_unit(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {

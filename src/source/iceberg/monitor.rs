@@ -1,12 +1,14 @@
 //! The Iceberg monitor: new snapshots after the last issued one (walking the parent chain), the
 //! starting strategies, and the plan of each snapshot: nothing (`replace`), rows (a full scan or
 //! a pure append, bin-packed into splits), or a keyed diff of what the snapshot removed and added.
+//! Snapshots one catalog commit added together are one unit (see `commits`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 
+use super::commits::Commits;
 use super::deletes::{applies, DeleteReader};
 use super::manifest::{Entry, SnapshotFiles, CONTENT_EQUALITY_DELETES};
 use super::metadata::{arrow_schema, current_metadata_file, Snapshot, TableMetadata};
@@ -165,6 +167,15 @@ impl IcebergSource {
                 }
             },
         };
+        // a snapshot that ended no commit was never visible: its changes go with the commit's last
+        let commits = Commits::load(md, &self.currents);
+        let n = ids.len();
+        ids = ids
+            .into_iter()
+            .enumerate()
+            .filter(|(i, id)| *i + 1 == n || md.snapshot(*id).is_none_or(|s| commits.ends_unit(md, s)))
+            .map(|(_, id)| id)
+            .collect();
         if let Some(end) = self.opts.end_snapshot_id {
             if let Some(i) = ids.iter().position(|id| *id == end) {
                 ids.truncate(i + 1);
@@ -176,16 +187,30 @@ impl IcebergSource {
         Ok((ids, First::Changes))
     }
 
-    /// The unit of one snapshot (planned, and the plan kept for reading).
-    pub(super) fn unit(&self, md: &TableMetadata, id: i64, scan: bool, exclusive_start: bool) -> Result<Unit, SourceError> {
+    /// The unit of one snapshot, or of the commit it ended with the snapshots before it that no
+    /// reader saw (planned, and the plan kept for reading). `floor`: the last position emitted,
+    /// which a commit never reaches back past.
+    pub(super) fn unit(
+        &self,
+        md: &TableMetadata,
+        id: i64,
+        scan: bool,
+        exclusive_start: bool,
+        floor: Option<&Position>,
+    ) -> Result<Unit, SourceError> {
         let snap = md.snapshot(id).ok_or_else(|| SourceError::Unreadable {
             message: format!(
                 "snapshot {id} is no longer in the table metadata (expired before it was read); restart under a new \
                  connector name with starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE or TABLE_SCAN_THEN_INCREMENTAL"
             ),
         })?;
+        let floor = floor.and_then(|p| p.instant.parse::<i64>().ok());
+        let base = Commits::load(md, &self.currents).base_of(md, snap, floor);
+        let folded = base != snap.parent_snapshot_id;
         let plan = if exclusive_start {
             Plan { snapshot: snap.clone(), schema: arrow_schema(md.schema_of(Some(snap))?)?, kind: PlanKind::Nothing("starting position"), deletes: DeleteReader::default() }
+        } else if folded && !scan {
+            self.plan_commit(md, base.and_then(|b| md.snapshot(b)), snap)?
         } else {
             self.plan(md, snap, scan)?
         };
@@ -216,15 +241,7 @@ impl IcebergSource {
         let schema = arrow_schema(ischema)?;
         let id = snap.snapshot_id;
         let deletes = DeleteReader::default();
-        if self.by_partition {
-            let key: Vec<i32> = ischema.fields.iter().filter(|f| self.info.key_fields.contains(&f.name)).map(|f| f.id).collect();
-            md.partition_follows(&key).map_err(|why| SourceError::Unreadable {
-                message: format!(
-                    "snapshot {id}: tasks divide this table by partition, but now {why}; restart the connector (with \
-                     tasks.ownership=auto it then divides the table by key)"
-                ),
-            })?;
-        }
+        self.check_partitions(md, snap)?;
         let rows = |data: Vec<&Entry>, index: &DeleteIndex| -> Vec<Vec<Task>> {
             let tasks: Vec<Task> = data
                 .into_iter()
@@ -298,25 +315,81 @@ impl IcebergSource {
                 }
             }
         }
-        let parts = if self.by_partition {
-            let mut by: std::collections::BTreeMap<String, DiffPart> = Default::default();
-            fn part<'a>(by: &'a mut std::collections::BTreeMap<String, DiffPart>, p: &str) -> &'a mut DiffPart {
-                by.entry(p.to_string()).or_insert_with(|| DiffPart { partition: p.to_string(), ..Default::default() })
-            }
-            for t in old {
-                part(&mut by, &t.0.file.partition.clone()).old.push(t);
-            }
-            for t in new {
-                part(&mut by, &t.0.file.partition.clone()).new.push(t);
-            }
-            for r in rewritten {
-                part(&mut by, &r.0.file.partition.clone()).rewritten.push(r);
-            }
-            by.into_values().collect()
-        } else {
-            vec![DiffPart { partition: String::new(), old, new, rewritten }]
-        };
+        let parts = self.parts(old, new, rewritten);
         Ok(Plan { snapshot: snap.clone(), schema, kind: PlanKind::Diff(parts), deletes })
+    }
+
+    /// With tasks dividing the table by partition, a row's partition must still follow its key.
+    fn check_partitions(&self, md: &TableMetadata, snap: &Snapshot) -> Result<(), SourceError> {
+        if !self.by_partition {
+            return Ok(());
+        }
+        let ischema = md.schema_of(Some(snap))?;
+        let key: Vec<i32> = ischema.fields.iter().filter(|f| self.info.key_fields.contains(&f.name)).map(|f| f.id).collect();
+        md.partition_follows(&key).map_err(|why| SourceError::Unreadable {
+            message: format!(
+                "snapshot {}: tasks divide this table by partition, but now {why}; restart the connector (with \
+                 tasks.ownership=auto it then divides the table by key)",
+                snap.snapshot_id
+            ),
+        })
+    }
+
+    /// The diff's parts: one, or one per partition when tasks divide the table by partition.
+    fn parts(&self, old: Vec<Task>, new: Vec<Task>, rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)>) -> Vec<DiffPart> {
+        if !self.by_partition {
+            return vec![DiffPart { partition: String::new(), old, new, rewritten }];
+        }
+        let mut by: std::collections::BTreeMap<String, DiffPart> = Default::default();
+        fn part<'a>(by: &'a mut std::collections::BTreeMap<String, DiffPart>, p: &str) -> &'a mut DiffPart {
+            by.entry(p.to_string()).or_insert_with(|| DiffPart { partition: p.to_string(), ..Default::default() })
+        }
+        for t in old {
+            part(&mut by, &t.0.file.partition.clone()).old.push(t);
+        }
+        for t in new {
+            part(&mut by, &t.0.file.partition.clone()).new.push(t);
+        }
+        for r in rewritten {
+            part(&mut by, &r.0.file.partition.clone()).rewritten.push(r);
+        }
+        by.into_values().collect()
+    }
+
+    /// The plan of a commit that added several snapshots (`base` is the snapshot before it): the
+    /// table as of `base` against the table as of `last`, whatever happened in between — data
+    /// files gone, data files new, and data files in both whose delete files changed. Reads every
+    /// manifest of both snapshots (a multi-snapshot commit is rare; the cache keeps them).
+    fn plan_commit(&self, md: &TableMetadata, base: Option<&Snapshot>, last: &Snapshot) -> Result<Plan, SourceError> {
+        self.check_partitions(md, last)?;
+        let schema = arrow_schema(md.schema_of(Some(last))?)?;
+        let after = SnapshotFiles::load(&self.manifests, last, true)?;
+        let before = match base {
+            Some(b) => SnapshotFiles::load(&self.manifests, b, true)?,
+            None => SnapshotFiles::default(),
+        };
+        let (before_ix, after_ix) = (DeleteIndex::new(md, before.deletes.iter()), DeleteIndex::new(md, after.deletes.iter()));
+        let paths = |f: &SnapshotFiles| -> HashSet<String> { f.data.iter().map(|e| e.file.path.clone()).collect() };
+        let (had, has) = (paths(&before), paths(&after));
+        let whole = |e: &Entry| FileRange::whole(e.file.clone(), e.data_seq);
+        let names = |ds: &[Entry]| ds.iter().map(|d| d.file.path.clone()).collect::<Vec<_>>();
+        let old: Vec<Task> =
+            before.data.iter().filter(|e| !has.contains(&e.file.path)).map(|e| (whole(e), before_ix.for_data(md, e))).collect();
+        let new: Vec<Task> =
+            after.data.iter().filter(|e| !had.contains(&e.file.path)).map(|e| (whole(e), after_ix.for_data(md, e))).collect();
+        let mut rewritten = Vec::new();
+        for e in after.data.iter().filter(|e| had.contains(&e.file.path)) {
+            let (b, a) = (before_ix.for_data(md, e), after_ix.for_data(md, e));
+            if names(&b) != names(&a) {
+                rewritten.push((whole(e), b, a));
+            }
+        }
+        let deletes = DeleteReader::default();
+        if old.is_empty() && new.is_empty() && rewritten.is_empty() {
+            return Ok(Plan { snapshot: last.clone(), schema, kind: PlanKind::Nothing("no data change"), deletes });
+        }
+        let kind = PlanKind::Diff(self.parts(old, new, rewritten));
+        Ok(Plan { snapshot: last.clone(), schema, kind, deletes })
     }
 
     /// A data file as ranges of about `split-size` bytes, cut at its split offsets (row groups).
