@@ -61,6 +61,46 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(env, registry, tm
     assert {e["op"] for e in replay.events} >= {"c", "u", "d"}
 
 
+def test_transaction_metadata_has_one_begin_and_end_per_commit_across_kills(env, registry, tmp_path):
+    """provide.transaction.metadata with 3-record Kafka transactions, so every lake commit spans
+    several of them, and kill -9 at 10 random moments: each commit that published events has
+    exactly one BEGIN and one END in `<topic>.transaction`, END's event_count is the number of
+    that commit's events, and the events' total_order is exactly 1..n."""
+    seed = int(time.time())
+    print("transaction metadata kill seed", seed)
+    rng = random.Random(seed)
+    require_fixtures()
+    fixture = KILL_FIXTURES[1]
+    first = testkit.load_oracle(fixture)["instants"][0]["requested"]
+    oracle, instants, revealed, topic, props = setup(
+        env, tmp_path, "txmeta", fixture, **{"transaction.max.records": "3", "read.start-commit": first,
+                                             "read.streaming.check-interval": "50ms", "provide.transaction.metadata": "true"})
+    revealed.reveal_through(testkit.instant_order(instants[-1]))
+    for _ in range(10):
+        proc = start(props)
+        time.sleep(rng.uniform(0.2, 1.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    replay = finish(env, registry, props, topic, oracle, instants[-1]["rows"])
+    events = {}
+    for e in replay.events:
+        assert e["transaction"]["id"] == e["source"]["instant"], e["transaction"]
+        events.setdefault(e["transaction"]["id"], []).append(e["transaction"]["total_order"])
+    markers = {}
+    for _, _, k, v in testkit.consume_all(env, topic + ".transaction"):
+        m = registry.decode(v)
+        assert registry.decode(k) == {"id": m["id"]}
+        markers.setdefault(m["id"], []).append(m)
+    assert set(markers) == set(events), f"commits with events {sorted(events)} vs with markers {sorted(markers)}"
+    for tid, orders in events.items():
+        assert sorted(orders) == list(range(1, len(orders) + 1)), f"{tid}: total_order {sorted(orders)[:10]}..."
+        ms = markers[tid]
+        assert [m["status"] for m in ms] == ["BEGIN", "END"], f"{tid}: {[m['status'] for m in ms]}"
+        assert ms[0]["event_count"] is None and ms[1]["event_count"] == len(orders), (tid, ms[1], len(orders))
+        assert ms[1]["data_collections"][0]["event_count"] == len(orders)
+    assert max(len(o) for o in events.values()) > 3, "some commit must span several Kafka transactions"
+
+
 def test_second_instance_fences_the_first(env, registry, tmp_path):
     oracle, instants, revealed, topic, props = setup(env, tmp_path, "fence", **{"read.streaming.check-interval": "100ms"})
     revealed.reveal_through(testkit.instant_order(instants[0]))

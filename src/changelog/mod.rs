@@ -3,6 +3,7 @@
 
 pub mod avro;
 pub mod registry;
+pub mod transaction;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,6 +50,10 @@ pub struct ChangelogEncoder {
     tombstones: bool,
     registry: RegistryClient,
     registered: HashMap<SchemaRef, Arc<Registered>>,
+    /// `provide.transaction.metadata`: the envelope has a `transaction` field; the BEGIN/END
+    /// encoder once its schemas are registered.
+    txn_metadata: bool,
+    markers: Option<Arc<transaction::Markers>>,
 }
 
 const SOURCE_FIELDS: &[(&str, &str)] = &[
@@ -74,7 +79,29 @@ impl ChangelogEncoder {
             tombstones,
             registry: RegistryClient::new(registry)?,
             registered: HashMap::new(),
+            txn_metadata: false,
+            markers: None,
         })
+    }
+
+    /// Events carry their lake commit (`transaction`), and `markers` encodes BEGIN/END records.
+    pub fn with_transaction_metadata(mut self, on: bool) -> Self {
+        self.txn_metadata = on;
+        self
+    }
+
+    /// The BEGIN/END encoder, its schemas registered under `<topic>.transaction-key/-value`.
+    pub async fn markers(&mut self) -> Result<Arc<transaction::Markers>, ChangelogError> {
+        if let Some(m) = &self.markers {
+            return Ok(m.clone());
+        }
+        let subject = format!("{}.transaction", self.topic);
+        let (key, value) = (transaction::key_schema(&self.namespace), transaction::value_schema(&self.namespace));
+        let key_id = self.registry.register(&format!("{subject}-key"), &key.to_string()).await?;
+        let value_id = self.registry.register(&format!("{subject}-value"), &value.to_string()).await?;
+        let m = Arc::new(transaction::Markers { key_id, value_id, collection: self.table.name.clone() });
+        self.markers = Some(m.clone());
+        Ok(m)
     }
 
     /// (key schema, envelope schema) for a value schema.
@@ -96,7 +123,7 @@ impl ChangelogEncoder {
                 json!({"name": n, "type": t})
             }).collect::<Vec<_>>()
         });
-        let envelope = json!({
+        let mut envelope = json!({
             "type": "record", "name": "Envelope", "namespace": self.namespace,
             "fields": [
                 {"name": "before", "type": ["null", value_rec], "default": null},
@@ -106,6 +133,9 @@ impl ChangelogEncoder {
                 {"name": "ts_ms", "type": ["null", "long"], "default": null},
             ]
         });
+        if self.txn_metadata {
+            envelope["fields"].as_array_mut().expect("fields").push(transaction::block_field(&self.namespace));
+        }
         Ok((key, envelope, key_cols))
     }
 
@@ -134,7 +164,7 @@ impl ChangelogEncoder {
     /// Prepare the encoder of one split (registers its schemas on first sight).
     pub async fn split(&mut self, unit: &Unit, split: &SplitChanges) -> Result<SplitEncoder, ChangelogError> {
         let Some(first) = split.batches.first() else {
-            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones && !self.keyless() });
+            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones && !self.keyless(), txn_field: self.txn_metadata });
         };
         let schema = first.schema();
         let reg = self.register(&schema).await?;
@@ -176,6 +206,7 @@ impl ChangelogEncoder {
             inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, sources, keyless: self.keyless() }),
             // a tombstone needs a key to delete
             tombstones: self.tombstones && !self.keyless(),
+            txn_field: self.txn_metadata,
         })
     }
 }
@@ -194,6 +225,8 @@ struct Inner {
 pub struct SplitEncoder {
     inner: Option<Inner>,
     tombstones: bool,
+    /// The envelope ends with the `transaction` field.
+    txn_field: bool,
 }
 
 fn framed(id: u32, cap: usize) -> Vec<u8> {
@@ -213,8 +246,9 @@ impl SplitEncoder {
         crc32fast::hash(buf)
     }
 
-    /// The Kafka records of one change row: the event, and a tombstone after a delete.
-    pub fn encode(&self, row: &ChangeRow, ts_ms: i64, out: &mut Vec<KafkaRecord>) {
+    /// The Kafka records of one change row: the event, and a tombstone after a delete. `txn`:
+    /// the lake commit's id and the event's order in it (transaction metadata).
+    pub fn encode(&self, row: &ChangeRow, ts_ms: i64, txn: Option<(&str, u64)>, out: &mut Vec<KafkaRecord>) {
         let Some(e) = &self.inner else { return };
         let key_row = row.after.or(row.before).expect("a change row has a row");
         let key = if e.keyless {
@@ -239,6 +273,12 @@ impl SplitEncoder {
         write_bytes(&mut value, row.op.code().as_bytes());
         value.push(2);
         write_long(&mut value, ts_ms);
+        if self.txn_field {
+            match txn {
+                Some((id, order)) => transaction::write_block(&mut value, id, order),
+                None => value.push(0),
+            }
+        }
         let tombstone = self.tombstones && row.op == Op::Delete;
         if tombstone {
             out.push(KafkaRecord { key: key.clone(), value: Some(value) });

@@ -93,6 +93,9 @@ pub struct ConnectorConfig {
     pub skip_compaction: bool,
     pub skip_clustering: bool,
     pub tombstones_on_delete: bool,
+    /// `provide.transaction.metadata`: events carry their lake commit (`transaction`), and
+    /// BEGIN/END records go to `<topic>.transaction` (Debezium's transaction metadata).
+    pub txn_metadata: bool,
     pub changelog: bool,
     /// `hoodie.datasource.merge.type=skip_merge`.
     pub skip_merge: bool,
@@ -176,6 +179,11 @@ impl ConnectorConfig {
     /// every check interval.
     pub fn stall_limit(&self) -> Duration {
         Duration::from_millis(self.transaction_timeout_ms) + self.check_interval
+    }
+
+    /// Where BEGIN/END records of lake commits go (`provide.transaction.metadata`).
+    pub fn transaction_topic(&self) -> String {
+        format!("{}.transaction", self.topic)
     }
 
     /// This connector as task `task`.
@@ -388,6 +396,16 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
         tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
+        txn_metadata: {
+            let on = v.bool_or("provide.transaction.metadata", false)?;
+            if on && tasks > 1 {
+                return Err(v.invalid(
+                    "provide.transaction.metadata",
+                    "needs tasks.max=1: one BEGIN/END per lake commit cannot be split among tasks".into(),
+                ));
+            }
+            on
+        },
         changelog: v.bool_or("changelog.enabled", false)?,
         skip_merge: match v.get("hoodie.datasource.merge.type").as_deref() {
             None | Some("payload_combine") => false,

@@ -180,7 +180,8 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     state.key = key.clone();
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = ?source.ownership(), issued = ?state.issued,
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
-    let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?;
+    let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
+        .with_transaction_metadata(cfg.txn_metadata);
     let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, read: (0, 0), opts, health };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it
@@ -343,12 +344,17 @@ impl Task {
         let filter = (tasks > 1 && !by_partition) || self.state.handoff.is_some();
         let txn_age_limit = Duration::from_millis(self.cfg.transaction_timeout_ms / 3);
         let task_label = self.cfg.task_id.to_string();
-        let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>| InFlight {
+        let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>, events: u64| InFlight {
             unit: unit.position.clone(),
             snapshot: unit.snapshot,
             splits: progress.clone(),
             buckets: buckets.filter(|b| *b != 1),
+            events,
         };
+        // transaction metadata: the commit's events so far (its BEGIN went out with the first)
+        let markers = if self.cfg.txn_metadata { Some(self.encoder.markers().await?) } else { None };
+        let txn_id = unit.position.instant.clone();
+        let mut events = resumed.as_ref().map_or(0, |f| f.events);
         while let Some(sc) = rx.recv().await {
             self.moved();
             metrics::ROWS_READ.with_label_values(&[&name, &task_label]).inc_by(sc.rows_read);
@@ -387,7 +393,13 @@ impl Task {
                     }
                 }
                 records.clear();
-                enc.encode(row, ts, &mut records);
+                if let Some(m) = &markers {
+                    if events == 0 {
+                        self.sink.send_marker(&m.begin(&txn_id, ts))?;
+                    }
+                }
+                events += 1;
+                enc.encode(row, ts, markers.is_some().then_some((txn_id.as_str(), events)), &mut records);
                 record_bytes += records.iter().map(|r| (r.key.len() + r.value.as_ref().map_or(0, Vec::len)) as u64).sum::<u64>();
                 self.sink.send(&records)?;
                 polled[row.op as usize] += 1;
@@ -401,7 +413,7 @@ impl Task {
                 // broker: the unit would replay forever), and on shutdown
                 let old = i % 1024 == 0 && self.sink.txn_age().is_some_and(|a| a >= txn_age_limit);
                 if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || old || (i % 1024 == 0 && self.stopping()) {
-                    self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets)));
+                    self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
                     self.commit().await?;
                     if self.stopping() {
                         drop(rx);
@@ -425,7 +437,7 @@ impl Task {
                     tracing::info!(connector = %name, done = finished, total, rows = sc.first_row + sc.rows.len() as u64, "full scan progress");
                 }
             }
-            self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets)));
+            self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
             if self.stopping() {
                 break;
             }
@@ -436,6 +448,10 @@ impl Task {
             return self.commit().await;
         }
         metrics::UNITS.with_label_values(&[name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }]).inc();
+        if let (Some(m), true) = (&markers, events > 0) {
+            // in the transaction that records the unit as issued
+            self.sink.send_marker(&m.end(&txn_id, events, now_ms()))?;
+        }
         self.finish_unit(unit).await
     }
 

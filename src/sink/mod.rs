@@ -266,6 +266,12 @@ impl TxnSink {
         }
     }
 
+    /// Queue a transaction-metadata record (BEGIN/END) in the open transaction.
+    pub fn send_marker(&mut self, record: &KafkaRecord) -> Result<(), SinkError> {
+        let topic = format!("{}.transaction", self.topic);
+        self.send_to(&topic, &record.key, record.value.as_deref())
+    }
+
     /// Queue change records in the open transaction (beginning one if needed).
     pub fn send(&mut self, records: &[KafkaRecord]) -> Result<(), SinkError> {
         let topic = self.topic.clone();
@@ -345,10 +351,15 @@ async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     }
     let admin: AdminClient<DefaultClientContext> = ac.create().map_err(|e| SinkError::kafka("admin client", e))?;
     let compact = [("cleanup.policy", "compact")];
-    let topics = [
+    let txn_topic = cfg.transaction_topic();
+    let mut topics = vec![
         NewTopic::new(&cfg.offsets_topic, 1, TopicReplication::Fixed(cfg.replication_factor)).set(compact[0].0, compact[0].1),
         NewTopic::new(&cfg.topic, cfg.topic_partitions, TopicReplication::Fixed(cfg.replication_factor)),
     ];
+    if cfg.txn_metadata {
+        // one partition: BEGIN and END of every commit in order
+        topics.push(NewTopic::new(&txn_topic, 1, TopicReplication::Fixed(cfg.replication_factor)));
+    }
     let res = admin
         .create_topics(&topics, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
         .await

@@ -31,11 +31,19 @@ pub struct InFlight {
     /// Key buckets the unit is being read with (part of its row order; absent: one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buckets: Option<u32>,
+    /// Events of the unit published so far (transaction metadata: the next `total_order`, and
+    /// whether its BEGIN was published).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub events: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl InFlight {
     pub fn new(unit: Position, snapshot: bool) -> Self {
-        InFlight { unit, snapshot, splits: BTreeMap::new(), buckets: None }
+        InFlight { unit, snapshot, splits: BTreeMap::new(), buckets: None, events: 0 }
     }
 
     /// The bucket count a resumed read must use: the stored one, or one (the only count older
@@ -305,7 +313,7 @@ mod tests {
         splits.insert("s".to_string(), SplitProgress { consumed: 2, done: false });
         let mut old = BTreeMap::new();
         // old task 0 is at 5 with 6 half emitted; old task 1 is at 3 (the new task starts there)
-        old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits, buckets: None }), passed: false, handoff: None });
+        old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits, buckets: None, events: 0 }), passed: false, handoff: None });
         old.insert(1, OldTask { issued: Some(pos("3")), in_flight: None, passed: true, handoff: None });
         let key = |h: u32| RowOwner { key_hash: h, partition_hash: h + 1 };
         let mut h = Handoff { tasks: 2, ownership: Ownership::Key, old };
@@ -325,7 +333,7 @@ mod tests {
         splits.insert("p/fg".to_string(), SplitProgress { consumed: 3, done: false });
         let o = Offsets {
             issued: Some(Position { instant: "1".into(), completed: Some("2".into()) }),
-            in_flight: Some(InFlight { unit: Position { instant: "3".into(), completed: None }, snapshot: false, splits, buckets: None }),
+            in_flight: Some(InFlight { unit: Position { instant: "3".into(), completed: None }, snapshot: false, splits, buckets: None, events: 0 }),
             records: 9,
             updated_ms: 1,
             tasks: 3,
