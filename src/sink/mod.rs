@@ -62,6 +62,8 @@ pub struct TxnSink {
     txn_started: Option<Instant>,
     timeout: Duration,
     health: TaskHealthHandle,
+    /// Where BEGIN/END records go (transaction metadata).
+    txn_topic: String,
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -178,9 +180,8 @@ impl ProducerContext for StatsContext {
 
 impl TxnSink {
     /// Create topics if missing, build the producer and `init_transactions` (which fences any older
-    /// producer of this task and aborts the transaction it left open).
-    /// A producer for the task, initialised (older instances fenced); it reports readiness and
-    /// commits to `health`.
+    /// producer of this task and aborts the transaction it left open). The sink reports readiness
+    /// and commits to `health`.
     pub async fn start(cfg: &ConnectorConfig, health: TaskHealthHandle) -> Result<Self, SinkError> {
         ensure_topics(cfg).await?;
         let pc = producer_config(
@@ -223,6 +224,7 @@ impl TxnSink {
             txn_started: None,
             timeout,
             health,
+            txn_topic: cfg.transaction_topic(),
         })
     }
 
@@ -268,7 +270,7 @@ impl TxnSink {
 
     /// Queue a transaction-metadata record (BEGIN/END) in the open transaction.
     pub fn send_marker(&mut self, record: &KafkaRecord) -> Result<(), SinkError> {
-        let topic = format!("{}.transaction", self.topic);
+        let topic = self.txn_topic.clone();
         self.send_to(&topic, &record.key, record.value.as_deref())
     }
 
