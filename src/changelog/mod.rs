@@ -50,9 +50,9 @@ pub struct ChangelogEncoder {
     tombstones: bool,
     registry: RegistryClient,
     registered: HashMap<SchemaRef, Arc<Registered>>,
-    /// `provide.transaction.metadata`: the envelope has a `transaction` field; the BEGIN/END
-    /// encoder once its schemas are registered.
-    txn_metadata: bool,
+    /// `provide.transaction.metadata`: the topic of BEGIN/END records (the envelope then has a
+    /// `transaction` field), and their encoder once its schemas are registered.
+    txn_topic: Option<String>,
     markers: Option<Arc<transaction::Markers>>,
 }
 
@@ -79,23 +79,24 @@ impl ChangelogEncoder {
             tombstones,
             registry: RegistryClient::new(registry)?,
             registered: HashMap::new(),
-            txn_metadata: false,
+            txn_topic: None,
             markers: None,
         })
     }
 
-    /// Events carry their lake commit (`transaction`), and `markers` encodes BEGIN/END records.
-    pub fn with_transaction_metadata(mut self, on: bool) -> Self {
-        self.txn_metadata = on;
+    /// With a topic for BEGIN/END records, events carry their lake commit (`transaction`), and
+    /// `markers` encodes those records.
+    pub fn with_transaction_topic(mut self, topic: Option<String>) -> Self {
+        self.txn_topic = topic;
         self
     }
 
-    /// The BEGIN/END encoder, its schemas registered under `<topic>.transaction-key/-value`.
+    /// The BEGIN/END encoder, its schemas registered under `<transaction topic>-key/-value`.
     pub async fn markers(&mut self) -> Result<Arc<transaction::Markers>, ChangelogError> {
         if let Some(m) = &self.markers {
             return Ok(m.clone());
         }
-        let subject = format!("{}.transaction", self.topic);
+        let subject = self.txn_topic.clone().ok_or_else(|| ChangelogError::Schema("no transaction topic".into()))?;
         let (key, value) = (transaction::key_schema(&self.namespace), transaction::value_schema(&self.namespace));
         let key_id = self.registry.register(&format!("{subject}-key"), &key.to_string()).await?;
         let value_id = self.registry.register(&format!("{subject}-value"), &value.to_string()).await?;
@@ -133,7 +134,7 @@ impl ChangelogEncoder {
                 {"name": "ts_ms", "type": ["null", "long"], "default": null},
             ]
         });
-        if self.txn_metadata {
+        if self.txn_topic.is_some() {
             envelope["fields"].as_array_mut().expect("fields").push(transaction::block_field(&self.namespace));
         }
         Ok((key, envelope, key_cols))
@@ -158,13 +159,13 @@ impl ChangelogEncoder {
     }
 
     fn keyless(&self) -> bool {
-        self.table.key_fields.is_empty()
+        self.table.keyless()
     }
 
     /// Prepare the encoder of one split (registers its schemas on first sight).
     pub async fn split(&mut self, unit: &Unit, split: &SplitChanges) -> Result<SplitEncoder, ChangelogError> {
         let Some(first) = split.batches.first() else {
-            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones && !self.keyless(), txn_field: self.txn_metadata });
+            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones && !self.keyless(), txn_field: self.txn_topic.is_some() });
         };
         let schema = first.schema();
         let reg = self.register(&schema).await?;
@@ -206,7 +207,7 @@ impl ChangelogEncoder {
             inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, sources, keyless: self.keyless() }),
             // a tombstone needs a key to delete
             tombstones: self.tombstones && !self.keyless(),
-            txn_field: self.txn_metadata,
+            txn_field: self.txn_topic.is_some(),
         })
     }
 }

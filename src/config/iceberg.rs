@@ -206,9 +206,6 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
         Some("none") if !key_fields.is_empty() => {
             return Err(v.invalid("key.mode", "`none` (no key) contradicts key.fields: set one of them".into()));
         }
-        Some("none") if v.u64_in("tasks.max", 1, 1..=256)? > 1 => {
-            return Err(v.invalid("key.mode", "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into()));
-        }
         Some("none") => true,
         Some(s) => return Err(v.invalid("key.mode", format!("`{s}` is not one of: fields, none"))),
     };

@@ -349,6 +349,17 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         Some(s) => return Err(v.invalid("transaction.boundary", format!("`{s}` is not one of: instant, interval"))),
     };
     let tasks = v.u64_in("tasks.max", 1, 1..=256)?;
+    // what cannot be divided among tasks
+    let txn_metadata = v.bool_or("provide.transaction.metadata", false)?;
+    if tasks > 1 && txn_metadata {
+        return Err(v.invalid(
+            "provide.transaction.metadata",
+            "needs tasks.max=1: one BEGIN/END per lake commit cannot be split among tasks".into(),
+        ));
+    }
+    if tasks > 1 && iceberg.as_ref().is_some_and(|o| o.keyless) {
+        return Err(v.invalid("key.mode", "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into()));
+    }
     checks::converters(&v)?;
     checks::producer_overrides(&v)?;
     let mut producer_overrides = BTreeMap::new();
@@ -396,16 +407,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
         tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
-        txn_metadata: {
-            let on = v.bool_or("provide.transaction.metadata", false)?;
-            if on && tasks > 1 {
-                return Err(v.invalid(
-                    "provide.transaction.metadata",
-                    "needs tasks.max=1: one BEGIN/END per lake commit cannot be split among tasks".into(),
-                ));
-            }
-            on
-        },
+        txn_metadata,
         changelog: v.bool_or("changelog.enabled", false)?,
         skip_merge: match v.get("hoodie.datasource.merge.type").as_deref() {
             None | Some("payload_combine") => false,

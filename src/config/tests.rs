@@ -89,3 +89,15 @@ fn durations() {
     assert_eq!(parse_size("512k"), Some(512 << 10));
     assert_eq!(parse_size("12 parsecs"), None);
 }
+
+#[test]
+fn settings_that_cannot_be_divided_among_tasks_need_one_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, &(base(&dir) + "tasks.max=2\nprovide.transaction.metadata=true\n"));
+    let e = load_connector(&p, 0).unwrap_err().to_string();
+    assert!(e.contains("`provide.transaction.metadata`: needs tasks.max=1"), "{e}");
+    let iceberg = base(&dir).replace("connector.class=hudi", "connector.class=iceberg");
+    let p = write(&dir, &(iceberg + "tasks.max=2\nkey.mode=none\n"));
+    let e = load_connector(&p, 0).unwrap_err().to_string();
+    assert!(e.contains("`key.mode`: `none`: the rows of a keyless table cannot be divided among tasks"), "{e}");
+}

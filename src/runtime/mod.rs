@@ -165,10 +165,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
     // the events already published were keyed by the stored key fields: a run keyed otherwise
     // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
-    let key = match &source.info().key_fields {
-        k if k.is_empty() => &vec!["(key.mode=none)".to_string()],
-        k => k,
-    };
+    let key = if source.info().keyless() { &vec!["(key.mode=none)".to_string()] } else { &source.info().key_fields };
     if !state.key.is_empty() && state.key != *key {
         return Err(RuntimeError::Position(format!(
             "the table's key is now {key:?}, but the events already published were keyed by {:?} (stored with the \
@@ -181,7 +178,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = ?source.ownership(), issued = ?state.issued,
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
-        .with_transaction_metadata(cfg.txn_metadata);
+        .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()));
     let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, read: (0, 0), opts, health };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it

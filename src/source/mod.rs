@@ -250,6 +250,13 @@ pub struct TableInfo {
     pub connector: &'static str,
 }
 
+impl TableInfo {
+    /// No key (`key.mode=none`): null Kafka keys, rows compared whole.
+    pub fn keyless(&self) -> bool {
+        self.key_fields.is_empty()
+    }
+}
+
 pub trait Source: Send + Sync {
     fn info(&self) -> &TableInfo;
 

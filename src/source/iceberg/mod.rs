@@ -209,7 +209,7 @@ impl IcebergSource {
         }
         let keys = self.key_columns(plan)?;
         let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let rows = if self.info.key_fields.is_empty() {
+        let rows = if self.info.keyless() {
             multiset_diff(&batches, &old_idx, &new_idx)?
         } else {
             diff(&batches, &[old_idx], &[new_idx], &keys, None)?.remove(0)
@@ -268,7 +268,7 @@ impl IcebergSource {
         let mut first_row = 0u64;
         for p in 0..reader.len() {
             let rows = reader.read(p, 1)?;
-            let changes = if self.info.key_fields.is_empty() {
+            let changes = if self.info.keyless() {
                 multiset_diff(&rows.batches, &rows.old[0], &rows.new[0])?
             } else {
                 diff(&rows.batches, &rows.old, &rows.new, &keys, None)?.remove(0)
@@ -298,7 +298,7 @@ impl IcebergSource {
 
     /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.
     fn key_columns(&self, plan: &Plan) -> Result<Vec<usize>, SourceError> {
-        if self.info.key_fields.is_empty() {
+        if self.info.keyless() {
             return Ok((0..plan.schema.fields().len()).collect());
         }
         self.info

@@ -204,12 +204,14 @@ impl IcebergSource {
                  connector name with starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE or TABLE_SCAN_THEN_INCREMENTAL"
             ),
         })?;
-        let floor = floor.and_then(|p| p.instant.parse::<i64>().ok());
-        let base = Commits::load(md, &self.currents).base_of(md, snap, floor);
-        let folded = base != snap.parent_snapshot_id;
+        // the snapshot before the commit this one ended (a full scan or a start marker has none)
+        let base = (!scan && !exclusive_start).then(|| {
+            let floor = floor.and_then(|p| p.instant.parse::<i64>().ok());
+            Commits::load(md, &self.currents).base_of(md, snap, floor)
+        });
         let plan = if exclusive_start {
             Plan { snapshot: snap.clone(), schema: arrow_schema(md.schema_of(Some(snap))?)?, kind: PlanKind::Nothing("starting position"), deletes: DeleteReader::default() }
-        } else if folded && !scan {
+        } else if let Some(base) = base.filter(|b| *b != snap.parent_snapshot_id) {
             self.plan_commit(md, base.and_then(|b| md.snapshot(b)), snap)?
         } else {
             self.plan(md, snap, scan)?
