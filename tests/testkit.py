@@ -30,6 +30,7 @@ BIN = Path(os.environ.get("LAKESTREAM_BIN", TARGET / "release" / "lakestream"))
 REGISTRY_BIN = Path(os.environ.get("LAKESTREAM_REGISTRY_BIN", TARGET / "release" / "lakestream-registry"))
 
 HUDI_META = ("_hoodie_record_key", "_hoodie_partition_path", "_hoodie_commit_time")
+PARTITION_PATH = "_hoodie_partition_path"
 
 
 # ---------------------------------------------------------------- Hudi fixtures, revealed stepwise
@@ -414,10 +415,20 @@ def same(a, b):
     return a == b
 
 
-def oracle_state(oracle, rows):
-    """Oracle rows keyed like the changelog: one row per record key, the latest commit's."""
+def identity_fields(oracle, rows, replay):
+    """The fields a row is known by: the record key, and the partition path where the events'
+    Kafka keys carry it (`key.partition-path`) and the oracle rows name it (not virtual keys)."""
+    keyf = list(oracle["record_key_fields"])
+    by_part = any(PARTITION_PATH in json.loads(kt) for kt in replay.state)
+    if by_part and all(r.get(PARTITION_PATH) is not None for r in rows):
+        keyf.append(PARTITION_PATH)
+    return keyf
+
+
+def oracle_state(oracle, rows, keyf=None):
+    """Oracle rows keyed like the changelog: one row per key, the latest commit's."""
     types = {c["name"]: c["type"] for c in oracle["schema"]}
-    keyf = oracle["record_key_fields"]
+    keyf = keyf or oracle["record_key_fields"]
     out = {}
     for r in rows:
         key = json.dumps({f: r[f] for f in keyf}, sort_keys=True, default=str)
@@ -428,11 +439,13 @@ def oracle_state(oracle, rows):
 
 
 def compare(oracle, rows, replay, label):
-    want, types = oracle_state(oracle, rows)
+    keyf = identity_fields(oracle, rows, replay)
+    want, types = oracle_state(oracle, rows, keyf)
     got = {}
     for kt, after in replay.state.items():
         k = json.loads(kt)
-        got[json.dumps({f: norm(k[f], types.get(f, "")) for f in oracle["record_key_fields"]}, sort_keys=True, default=str)] = after
+        got[json.dumps({f: norm(k[f], types.get(f, "")) for f in keyf}, sort_keys=True, default=str)] = after
+    assert len(got) == len(replay.state), f"{label}: two live Kafka keys name one row ({keyf})"
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))
     assert not missing and not extra, f"{label}: keys missing {missing[:5]} extra {extra[:5]}"

@@ -99,6 +99,8 @@ pub struct ConnectorConfig {
     pub changelog: bool,
     /// `hoodie.datasource.merge.type=skip_merge`.
     pub skip_merge: bool,
+    /// `read.cdc.from-log`: Hudi CDC log files as the changes (`None`: auto).
+    pub cdc_from_log: Option<bool>,
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub transaction_timeout_ms: u64,
@@ -112,6 +114,9 @@ pub struct ConnectorConfig {
     /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
     pub tasks: u32,
     pub ownership: TaskOwnership,
+    /// `key.partition-path`: the Hudi Kafka key carries the partition path (`None`: decided from
+    /// the table's index).
+    pub key_partition_path: Option<bool>,
     /// Tasks divide the table by partition: `tasks.ownership` resolved against the table by the
     /// source when it opens (false until then). Part of the task's offsets key and transactional
     /// id, so a change of scheme is a new generation.
@@ -416,6 +421,12 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
                 return Err(v.invalid("hoodie.datasource.merge.type", format!("`{s}` is not one of: payload_combine, skip_merge")))
             }
         },
+        cdc_from_log: match v.get("read.cdc.from-log").as_deref() {
+            None | Some("auto") => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(s) => return Err(v.invalid("read.cdc.from-log", format!("`{s}` is not one of: auto, true, false"))),
+        },
         boundary,
         max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
         // the broker's transaction.max.timeout.ms defaults to 15 minutes
@@ -433,6 +444,12 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             Some("key") => TaskOwnership::Key,
             Some("partition") => TaskOwnership::Partition,
             Some(s) => return Err(v.invalid("tasks.ownership", format!("`{s}` is not one of: auto, key, partition"))),
+        },
+        key_partition_path: match v.get("key.partition-path").as_deref() {
+            None | Some("auto") => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(s) => return Err(v.invalid("key.partition-path", format!("`{s}` is not one of: auto, true, false"))),
         },
         by_partition: false,
         metrics_port: v.get("metrics.port").map(|_| v.u64_in("metrics.port", 0, 1..=65_535)).transpose()?.map(|p| p as u16),

@@ -101,3 +101,15 @@ fn settings_that_cannot_be_divided_among_tasks_need_one_task() {
     let e = load_connector(&p, 0).unwrap_err().to_string();
     assert!(e.contains("`key.mode`: `none`: the rows of a keyless table cannot be divided among tasks"), "{e}");
 }
+
+#[test]
+fn tri_state_hudi_keys_are_auto_true_or_false() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = load_connector(&write(&dir, &base(&dir)), 0).unwrap();
+    assert_eq!((c.key_partition_path, c.cdc_from_log), (None, None));
+    let p = write(&dir, &(base(&dir) + "key.partition-path=false\nread.cdc.from-log=true\n"));
+    let c = load_connector(&p, 0).unwrap();
+    assert_eq!((c.key_partition_path, c.cdc_from_log), (Some(false), Some(true)));
+    let e = load_connector(&write(&dir, &(base(&dir) + "read.cdc.from-log=yes\n")), 0).unwrap_err().to_string();
+    assert!(e.contains("read.cdc.from-log") && e.contains("auto, true, false"), "{e}");
+}

@@ -5,6 +5,7 @@
 //! every commit that touches it; merge-on-read appends a log file (an Avro data block with the
 //! upserted rows, a delete block with the deleted keys) and compacts every `--compact-every` commits.
 
+mod cdc;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -60,8 +61,25 @@ pub struct GenerateOptions {
     /// MOR with --operation-field: write each update through an intermediate version first.
     #[arg(long)]
     pub repeat_updates: bool,
+    /// Share of live rows each commit writes with another partition value (a partition move).
+    #[arg(long, default_value_t = 0.0)]
+    pub move_fraction: f64,
+    /// The writer's index, recorded as `hoodie.index.type`: under `simple` (per partition) a moved
+    /// key is a new row in its new partition and its old row stays; under `global` the old row is
+    /// deleted.
+    #[arg(long, value_enum, default_value = "simple")]
+    pub index: IndexKind,
+    /// Write CDC log files (`hoodie.table.cdc.enabled`) in this supplemental logging mode.
+    #[arg(long, value_enum)]
+    pub cdc: Option<cdc::CdcMode>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IndexKind {
+    Simple,
+    Global,
 }
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
@@ -157,6 +175,7 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     let mor = o.table_type == TableType::Mor;
     let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "demo".into());
     let mut w = Writer::new(o.path.clone(), mor, o.operation_field);
+    w.cdc = o.cdc;
     fs::create_dir_all(w.hoodie().join("archived")).map_err(io(&o.path))?;
     let props = format!(
         "hoodie.table.name={name}\nhoodie.table.type={}\nhoodie.table.version=6\n\
@@ -166,11 +185,12 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
          hoodie.compaction.payload.class=org.apache.hudi.common.model.OverwriteWithLatestAvroPayload\n\
          hoodie.table.base.file.format=PARQUET\nhoodie.table.log.file.format=HOODIE_LOG\n\
          hoodie.archivelog.folder=archived\nhoodie.populate.meta.fields=true\nhoodie.table.create.schema={}\n\
-         hoodie.allow.operation.metadata.field={}\n",
+         hoodie.allow.operation.metadata.field={}\nhoodie.index.type={}\n",
         if mor { "MERGE_ON_READ" } else { "COPY_ON_WRITE" },
         AVRO_SCHEMA.replace(':', "\\:"),
-        o.operation_field
-    );
+        o.operation_field,
+        if o.index == IndexKind::Global { "GLOBAL_SIMPLE" } else { "SIMPLE" },
+    ) + &o.cdc.map(|m| format!("hoodie.table.cdc.enabled=true\nhoodie.table.cdc.supplemental.logging.mode={}\n", m.property())).unwrap_or_default();
     w.write_file(Path::new("hoodie.properties"), props.as_bytes())?;
     let mut rng = StdRng::seed_from_u64(o.seed);
     let mut parts: Vec<Partition> = (0..o.partitions)
@@ -206,12 +226,13 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
         let mut writes: Vec<GroupWrite> = (0..o.partitions)
             .map(|i| GroupWrite { partition: i, ..Default::default() })
             .collect();
+        let mut moves: Vec<(usize, String)> = Vec::new();
         for (pi, p) in parts.iter_mut().enumerate() {
             let keys: Vec<String> = p.rows.keys().cloned().collect();
             for k in keys {
                 let x: f64 = rng.random();
                 if x < o.delete_fraction {
-                    p.rows.remove(&k);
+                    writes[pi].before.extend(p.rows.remove(&k).map(|r| (k.clone(), r)));
                     writes[pi].deletes.push(k);
                 } else if x < o.delete_fraction + o.update_fraction {
                     if o.repeat_updates {
@@ -220,8 +241,29 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
                     let old = p.rows.insert(k.clone(), value(&mut rng, round as i32));
                     writes[pi].before.extend(old.map(|r| (k.clone(), r)));
                     writes[pi].upserts.push(k);
+                } else if x < o.delete_fraction + o.update_fraction + o.move_fraction && o.partitions > 1 {
+                    moves.push((pi, k));
                 }
             }
+        }
+        for (from, k) in moves {
+            let to = (from + rng.random_range(1..o.partitions)) % o.partitions;
+            if writes[to].deletes.contains(&k) || writes[to].upserts.contains(&k) {
+                continue; // one write per key and file group in an instant
+            }
+            if o.index == IndexKind::Global {
+                // a global index finds the key's row wherever it is and deletes it there
+                writes[from].before.extend(parts[from].rows.remove(&k).map(|r| (k.clone(), r)));
+                writes[from].deletes.push(k.clone());
+            }
+            let old = parts[to].rows.insert(k.clone(), value(&mut rng, round as i32));
+            match old {
+                Some(r) => {
+                    writes[to].before.insert(k.clone(), r);
+                }
+                None => writes[to].inserts += 1,
+            }
+            writes[to].upserts.push(k);
         }
         for _ in 0..((o.rows as f64 * o.insert_fraction) as usize) {
             let key = format!("k{next_key:09}");

@@ -21,6 +21,8 @@ pub struct Writer {
     pub mor: bool,
     /// Write `_hoodie_operation` (changelog tables).
     operation: bool,
+    /// Write CDC log files in this supplemental logging mode.
+    pub cdc: Option<super::cdc::CdcMode>,
     last_instant: String,
 }
 
@@ -32,7 +34,7 @@ pub struct GroupWrite {
     /// Keys inserted or updated (their rows are in the partition's state).
     pub upserts: Vec<String>,
     pub deletes: Vec<String>,
-    /// Rows of updated keys before the instant (their `-U` images).
+    /// Rows of updated and deleted keys before the instant (`-U` and CDC images).
     pub before: std::collections::HashMap<String, Row>,
     /// Versions written (and overwritten) within the instant before the final one.
     pub intermediate: std::collections::HashMap<String, Row>,
@@ -40,7 +42,7 @@ pub struct GroupWrite {
 
 impl Writer {
     pub fn new(path: PathBuf, mor: bool, operation: bool) -> Self {
-        Self { path, mor, operation, last_instant: String::new() }
+        Self { path, mor, operation, cdc: None, last_instant: String::new() }
     }
 
     fn next_instant(&mut self) -> String {
@@ -188,7 +190,8 @@ impl Writer {
                 r.commit_time = instant.clone();
             }
             let prev = p.last_commit.clone().unwrap_or_else(|| "null".into());
-            let (rel, size) = if self.mor && p.last_commit.is_some() {
+            let existing = p.last_commit.is_some();
+            let (rel, size) = if self.mor && existing {
                 self.write_log(p, w, &instant, seq)?
             } else {
                 let (rel, size, _) = self.write_base(p, &instant, seq)?;
@@ -196,15 +199,17 @@ impl Writer {
                 p.log_version = 0;
                 (rel, size)
             };
-            by_part.insert(
-                p.name.clone(),
-                json!([{
-                    "fileId": p.file_id, "path": rel, "prevCommit": prev,
-                    "numWrites": w.upserts.len(), "numDeletes": w.deletes.len(),
-                    "numUpdateWrites": w.upserts.len().saturating_sub(w.inserts), "numInserts": w.inserts,
-                    "totalWriteBytes": size, "totalWriteErrors": 0, "partitionPath": p.name, "fileSizeInBytes": size,
-                }]),
-            );
+            let mut stat = json!({
+                "fileId": p.file_id, "path": rel, "prevCommit": prev,
+                "numWrites": w.upserts.len(), "numDeletes": w.deletes.len(),
+                "numUpdateWrites": w.upserts.len().saturating_sub(w.inserts), "numInserts": w.inserts,
+                "totalWriteBytes": size, "totalWriteErrors": 0, "partitionPath": p.name, "fileSizeInBytes": size,
+            });
+            if let (Some(mode), true) = (self.cdc, existing) {
+                let (cdc, cdc_size) = super::cdc::write(&self.path, mode, p, w, &instant, seq)?;
+                stat["cdcStats"] = json!({ cdc: cdc_size });
+            }
+            by_part.insert(p.name.clone(), json!([stat]));
         }
         self.complete(&instant, action, &by_part, op)?;
         Ok(instant)

@@ -156,13 +156,20 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
 }
 
 async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealthHandle) -> Result<(), RuntimeError> {
-    let source = {
-        let c = cfg.clone();
-        tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked")?
-    };
+    let open = |c: ConnectorConfig| async move { tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked") };
+    let mut source = open(cfg.clone()).await?;
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let sink = TxnSink::start(&cfg, health.clone()).await?;
     let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
+    if kept_record_key(&cfg, &state.key, &source.info().key_fields) {
+        // published before `key.partition-path=auto` keyed Hudi rows by partition too: the
+        // connector keeps its key (a topic never mixes two); the README says how to switch
+        tracing::warn!(connector = %cfg.name, key = ?state.key, "the events already published are keyed by the record key \
+            alone: keeping that key (key.partition-path=false). Two live rows with one record key in two partitions \
+            share a Kafka key; to key by partition too, start a new connector name with key.partition-path=auto");
+        cfg.key_partition_path = Some(false);
+        source = open(cfg.clone()).await?;
+    }
     // the events already published were keyed by the stored key fields: a run keyed otherwise
     // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
     let key = if source.info().keyless() { &vec!["(key.mode=none)".to_string()] } else { &source.info().key_fields };
@@ -188,6 +195,14 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     tracing::info!(connector = %task.cfg.name, task = task.cfg.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");
     res
+}
+
+/// A Hudi connector left at `key.partition-path=auto` whose stored key is its key without the
+/// partition path (published by a version that keyed by the record key alone).
+fn kept_record_key(cfg: &ConnectorConfig, stored: &[String], key: &[String]) -> bool {
+    cfg.key_partition_path.is_none()
+        && key.last().is_some_and(|k| k == crate::source::hudi::PARTITION_PATH)
+        && stored == &key[..key.len() - 1]
 }
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`

@@ -148,6 +148,8 @@ fn handoff_state(
         }
         start.map(|s| s.1)
     };
+    // the key the published events carry goes with the position: the new generation is checked against it
+    let key = old.values().map(|o| o.key.clone()).find(|k| !k.is_empty()).unwrap_or_default();
     let old_tasks = old
         .into_iter()
         .map(|(j, o)| {
@@ -165,6 +167,7 @@ fn handoff_state(
         epoch,
         handoff: Some(Handoff { tasks, ownership: shape.ownership, old: old_tasks }),
         first,
+        key,
         ..Default::default()
     })
 }

@@ -137,16 +137,19 @@ pub fn changelog_rows(
 /// under a global index, an insert overwrite) is one update: the arrival's `c` takes the
 /// departure's row as `before`, and the departure's `d` goes. Without this, the two events would
 /// race across splits.
-pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>]) {
-    let keys: Vec<Option<&StringArray>> = batches
-        .iter()
-        .map(|b| b.column_by_name("_hoodie_record_key").and_then(|c| c.as_any().downcast_ref::<StringArray>()))
-        .collect();
-    let key_of = |r: RowRef| -> Option<&str> {
-        let k = keys[r.batch as usize]?;
-        k.is_valid(r.row as usize).then(|| k.value(r.row as usize))
+/// With `by_partition` (the partition path is part of the key) only moves within a partition pair.
+pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_partition: bool) {
+    let column = |b: &RecordBatch, name: &str| b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<StringArray>()).cloned();
+    let keys: Vec<Option<StringArray>> = batches.iter().map(|b| column(b, "_hoodie_record_key")).collect();
+    let parts: Vec<Option<StringArray>> =
+        batches.iter().map(|b| if by_partition { column(b, super::PARTITION_PATH) } else { None }).collect();
+    let key_of = |r: RowRef| -> Option<(&str, &str)> {
+        let (b, i) = (r.batch as usize, r.row as usize);
+        let k = keys[b].as_ref()?;
+        let p = parts[b].as_ref().map_or("", |p| if p.is_valid(i) { p.value(i) } else { "" });
+        k.is_valid(i).then(|| (k.value(i), p))
     };
-    let mut departures: HashMap<&str, (usize, usize)> = HashMap::new();
+    let mut departures: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
     for (s, rows) in per_split.iter().enumerate() {
         for (i, c) in rows.iter().enumerate() {
             if let (Op::Delete, Some(k)) = (c.op, c.before.and_then(key_of)) {
@@ -159,10 +162,10 @@ pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>]) {
         for i in 0..per_split[s].len() {
             let c = per_split[s][i];
             let Some(k) = (c.op == Op::Create).then_some(c.after).flatten().and_then(key_of) else { continue };
-            if let Some(&(ds, di)) = departures.get(k) {
+            if let Some(&(ds, di)) = departures.get(&k) {
                 if ds != s {
                     per_split[s][i] = ChangeRow { op: Op::Update, before: per_split[ds][di].before, after: c.after };
-                    departures.remove(k);
+                    departures.remove(&k);
                     gone.push((ds, di));
                 }
             }

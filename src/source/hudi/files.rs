@@ -46,7 +46,17 @@ pub fn parse_base_name(name: &str) -> Option<BaseFile> {
 }
 
 /// `.<fileId>_<instant>.log.<version>_<writeToken>`
+/// A CDC log file (`<log file name>.cdc`, `-cdc` before Hudi 0.14): change records for readers
+/// of the changelog, never data of a file slice.
+pub fn is_cdc_log(name: &str) -> bool {
+    name.ends_with(".cdc") || name.ends_with("-cdc")
+}
+
+/// A data log file's name (CDC log files are not data logs: `None`).
 pub fn parse_log_name(name: &str) -> Option<LogFile> {
+    if is_cdc_log(name) {
+        return None;
+    }
     let rest = name.strip_prefix('.')?;
     let (head, _) = rest.split_once(".log.")?;
     let (file_id, instant) = head.rsplit_once('_')?;
@@ -260,5 +270,7 @@ mod tests {
         let l = parse_log_name(".abc-0_20240101000000000.log.1_0-1-2").unwrap();
         assert_eq!((l.file_id.as_str(), l.instant.as_str()), ("abc-0", "20240101000000000"));
         assert!(parse_base_name(".hoodie_partition_metadata").is_none());
+        assert!(parse_log_name(".abc-0_20240101000000000.log.1_0-1-2.cdc").is_none());
+        assert!(parse_log_name(".abc-0_20240101000000000.log.1_0-1-2-cdc").is_none());
     }
 }

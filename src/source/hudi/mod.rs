@@ -7,6 +7,7 @@
 
 pub mod archive;
 mod bounded;
+mod cdc;
 pub mod changelog;
 pub mod files;
 pub mod log;
@@ -36,6 +37,8 @@ pub struct HudiSource {
     changelog: bool,
     /// `skip_merge`: log records emitted as written, without event-time ordering.
     skip_merge: bool,
+    /// `read.cdc.from-log`: CDC log files as the changes (`None`: where present, `Some(true)`: required).
+    cdc_from_log: Option<bool>,
     spill: slice::SpillConfig,
     connector: String,
     /// Threads reading the splits of a full scan.
@@ -53,7 +56,15 @@ impl HudiSource {
             key_fields.push("_hoodie_record_key".into());
         }
         let partition_fields = table.partition_fields();
-        let proof = match partition_fields.iter().find(|f| !key_fields.contains(f)) {
+        let movable = partition_fields.iter().find(|f| !key_fields.contains(f));
+        if with_partition_path(cfg.key_partition_path, &table, movable) {
+            key_fields.push(PARTITION_PATH.into());
+        }
+        // an explicit partition-path key proves rows stay in their partition; `auto` leaves the
+        // task scheme as it was decided before the key could carry the partition (a running
+        // connector's task generation stays when it keeps its stored key, see the runtime)
+        let proof = match movable {
+            _ if cfg.key_partition_path == Some(true) && key_fields.iter().any(|k| k == PARTITION_PATH) => Ok(()),
             None => Ok(()),
             Some(f) => Err(format!("partition field `{f}` is not a record-key field, so a key can change partition")),
         };
@@ -69,6 +80,7 @@ impl HudiSource {
             merge: MergeConfig::from_table(&table),
             changelog: cfg.changelog,
             skip_merge: cfg.skip_merge,
+            cdc_from_log: cfg.cdc_from_log,
             spill: slice::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
             connector: cfg.name.clone(),
             threads: super::par::default_threads(),
@@ -76,6 +88,36 @@ impl HudiSource {
             table,
         })
     }
+}
+
+/// The meta column naming a row's partition: part of the Kafka key where the index is per partition.
+pub const PARTITION_PATH: &str = "_hoodie_partition_path";
+
+/// Whether the Kafka key carries the partition path: as `key.partition-path` says, or (auto)
+/// where a key can change partition (`movable`: a partition field outside the record key) and
+/// the table declares no global index — under Hudi's default per-partition indexes a key written
+/// with a new partition value leaves its old row live, so (partition path, record key) is the
+/// row's identity and a record-key-only Kafka key would merge two live rows into one.
+fn with_partition_path(choice: Option<bool>, table: &TableConfig, movable: Option<&String>) -> bool {
+    let partitioned = !table.partition_fields().is_empty();
+    let decided = match (choice, movable, table.global_index()) {
+        (Some(c), ..) => c && partitioned,
+        (None, None, _) => false,
+        (None, Some(_), Some(global)) => {
+            tracing::info!(table = %table.name, index = %global, "Kafka key: the record key (a global index keeps it unique across partitions; a partition move is one update)");
+            false
+        }
+        (None, Some(f), None) => {
+            tracing::info!(table = %table.name, partition_field = %f, "Kafka key: the record key and _hoodie_partition_path \
+                (no global index declared: a key written with a new partition value is a second row); \
+                key.partition-path=false for a table whose writers use a global index");
+            true
+        }
+    };
+    if choice == Some(true) && !partitioned {
+        tracing::warn!(table = %table.name, "key.partition-path=true on an unpartitioned table: the key is the record key");
+    }
+    decided
 }
 
 fn split_spec(partition: &str, fg: &str) -> SplitSpec {

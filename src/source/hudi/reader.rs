@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
+use super::cdc::CdcFiles;
 use super::files::Listings;
 use super::merge::SliceMerge;
 use super::slice::{FileCache, SliceReader, SliceState};
@@ -89,6 +90,21 @@ impl HudiSource {
         Ok(sides)
     }
 
+    /// One split diffed alone (its previous slice against its new one): (batches, change rows,
+    /// newest file, rows read).
+    pub(super) fn diff_split(
+        &self,
+        r: &UnitRead<'_>,
+        sp: &SplitSpec,
+        cache: &FileCache,
+    ) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>, String, u64), SourceError> {
+        let sides = self.load_sides(r, std::slice::from_ref(sp), cache)?;
+        let Some(first) = sides.batches.first() else { return Ok((Vec::new(), Vec::new(), String::new(), 0)) };
+        let (keys, order) = self.key_columns(&first.schema())?;
+        let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
+        Ok((sides.batches, rows, sides.file[0].clone(), sides.rows_read[0]))
+    }
+
     /// Changelog mode: the log records each touched file group got, one event each; file groups
     /// the instant wrote a base file for (inserts, compaction) are diffed.
     fn read_changelog(
@@ -110,15 +126,8 @@ impl HudiSource {
             let (base, logs) = files.group(&sp.file_group);
             let wrote_base = base.iter().any(|b| b.instant == unit.position.instant);
             let (batches, rows, file) = if wrote_base || r.is_replaced(sp) {
-                let sides = self.load_sides(r, std::slice::from_ref(sp), &cache)?;
-                match sides.batches.first() {
-                    None => (Vec::new(), Vec::new(), String::new()),
-                    Some(first) => {
-                        let (keys, order) = self.key_columns(&first.schema())?;
-                        let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
-                        (sides.batches, rows, sides.file[0].clone())
-                    }
-                }
+                let (batches, rows, file, _) = self.diff_split(r, sp, &cache)?;
+                (batches, rows, file)
             } else {
                 let old = self.open_slice(r, &reader, sp, false)?.map(SliceMerge::collect).transpose()?;
                 let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
@@ -137,7 +146,7 @@ impl HudiSource {
         let Some(newest) = all.last() else { return Ok(()) };
         let target = nullable(&newest.schema(), &[]);
         let all: Vec<RecordBatch> = all.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
-        changelog::pair_moves(&all, &mut per_split);
+        changelog::pair_moves(&all, &mut per_split, self.info.key_fields.iter().any(|k| k == super::PARTITION_PATH));
         let all = Arc::new(all);
         for ((sp, rows), file) in unit.splits.iter().zip(per_split).zip(files_out) {
             if done.contains(&sp.id) {
@@ -154,7 +163,9 @@ impl HudiSource {
 
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
     /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
-    fn verify_inputs(&self, md: &CommitMetadata, listings: &Listings) -> Result<(), SourceError> {
+    /// A file group whose CDC files (`cdc`) carry before images does not need its previous slice.
+    fn verify_inputs(&self, md: &CommitMetadata, listings: &Listings, cdc: Option<&CdcFiles>) -> Result<(), SourceError> {
+        let (before_logged, _) = super::cdc::logged_images(&self.table.props);
         let gone = |what: String| SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() };
         for (p, w) in md.writes() {
             if let Some(path) = &w.path {
@@ -164,11 +175,14 @@ impl HudiSource {
             }
             let prev = w.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null");
             let (Some(prev), Some(fg)) = (prev, w.file_id.as_deref()) else { continue };
+            if before_logged && cdc.is_some_and(|c| c.contains_key(&(p.to_string(), fg.to_string()))) {
+                continue;
+            }
             let files = listings.partition(p)?;
             let has_prev = files.base.get(fg).is_some_and(|b| b.iter().any(|f| f.instant == prev))
                 || (self.table.is_mor() && files.logs.get(fg).is_some_and(|l| !l.is_empty()));
             if !has_prev {
-                return Err(gone(format!("{}/{fg}_*_{prev}.parquet (previous slice of file group {fg})", join_path(p, ""))));
+                return Err(gone(format!("{} (previous slice of file group {fg})", join_path(p, &format!("{fg}_*_{prev}.parquet")))));
             }
         }
         for (p, fg) in md.replaced() {
@@ -218,24 +232,33 @@ impl HudiSource {
                 ),
             });
         }
-        let replaced = if unit.snapshot {
-            self.replaced_up_to(&tl, unit.position.order_key())?
+        let changelog = (self.changelog || self.skip_merge) && self.table.is_mor();
+        let (replaced, cdc) = if unit.snapshot {
+            (self.replaced_up_to(&tl, unit.position.order_key())?, None)
         } else {
             let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
-            self.verify_inputs(&md, &listings)?;
-            md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect()
+            let cdc = if changelog { None } else { self.cdc_files(&md, &unit.position.instant)? };
+            self.verify_inputs(&md, &listings, cdc.as_ref())?;
+            (md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect(), cdc)
         };
         let r = UnitRead { unit, tl: &tl, replaced: &replaced, listings: &listings };
         if unit.snapshot {
             return self.read_snapshot(&r, &resume.done, emit);
         }
-        if (self.changelog || self.skip_merge) && self.table.is_mor() {
+        if changelog {
             return self.read_changelog(&r, done, emit);
         }
         let buckets = match resume.buckets {
             Some(b) => b.max(1),
             None => self.change_buckets(&r)?,
         };
+        if let Some(cdc) = cdc {
+            // images from the slices are held in memory: beyond the budget the (bucketed) diff
+            // gives the same events; files with both images need no slice
+            if buckets == 1 || super::cdc::logged_images(&self.table.props) == (true, true) {
+                return self.read_cdc(&r, &cdc, done, emit);
+            }
+        }
         if buckets > 1 {
             return self.read_bucketed(&r, done, buckets, emit);
         }

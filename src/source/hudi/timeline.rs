@@ -82,6 +82,21 @@ impl TableConfig {
         raw.split(',').map(|f| f.split(':').next().unwrap_or("").trim().to_string()).filter(|f| !f.is_empty()).collect()
     }
 
+    /// Where the table says a record key is unique across partitions: the index type its writer
+    /// recorded (`hoodie.index.type` GLOBAL_*, RECORD_INDEX, HBASE) or a record index in its
+    /// metadata table (`hoodie.table.metadata.partitions`). `None`: Hudi's default indexes
+    /// (SIMPLE, BLOOM, BUCKET) are per partition.
+    pub fn global_index(&self) -> Option<String> {
+        if let Some(t) = self.props.get("hoodie.index.type").map(|t| t.trim().to_ascii_uppercase()) {
+            if t.starts_with("GLOBAL_") || t == "RECORD_INDEX" || t == "HBASE" {
+                return Some(format!("hoodie.index.type={t}"));
+            }
+            return None;
+        }
+        let mdt = self.props.get("hoodie.table.metadata.partitions").map(String::as_str).unwrap_or("");
+        mdt.split(',').any(|p| p.trim() == "record_index").then(|| "record index in the metadata table".to_string())
+    }
+
     pub fn is_mor(&self) -> bool {
         self.table_type == "MERGE_ON_READ"
     }
@@ -246,6 +261,28 @@ pub struct WriteStat {
     /// Base instant of the file group's previous slice (`"null"` for a new group).
     #[serde(rename = "prevCommit", default)]
     pub prev_commit: Option<String>,
+    /// CDC log files the write produced (relative path → size), on CDC-enabled tables.
+    #[serde(rename = "cdcStats", default)]
+    pub cdc_stats: Option<serde_json::Value>,
+}
+
+impl WriteStat {
+    /// Relative paths of the CDC log files of this write (Avro metadata may wrap the map in its union branch).
+    pub fn cdc_files(&self) -> Vec<String> {
+        let map = match &self.cdc_stats {
+            Some(serde_json::Value::Object(m)) => match m.get("map") {
+                Some(serde_json::Value::Object(inner)) if m.len() == 1 => inner,
+                _ => m,
+            },
+            _ => return Vec::new(),
+        };
+        map.keys().cloned().collect()
+    }
+
+    /// A write to an existing file group (it has a previous slice).
+    pub fn updates_a_slice(&self) -> bool {
+        self.prev_commit.as_deref().is_some_and(|c| !c.is_empty() && c != "null")
+    }
 }
 
 impl CommitMetadata {
@@ -353,6 +390,25 @@ mod tests {
         assert!(matches!(parse_name("20260307162454799.clustering.requested", 2), Some(Parsed::Pending { .. })));
         assert!(parse_name("hoodie.properties", 1).is_none());
         assert!(parse_name("archived", 1).is_none());
+    }
+
+    #[test]
+    fn global_index_from_the_table_config() {
+        let with = |k: &str, v: &str| TableConfig {
+            path: PathBuf::new(),
+            name: "t".into(),
+            version: 8,
+            layout: 2,
+            table_type: "COPY_ON_WRITE".into(),
+            key_fields: vec!["id".into()],
+            timeline_dir: PathBuf::new(),
+            props: HashMap::from([(k.to_string(), v.to_string())]),
+        };
+        assert!(with("hoodie.index.type", "GLOBAL_BLOOM").global_index().is_some());
+        assert!(with("hoodie.index.type", "record_index").global_index().is_some());
+        assert!(with("hoodie.index.type", "SIMPLE").global_index().is_none());
+        assert!(with("hoodie.table.metadata.partitions", "files,record_index").global_index().is_some());
+        assert!(with("hoodie.table.metadata.partitions", "files,column_stats").global_index().is_none());
     }
 
     #[test]

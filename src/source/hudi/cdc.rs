@@ -1,0 +1,298 @@
+//! Hudi CDC log files as a change unit's events (`read.cdc.from-log`, tables with
+//! `hoodie.table.cdc.enabled=true`). A CDC file (`<log file>.cdc`, `-cdc` before 0.14) holds CDC
+//! data blocks (block type 6: Avro records) in the table's supplemental logging mode, recognised
+//! here from the block's schema, as Hudi's `HoodieCDCExtractor` reads them (case AS_IS):
+//! * `{op, record_key}` (OP_KEY_ONLY): the before image from the previous slice, the after image
+//!   from the new one;
+//! * `{op, record_key, before}` (DATA_BEFORE): the after image from the new slice;
+//! * `{op, ts_ms, before, after}` (DATA_BEFORE_AFTER): both images as written, so the previous
+//!   slice is not needed.
+//!
+//! With before images logged, a file group's previous slice is not read: the unit continues
+//! where a clean removed it.
+//!
+//! `op` is `i`/`u`/`d`. Hudi writes images without the `_hoodie_*` meta fields: an image from a
+//! CDC file gets `_hoodie_record_key` and `_hoodie_partition_path` derived as the key generator
+//! does, an after image `_hoodie_commit_time` = the instant; its other meta columns are null.
+//! File groups of the unit without a CDC file (new file groups: all inserts; replaced ones: all
+//! deletes) are diffed as without CDC, and keys moving between file groups pair into one update.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+use super::files::with_virtual_keys;
+use super::log::{self, BlockType};
+use super::merge::SliceMerge;
+use super::reader::UnitRead;
+use super::slice::FileCache;
+use super::timeline::CommitMetadata;
+use super::{changelog, join_path, HudiSource, PARTITION_PATH};
+use crate::source::buckets::restrict;
+use crate::source::rows::{conform, nullable};
+use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
+
+/// The CDC files of a unit, by (partition, file group).
+pub type CdcFiles = BTreeMap<(String, String), Vec<String>>;
+
+/// The images `hoodie.table.cdc.supplemental.logging.mode` says the CDC files carry: (before,
+/// after). With before images a group's previous slice is not needed; with both, no slice.
+/// Hudi 0.13 spells the modes `cdc_op_key`, `cdc_data_before[_after]`, 0.14+ `OP_KEY_ONLY`,
+/// `DATA_BEFORE[_AFTER]`.
+pub fn logged_images(props: &HashMap<String, String>) -> (bool, bool) {
+    let mode = props.get("hoodie.table.cdc.supplemental.logging.mode").map(|m| m.trim().to_ascii_lowercase());
+    match mode.as_deref().map(|m| m.trim_start_matches("cdc_")) {
+        Some("data_before") => (true, false),
+        Some("data_before_after") => (true, true),
+        _ => (false, false),
+    }
+}
+
+/// What a CDC block's records carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    OpKey,
+    Before,
+    BeforeAfter,
+}
+
+impl HudiSource {
+    /// The unit's CDC files, where its changes are to be read from them: `read.cdc.from-log`
+    /// `auto` (unset) when every write of the instant to an existing file group lists CDC files
+    /// (else the diff, logged), `true` the same but a write without them fails naming it,
+    /// `false` never.
+    pub(super) fn cdc_files(&self, md: &CommitMetadata, instant: &str) -> Result<Option<CdcFiles>, SourceError> {
+        if self.cdc_from_log == Some(false) {
+            return Ok(None);
+        }
+        let mut out = CdcFiles::new();
+        let mut without: Option<(String, String)> = None;
+        for (p, w) in md.writes() {
+            let (files, fg) = (w.cdc_files(), w.file_id.clone().unwrap_or_default());
+            if files.is_empty() {
+                if w.updates_a_slice() {
+                    without.get_or_insert((p.to_string(), fg));
+                }
+                continue;
+            }
+            out.entry((p.to_string(), fg)).or_default().extend(files);
+        }
+        match (without, self.cdc_from_log) {
+            (None, _) => Ok((!out.is_empty()).then_some(out)),
+            (Some((p, fg)), Some(true)) => Err(SourceError::Unreadable {
+                message: format!(
+                    "instant {instant}: file group {} was updated without a CDC log file (cdcStats) and \
+                     read.cdc.from-log=true; set read.cdc.from-log=auto to diff such instants",
+                    join_path(&p, &fg)
+                ),
+            }),
+            (Some((p, fg)), _) => {
+                if !out.is_empty() {
+                    tracing::info!(connector = %self.connector, instant, file_group = %join_path(&p, &fg),
+                        "instant has CDC files for some file groups only: diffing it");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// A change unit's events from its CDC files (see the module doc).
+    pub(super) fn read_cdc(
+        &self,
+        r: &UnitRead<'_>,
+        cdc: &CdcFiles,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let unit = r.unit;
+        tracing::info!(connector = %self.connector, instant = %unit.position.instant, file_groups = cdc.len(),
+            "change unit read from its CDC log files");
+        let cache = FileCache::default();
+        let mut all: Vec<RecordBatch> = Vec::new();
+        let mut per_split: Vec<Vec<ChangeRow>> = Vec::new();
+        let mut files_out: Vec<String> = Vec::new();
+        let mut read: Vec<u64> = Vec::new();
+        let mut slice_schema: Option<SchemaRef> = None;
+        for sp in &unit.splits {
+            let offset = all.len() as u32;
+            let shift = |r: Option<RowRef>| r.map(|r| RowRef { batch: r.batch + offset, row: r.row });
+            let (batches, rows, file, n) = match cdc.get(&(sp.partition.clone(), sp.file_group.clone())) {
+                Some(files) => {
+                    let (batches, rows, n, schema) = self.cdc_split(r, sp, files, &cache)?;
+                    slice_schema = schema.or(slice_schema);
+                    (batches, rows, join_path("", &files[files.len() - 1]), n)
+                }
+                None => {
+                    let (batches, rows, file, n) = self.diff_split(r, sp, &cache)?;
+                    slice_schema = batches.first().map(|b| b.schema()).or(slice_schema);
+                    (batches, rows, file, n)
+                }
+            };
+            per_split.push(rows.into_iter().map(|c| ChangeRow { op: c.op, before: shift(c.before), after: shift(c.after) }).collect());
+            all.extend(batches);
+            files_out.push(file);
+            read.push(n);
+        }
+        let Some(target) = slice_schema.or_else(|| all.last().map(|b| b.schema())) else { return Ok(()) };
+        let target = nullable(&target, &[]);
+        let all: Vec<RecordBatch> = all.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
+        changelog::pair_moves(&all, &mut per_split, self.info.key_fields.iter().any(|k| k == PARTITION_PATH));
+        let all = Arc::new(all);
+        for (((sp, rows), file), n) in unit.splits.iter().zip(per_split).zip(files_out).zip(read) {
+            if done.contains(&sp.id) {
+                continue;
+            }
+            let (batches, rows) = restrict(&all, rows);
+            let mut sc = SplitChanges::whole(sp.clone(), file, batches, rows);
+            sc.rows_read = n;
+            emit(sc)?;
+        }
+        Ok(())
+    }
+
+    /// One file group's changes from its CDC files: (batches, change rows, records read, the
+    /// schema of a slice read for images).
+    #[allow(clippy::type_complexity)]
+    fn cdc_split(
+        &self,
+        r: &UnitRead<'_>,
+        sp: &SplitSpec,
+        files: &[String],
+        cache: &FileCache,
+    ) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>, u64, Option<SchemaRef>), SourceError> {
+        let instant = &r.unit.position.instant;
+        let mut records: Vec<RecordBatch> = Vec::new();
+        let mut cdc_path = String::new();
+        for f in files {
+            let path = self.table.path.join(f);
+            cdc_path = path.display().to_string();
+            for block in log::read_blocks(&path, &self.connector)? {
+                match block.block_type {
+                    BlockType::Cdc | BlockType::AvroData => log::avro_block_batches(&block, &path, &mut |b| {
+                        records.push(b);
+                        Ok(true)
+                    })?,
+                    BlockType::Command | BlockType::Corrupt => {}
+                    other => return Err(SourceError::format(&path, format!("unexpected {other:?} block in a CDC log file"))),
+                }
+            }
+        }
+        let bad = |m: String| SourceError::format(&cdc_path, m);
+        let Some(first) = records.first() else { return Ok((Vec::new(), Vec::new(), 0, None)) };
+        let has = |n: &str| first.schema().index_of(n).is_ok();
+        let shape = match (has("before"), has("after")) {
+            (true, true) => Shape::BeforeAfter,
+            (true, false) => Shape::Before,
+            _ if has("record_key") => Shape::OpKey,
+            _ => return Err(bad("CDC block without record_key or before/after images".into())),
+        };
+        let total: u64 = records.iter().map(|b| b.num_rows() as u64).sum();
+        // images from the slices where the mode does not log them
+        let mut out: Vec<RecordBatch> = Vec::new();
+        let mut schema = None;
+        let reader = self.slice_reader(r.tl, cache);
+        let mut side = |inclusive: bool, out: &mut Vec<RecordBatch>| -> Result<HashMap<String, RowRef>, SourceError> {
+            let mut index = HashMap::new();
+            let Some(merge) = self.open_slice(r, &reader, sp, inclusive)? else { return Ok(index) };
+            let st = SliceMerge::collect(merge)?;
+            for b in st.batches {
+                schema = Some(b.schema());
+                let keys = string_column(&b, "_hoodie_record_key").ok_or_else(|| bad("slice without _hoodie_record_key".into()))?;
+                let batch = out.len() as u32;
+                for i in 0..keys.len() {
+                    if keys.is_valid(i) {
+                        index.insert(keys.value(i).to_string(), RowRef { batch, row: i as u32 });
+                    }
+                }
+                out.push(b);
+            }
+            Ok(index)
+        };
+        let old = if shape == Shape::OpKey { side(false, &mut out)? } else { HashMap::new() };
+        let new = if shape != Shape::BeforeAfter && !r.is_replaced(sp) { side(true, &mut out)? } else { HashMap::new() };
+        let mut rows = Vec::new();
+        for b in &records {
+            let ops = string_column(b, "op").ok_or_else(|| bad("CDC block without a string `op`".into()))?;
+            let image = |name: &str, after: bool, out: &mut Vec<RecordBatch>| -> Result<Option<u32>, SourceError> {
+                let Some(col) = b.column_by_name(name) else { return Ok(None) };
+                let s = col.as_any().downcast_ref::<StructArray>().ok_or_else(|| bad(format!("`{name}` is not a record")))?;
+                out.push(self.cdc_image(s, sp, after.then_some(instant.as_str()))?);
+                Ok(Some(out.len() as u32 - 1))
+            };
+            let before_img = image("before", false, &mut out)?;
+            let after_img = image("after", true, &mut out)?;
+            let keys = string_column(b, "record_key");
+            for i in 0..b.num_rows() {
+                let op = match ops.is_valid(i).then(|| ops.value(i)) {
+                    Some("i") => Op::Create,
+                    Some("u") => Op::Update,
+                    Some("d") => Op::Delete,
+                    other => return Err(bad(format!("CDC record {i}: op {other:?} is not i, u or d"))),
+                };
+                let key = keys.as_ref().filter(|k| k.is_valid(i)).map(|k| k.value(i).to_string());
+                let lookup = |index: &HashMap<String, RowRef>, which: &str| -> Result<RowRef, SourceError> {
+                    let k = key.as_deref().ok_or_else(|| bad(format!("CDC record {i} without record_key")))?;
+                    index.get(k).copied().ok_or_else(|| {
+                        bad(format!("CDC record {i} ({op:?} of key {k}): the {which} slice of file group {} has no such row", sp.id))
+                    })
+                };
+                let logged = |img: Option<u32>| img.map(|batch| RowRef { batch, row: i as u32 });
+                let before = match (op, shape) {
+                    (Op::Create, _) => None,
+                    (_, Shape::OpKey) => Some(lookup(&old, "previous")?),
+                    _ => logged(before_img),
+                };
+                let after = match (op, shape) {
+                    (Op::Delete, _) => None,
+                    (_, Shape::BeforeAfter) => logged(after_img),
+                    _ => Some(lookup(&new, "new")?),
+                };
+                rows.push(ChangeRow { op, before, after });
+            }
+        }
+        Ok((out, rows, total, schema))
+    }
+
+    /// A CDC image (data columns) with the meta columns a slice row has: the key and partition
+    /// path derived as the key generator does, and for an after image the commit time.
+    fn cdc_image(&self, s: &StructArray, sp: &SplitSpec, commit: Option<&str>) -> Result<RecordBatch, SourceError> {
+        // (not RecordBatch::from: an absent image is a null struct, which it refuses; those rows
+        // are never referenced)
+        let fields: Vec<Field> = s.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+        let data = RecordBatch::try_new(Arc::new(Schema::new(fields)), s.columns().to_vec()).map_err(SourceError::arrow("CDC image"))?;
+        let keyed = with_virtual_keys(&data, &self.table.key_fields, &sp.partition)?;
+        let n = keyed.num_rows();
+        let time: ArrayRef = match commit {
+            Some(t) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(t, n))),
+            None => arrow_array::new_null_array(&DataType::Utf8, n),
+        };
+        let mut fields = vec![Field::new("_hoodie_commit_time", DataType::Utf8, true)];
+        let mut cols = vec![time];
+        for (f, c) in keyed.schema().fields().iter().zip(keyed.columns()) {
+            fields.push(f.as_ref().clone().with_nullable(true));
+            cols.push(c.clone());
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(SourceError::arrow("CDC image"))
+    }
+}
+
+fn string_column(b: &RecordBatch, name: &str) -> Option<StringArray> {
+    b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<StringArray>()).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_images_in_both_spellings() {
+        let m = |v: &str| logged_images(&HashMap::from([("hoodie.table.cdc.supplemental.logging.mode".to_string(), v.to_string())]));
+        assert_eq!(m("OP_KEY_ONLY"), (false, false));
+        assert_eq!(m("cdc_op_key"), (false, false));
+        assert_eq!(m("DATA_BEFORE"), (true, false));
+        assert_eq!(m("cdc_data_before_after"), (true, true));
+        assert_eq!(logged_images(&HashMap::new()), (false, false));
+    }
+}
