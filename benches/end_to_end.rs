@@ -271,6 +271,9 @@ fn generated_cases(dir: &Path, rows: usize) {
             seed: 7,
             operation_field: false,
             repeat_updates: false,
+            move_fraction: 0.0,
+            index: generate::IndexKind::Simple,
+            cdc: None,
         })
         .expect("generate");
         println!("generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());

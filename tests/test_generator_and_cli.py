@@ -157,3 +157,9 @@ def test_offsets_show_prints_the_issued_instant(env, registry, tmp_path):
     assert r.returncode == 0, r.stderr
     last = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[-1]
     assert f'"instant": "{last}"' in r.stdout, r.stdout
+
+
+def test_logs_to_a_pipe_or_file_carry_no_colour_codes(tmp_path):
+    r = run("generate", "hudi", "--path", tmp_path / "plain", "--rows", "10", "--partitions", "1")
+    assert r.returncode == 0 and "bulk insert committed" in r.stderr, r.stderr
+    assert "\x1b[" not in r.stderr, r.stderr[:300]
