@@ -7,9 +7,9 @@
 //! `cdcStats` (relative path → size). Like Hudi's merge handle, a file group gets a CDC file when
 //! an instant changes an existing slice; a new file group's rows are all inserts and need none.
 
+use std::collections::HashMap;
 use std::fs;
 
-use super::writer::GroupWrite;
 use super::{io, GenerateError, Partition, Row, AVRO_SCHEMA};
 use crate::changelog::avro::{write_bytes, write_long};
 use crate::source::hudi::log::{encode_block, INSTANT_TIME, SCHEMA};
@@ -78,19 +78,26 @@ fn opt_image(out: &mut Vec<u8>, key: &str, part: &str, r: Option<&Row>) {
     }
 }
 
-/// The CDC file of one file group's write in `instant` (the partition's rows are already the
-/// new ones; `w.before` holds the old rows of updated and deleted keys). Returns (relative path, size).
-pub fn write(root: &std::path::Path, mode: CdcMode, p: &Partition, w: &GroupWrite, instant: &str, seq: usize) -> Result<(String, u64), GenerateError> {
+/// What one instant wrote to a file group: keys upserted and deleted, and the old rows of the
+/// updated and deleted ones (the partition's rows are already the new ones).
+pub struct Change<'a> {
+    pub upserts: &'a [String],
+    pub deletes: &'a [String],
+    pub before: &'a HashMap<String, Row>,
+}
+
+/// The CDC file of one file group's write in `instant`. Returns (relative path, size).
+pub fn write(root: &std::path::Path, mode: CdcMode, p: &Partition, w: Change<'_>, instant: &str, seq: usize) -> Result<(String, u64), GenerateError> {
     let part = &p.name["part=".len()..];
     let mut records: Vec<(&str, &str, Option<&Row>, Option<&Row>)> = Vec::new();
-    for k in &w.upserts {
+    for k in w.upserts {
         let after = p.rows.get(k);
         match w.before.get(k) {
             Some(b) => records.push(("u", k, Some(b), after)),
             None => records.push(("i", k, None, after)),
         }
     }
-    for k in &w.deletes {
+    for k in w.deletes {
         records.push(("d", k, w.before.get(k), None));
     }
     let mut content = Vec::new();

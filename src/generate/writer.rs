@@ -12,6 +12,7 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde_json::json;
 
+use super::cdc::Change;
 use super::{io, schema, GenerateError, Partition, Row, AVRO_SCHEMA};
 use crate::changelog::avro::{record, write_bytes, write_long, RowEncoder};
 use crate::source::hudi::log::{encode_block, INSTANT_TIME, SCHEMA};
@@ -206,7 +207,7 @@ impl Writer {
                 "totalWriteBytes": size, "totalWriteErrors": 0, "partitionPath": p.name, "fileSizeInBytes": size,
             });
             if let (Some(mode), true) = (self.cdc, existing) {
-                let (cdc, cdc_size) = super::cdc::write(&self.path, mode, p, w, &instant, seq)?;
+                let (cdc, cdc_size) = super::cdc::write(&self.path, mode, p, Change { upserts: &w.upserts, deletes: &w.deletes, before: &w.before }, &instant, seq)?;
                 stat["cdcStats"] = json!({ cdc: cdc_size });
             }
             by_part.insert(p.name.clone(), json!([stat]));

@@ -17,7 +17,7 @@
 //! File groups of the unit without a CDC file (new file groups: all inserts; replaced ones: all
 //! deletes) are diffed as without CDC, and keys moving between file groups pair into one update.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
@@ -59,6 +59,20 @@ enum Shape {
 }
 
 impl HudiSource {
+    /// File groups whose previous slice a unit does not need: those with CDC files, where the
+    /// table logs before images.
+    pub(super) fn cdc_previous_optional(&self, cdc: Option<&CdcFiles>) -> BTreeSet<(String, String)> {
+        match cdc {
+            Some(files) if logged_images(&self.table.props).0 => files.keys().cloned().collect(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// CDC files carry both images: a unit read from them reads no slice.
+    pub(super) fn cdc_needs_no_slice(&self) -> bool {
+        logged_images(&self.table.props) == (true, true)
+    }
+
     /// The unit's CDC files, where its changes are to be read from them: `read.cdc.from-log`
     /// `auto` (unset) when every write of the instant to an existing file group lists CDC files
     /// (else the diff, logged), `true` the same but a write without them fails naming it,

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::cdc::CdcFiles;
 use super::files::Listings;
 use super::merge::SliceMerge;
 use super::slice::{FileCache, SliceReader, SliceState};
@@ -163,9 +162,8 @@ impl HudiSource {
 
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
     /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
-    /// A file group whose CDC files (`cdc`) carry before images does not need its previous slice.
-    fn verify_inputs(&self, md: &CommitMetadata, listings: &Listings, cdc: Option<&CdcFiles>) -> Result<(), SourceError> {
-        let (before_logged, _) = super::cdc::logged_images(&self.table.props);
+    /// File groups in `optional` (their CDC files log the before images) need no previous slice.
+    fn verify_inputs(&self, md: &CommitMetadata, listings: &Listings, optional: &BTreeSet<(String, String)>) -> Result<(), SourceError> {
         let gone = |what: String| SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() };
         for (p, w) in md.writes() {
             if let Some(path) = &w.path {
@@ -175,7 +173,7 @@ impl HudiSource {
             }
             let prev = w.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null");
             let (Some(prev), Some(fg)) = (prev, w.file_id.as_deref()) else { continue };
-            if before_logged && cdc.is_some_and(|c| c.contains_key(&(p.to_string(), fg.to_string()))) {
+            if optional.contains(&(p.to_string(), fg.to_string())) {
                 continue;
             }
             let files = listings.partition(p)?;
@@ -238,7 +236,7 @@ impl HudiSource {
         } else {
             let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
             let cdc = if changelog { None } else { self.cdc_files(&md, &unit.position.instant)? };
-            self.verify_inputs(&md, &listings, cdc.as_ref())?;
+            self.verify_inputs(&md, &listings, &self.cdc_previous_optional(cdc.as_ref()))?;
             (md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect(), cdc)
         };
         let r = UnitRead { unit, tl: &tl, replaced: &replaced, listings: &listings };
@@ -255,7 +253,7 @@ impl HudiSource {
         if let Some(cdc) = cdc {
             // images from the slices are held in memory: beyond the budget the (bucketed) diff
             // gives the same events; files with both images need no slice
-            if buckets == 1 || super::cdc::logged_images(&self.table.props) == (true, true) {
+            if buckets == 1 || self.cdc_needs_no_slice() {
                 return self.read_cdc(&r, &cdc, done, emit);
             }
         }
