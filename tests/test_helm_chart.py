@@ -20,7 +20,6 @@ CHART = testkit.REPO / "helm" / "lakestream"
 HELM = Path(os.environ.get("HELM_BIN", "/var/cache/lakestream-helm/layer/helm/helm"))
 
 PROD = {
-    "replicas": 2,
     "connectors": {
         "orders": {"name": "orders-changelog", "connector.class": "hudi", "table.path": "s3://lake/orders",
                    "topic": "lake.orders", "bootstrap.servers": "kafka:9093", "schema.registry.url": "https://registry:8081",
@@ -46,23 +45,42 @@ def helm():
     return HELM
 
 
-def render(helm, tmp_path, values=None):
-    args = [str(helm), "template", "rel", str(CHART)]
+MINIMAL = {"connectors": {"orders": {"name": "orders-changelog", "connector.class": "hudi", "table.path": "/lake/orders",
+                                     "topic": "lake.orders", "bootstrap.servers": "kafka:9092",
+                                     "schema.registry.url": "http://registry:8081"}}}
+SHARED = {**json.loads(json.dumps(PROD)), "statefulSetPerConnector": False}
+
+
+def helm_template(helm, tmp_path, values=None, *extra):
+    args = [str(helm), "template", "rel", str(CHART), *extra]
     if values:
         vf = tmp_path / "values.yaml"
-        vf.write_text(yaml.safe_dump(values))
+        vf.write_text(yaml.safe_dump(values) if isinstance(values, dict) else values)
         args += ["-f", str(vf)]
-    out = subprocess.run(args, capture_output=True, text=True)
+    return subprocess.run(args, capture_output=True, text=True)
+
+
+def render(helm, tmp_path, values=None, *extra):
+    out = helm_template(helm, tmp_path, values, *extra)
     assert out.returncode == 0, out.stderr
     return out.stdout, [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def test_lint_strict(helm):
-    r = subprocess.run([str(helm), "lint", "--strict", str(CHART)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+def kinds(docs, kind):
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
 @pytest.mark.parametrize("values", [None, PROD], ids=["defaults", "production"])
+def test_lint_strict(helm, tmp_path, values):
+    args = [str(helm), "lint", "--strict", str(CHART)]
+    if values:
+        (tmp_path / "v.yaml").write_text(yaml.safe_dump(values))
+        args += ["-f", str(tmp_path / "v.yaml")]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("values", [MINIMAL, PROD, SHARED], ids=["minimal", "production", "one-statefulset"])
 def test_rendered_manifests_validate_against_kubernetes_schemas(helm, tmp_path, values):
     text, docs = render(helm, tmp_path, values)
     f = tmp_path / "rendered.yaml"
@@ -78,43 +96,101 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(helm, tmp_path, 
 
 def test_statefulset_runs_tasks_by_pod_index_safely(helm, tmp_path):
     _, docs = render(helm, tmp_path, PROD)
-    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    sets = kinds(docs, "StatefulSet")
+    assert set(sets) == {"rel-lakestream-orders", "rel-lakestream-events"}, set(sets)
+    sts = sets["rel-lakestream-orders"]
+    assert sts["spec"]["replicas"] == 4  # tasks.max: one task per pod
     pod = sts["spec"]["template"]["spec"]
     c = pod["containers"][0]
     env = {e["name"]: e for e in c["env"]}
     assert env["TASK_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
-    assert env["LAKESTREAM_REPLICAS"]["value"] == "2"
+    assert env["LAKESTREAM_REPLICAS"]["value"] == "4"
     assert env["KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka", "key": "password"}
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["terminationGracePeriodSeconds"] >= 60
-    assert {"/etc/lakestream/connectors/orders.properties", "/etc/lakestream/connectors/events.properties"} <= set(c["args"])
+    # each connector's pods run only that connector, from its own ConfigMap
+    assert [a for a in c["args"] if a.endswith(".properties")] == ["/etc/lakestream/connectors/orders.properties"]
+    assert pod["volumes"][0]["configMap"]["name"] == "rel-lakestream-orders-connectors"
     assert any(v["mountPath"] == "/etc/lakestream/secrets/registry" for v in c["volumeMounts"])
-    kinds = {d["kind"] for d in docs}
-    assert {"StatefulSet", "ConfigMap", "Service", "ServiceMonitor", "PodDisruptionBudget", "ServiceAccount"} <= kinds
+    assert c["resources"]["requests"]["ephemeral-storage"] and c["resources"]["requests"]["memory"] == "512Mi"
+    selector = sts["spec"]["selector"]["matchLabels"]
+    assert selector["lakestream.io/workload"] == "orders"
+    assert sets["rel-lakestream-events"]["spec"]["selector"]["matchLabels"] != selector
+    pdbs = kinds(docs, "PodDisruptionBudget")
+    assert pdbs["rel-lakestream-orders"]["spec"]["selector"]["matchLabels"] == selector
+    assert {"StatefulSet", "ConfigMap", "Service", "ServiceMonitor", "PodDisruptionBudget", "ServiceAccount"} <= {d["kind"] for d in docs}
 
 
-def test_connector_change_rolls_the_pods(helm, tmp_path):
-    def checksum(values):
+def test_one_statefulset_for_all_connectors_when_asked(helm, tmp_path):
+    _, docs = render(helm, tmp_path, SHARED)
+    (sts,) = kinds(docs, "StatefulSet").values()
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert sts["spec"]["replicas"] == 1
+    assert {"/etc/lakestream/connectors/orders.properties", "/etc/lakestream/connectors/events.properties"} <= set(c["args"])
+
+
+def test_editing_one_connector_rolls_only_its_pods(helm, tmp_path):
+    def checksums(values):
         _, docs = render(helm, tmp_path, values)
-        sts = next(d for d in docs if d["kind"] == "StatefulSet")
-        return sts["spec"]["template"]["metadata"]["annotations"]["checksum/connectors"]
+        return {n: s["spec"]["template"]["metadata"]["annotations"]["checksum/connectors"] for n, s in kinds(docs, "StatefulSet").items()}
     changed = json.loads(json.dumps(PROD))
-    changed["connectors"]["orders"]["tasks.max"] = "3"
-    assert checksum(PROD) != checksum(changed)
-    assert checksum(PROD) == checksum(json.loads(json.dumps(PROD)))
+    changed["connectors"]["orders"]["read.commits.limit"] = "3"
+    before, after = checksums(PROD), checksums(changed)
+    assert before["rel-lakestream-orders"] != after["rel-lakestream-orders"]
+    assert before["rel-lakestream-events"] == after["rel-lakestream-events"]
+    assert before == checksums(json.loads(json.dumps(PROD)))
+
+
+def test_values_are_rendered_verbatim(helm, tmp_path):
+    values = json.loads(json.dumps(MINIMAL))
+    values["connectors"]["orders"].update({"read.start-commit": "20261130084527933", "transaction.max.records": 100000,
+                                           "tombstones.on.delete": False, "tasks.max": 2})
+    _, docs = render(helm, tmp_path, values)
+    body = kinds(docs, "ConfigMap")["rel-lakestream-orders-connectors"]["data"]["orders.properties"]
+    for line in ["read.start-commit=20261130084527933", "transaction.max.records=100000", "tombstones.on.delete=false", "tasks.max=2"]:
+        assert line in body.splitlines(), body
+
+
+@pytest.mark.parametrize("case,props,top,message", [
+    ("no connector", None, {}, "no connector"),
+    ("unquoted 17-digit number", {"read.start-commit": 20261130084527933}, {}, "read.start-commit"),
+    ("unquoted 7-digit number", {"transaction.max.records": 1000000}, {}, "transaction.max.records"),
+    ("literal secret", {"producer.override.sasl.password": "hunter2"}, {}, "holds a literal secret"),
+    ("literal registry credentials", {"schema.registry.basic.auth.user.info": "svc:pw"}, {}, "secretEnv"),
+    ("more pods than tasks", {"tasks.max": "2"}, {"replicas": 3}, "replicas (3) > tasks.max (2)"),
+    ("unknown top-level value", {}, {"replica": 2}, "replica"),
+])
+def test_a_setup_that_would_fail_after_install_fails_at_render(helm, tmp_path, case, props, top, message):
+    values = json.loads(json.dumps(MINIMAL))
+    if props is None:
+        values["connectors"] = {}
+    else:
+        values["connectors"]["orders"].update(props)
+    values.update(top)
+    r = helm_template(helm, tmp_path, values)
+    assert r.returncode != 0, f"{case}: rendered"
+    assert message in r.stderr, r.stderr
+
+
+def test_kubernetes_older_than_1_28_is_refused(helm, tmp_path):
+    r = helm_template(helm, tmp_path, MINIMAL, "--kube-version", "1.27.0")
+    assert r.returncode != 0 and ">=1.28.0-0" in r.stderr, r.stderr
+    render(helm, tmp_path, MINIMAL, "--kube-version", "1.28.0")
 
 
 def test_rendered_connector_files_pass_validate(helm, tmp_path):
     _, docs = render(helm, tmp_path, PROD)
-    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors"))
+    maps = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
+    assert len(maps) == 2
     secrets = tmp_path / "user-info"
     secrets.write_text("svc:pw\n")
     files = []
-    for name, body in cm["data"].items():
-        f = tmp_path / name
-        f.write_text(body.replace("/etc/lakestream/secrets/registry/user-info", str(secrets)))
-        files.append(str(f))
+    for cm in maps:
+        for name, body in cm["data"].items():
+            f = tmp_path / name
+            f.write_text(body.replace("/etc/lakestream/secrets/registry/user-info", str(secrets)))
+            files.append(str(f))
     env = {**os.environ, "KAFKA_PASSWORD": "kafka-secret-value", "CATALOG_TOKEN": "catalog-secret-value"}
     r = subprocess.run([str(testkit.BIN), "validate", "--offline", *files], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr

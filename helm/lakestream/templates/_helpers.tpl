@@ -31,12 +31,58 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The connector .properties files, rendered from values (also hashed into the pod template). */}}
+{{/* The StatefulSets to render, as JSON: [{id, name, connectors: {id: props}, replicas}]. One per
+connector by default, else one for all. */}}
+{{- define "lakestream.workloads" -}}
+{{- $root := . -}}
+{{- $out := list -}}
+{{- if .Values.statefulSetPerConnector -}}
+{{- range $id, $props := .Values.connectors -}}
+{{- $name := printf "%s-%s" (include "lakestream.fullname" $root | trunc 40 | trimSuffix "-") ($id | lower | replace "_" "-" | replace "." "-" | trunc 22 | trimSuffix "-") -}}
+{{- $tasks := int (toString (default "1" (get $props "tasks.max"))) -}}
+{{- $out = append $out (dict "id" $id "name" $name "connectors" (dict $id $props) "replicas" (default $tasks $root.Values.replicas)) -}}
+{{- end -}}
+{{- else -}}
+{{- $out = append $out (dict "id" "all" "name" (include "lakestream.fullname" .) "connectors" .Values.connectors "replicas" (default 1 .Values.replicas)) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Render-time checks: what would deploy and then fail (or leak) is refused here. */}}
+{{- define "lakestream.checks" -}}
+{{- if not .Values.connectors -}}
+{{- fail "no connector: set connectors.<id> to a map of connector properties (see values.yaml)" -}}
+{{- end -}}
+{{- $secretWords := list "password" "secret" "jaas" "token" "credentials" "user.info" "key.pem" "keystore" -}}
+{{- range $id, $props := .Values.connectors -}}
+{{- range $k, $v := $props -}}
+{{- if and (kindIs "string" $v) (not (contains "${env:" $v)) (not (contains "${file:" $v)) -}}
+{{- range $secretWords -}}
+{{- if contains . (lower $k) -}}
+{{- fail (printf "connector %s: `%s` holds a literal secret, which would land in a ConfigMap; put it in a Secret and reference it: secretEnv (%s: ${env:VAR}) or secretFiles (${file:/etc/lakestream/secrets/<secret>/<key>})" $id $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range (include "lakestream.workloads" . | fromJsonArray) -}}
+{{- $w := . -}}
+{{- range $id, $props := $w.connectors -}}
+{{- $tasks := int (toString (default "1" (get $props "tasks.max"))) -}}
+{{- if gt (int $w.replicas) $tasks -}}
+{{- fail (printf "replicas (%d) > tasks.max (%d) of connector %s: pods beyond tasks.max would have no task and fail; raise tasks.max or lower replicas" (int $w.replicas) $tasks $id) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The .properties files of a workload's connectors (hashed into its pod template), values
+verbatim: strings as written, whole numbers without an exponent. */}}
 {{- define "lakestream.connectorFiles" -}}
-{{- range $file, $props := .Values.connectors }}
+{{- range $file, $props := . }}
 {{ $file }}.properties: |
 {{- range $k, $v := $props }}
-  {{ $k }}={{ $v }}
+  {{ $k }}={{ if kindIs "float64" $v }}{{ int64 $v }}{{ else }}{{ $v }}{{ end }}
 {{- end }}
 {{- end }}
 {{- end -}}
