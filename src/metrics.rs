@@ -7,9 +7,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::{
-    register_counter_vec_with_registry, register_counter_with_registry, register_gauge_vec_with_registry,
-    register_histogram_with_registry, register_int_counter_vec_with_registry, Counter, CounterVec, Encoder,
-    GaugeVec, Histogram, IntCounterVec, Registry, TextEncoder,
+    register_gauge_vec_with_registry, register_histogram_vec_with_registry, register_int_counter_vec_with_registry,
+    Encoder, GaugeVec, HistogramVec, IntCounterVec, Registry, TextEncoder,
 };
 
 pub static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
@@ -32,21 +31,21 @@ metric!(BYTES_READ, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_bytes_read_total", "Bytes of data files read", &["connector", "task"], REGISTRY));
 metric!(UNITS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_units_total", "Instants processed, by outcome (emitted, skipped, snapshot)", &["connector", "outcome"], REGISTRY));
-metric!(TXN_COMMITTED, Counter, register_counter_with_registry!(
-    "lakestream_sink_transactions_committed_total", "Kafka transactions committed", REGISTRY));
-metric!(TXN_ABORTED, Counter, register_counter_with_registry!(
-    "lakestream_sink_transactions_aborted_total", "Kafka transactions aborted", REGISTRY));
-metric!(TXN_RECORDS, Histogram, register_histogram_with_registry!(
-    "lakestream_sink_transaction_records", "Records per committed transaction", 
+metric!(TXN_COMMITTED, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_sink_transactions_committed_total", "Kafka transactions committed", &["connector", "task"], REGISTRY));
+metric!(TXN_ABORTED, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_sink_transactions_aborted_total", "Kafka transactions aborted", &["connector", "task"], REGISTRY));
+metric!(TXN_RECORDS, HistogramVec, register_histogram_vec_with_registry!(
+    "lakestream_sink_transaction_records", "Records per committed transaction", &["connector", "task"],
     vec![1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0, 1000000.0], REGISTRY));
-metric!(TXN_SECONDS, Histogram, register_histogram_with_registry!(
-    "lakestream_sink_transaction_duration_seconds", "Time from begin to commit of a transaction", REGISTRY));
-metric!(OFFSET_COMMIT_SECONDS, Histogram, register_histogram_with_registry!(
-    "lakestream_sink_offset_commit_duration_seconds", "Duration of commit_transaction (records + offsets)", REGISTRY));
-metric!(POLL_SECONDS, Histogram, register_histogram_with_registry!(
-    "lakestream_source_poll_duration_seconds", "Duration of one timeline poll", REGISTRY));
+metric!(TXN_SECONDS, HistogramVec, register_histogram_vec_with_registry!(
+    "lakestream_sink_transaction_duration_seconds", "Time from begin to commit of a transaction", &["connector", "task"], REGISTRY));
+metric!(OFFSET_COMMIT_SECONDS, HistogramVec, register_histogram_vec_with_registry!(
+    "lakestream_sink_offset_commit_duration_seconds", "Duration of commit_transaction (records + offsets)", &["connector", "task"], REGISTRY));
+metric!(POLL_SECONDS, HistogramVec, register_histogram_vec_with_registry!(
+    "lakestream_source_poll_duration_seconds", "Duration of one timeline poll", &["connector", "task"], REGISTRY));
 metric!(LAG_SECONDS, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_lag_seconds", "Now minus commit time of the last emitted instant", &["connector"], REGISTRY));
+    "lakestream_source_lag_seconds", "0 when every committed instant / snapshot is emitted, else now minus the commit time of the oldest one not yet emitted", &["connector", "task"], REGISTRY));
 metric!(PENDING_UNITS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_pending_units", "Committed instants / snapshots not yet emitted (as of the last poll)", &["connector"], REGISTRY));
 metric!(SPLITS_IN_FLIGHT, GaugeVec, register_gauge_vec_with_registry!(
@@ -59,20 +58,71 @@ metric!(PRODUCER_QUEUE, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_kafka_producer_queue_messages", "Messages in the producer queue (librdkafka msg_cnt)", &["connector", "task"], REGISTRY));
 metric!(BROKER_RTT, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_kafka_broker_rtt_avg_seconds", "Average broker round-trip time (librdkafka)", &["connector", "broker"], REGISTRY));
-metric!(PRODUCER_TX_BYTES, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_kafka_producer_tx_bytes", "Bytes sent to brokers by the producer (librdkafka txmsg_bytes)", &["connector", "task"], REGISTRY));
+metric!(PRODUCER_TX_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_kafka_producer_tx_bytes_total", "Message bytes sent to brokers by the producers (librdkafka txmsg_bytes, summed over producer restarts)", &["connector", "task"], REGISTRY));
+metric!(PRODUCER_TX_MESSAGES, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_kafka_producer_tx_messages_total", "Messages sent to brokers by the producers (librdkafka txmsgs, summed over producer restarts)", &["connector", "task"], REGISTRY));
 metric!(SNAPSHOT_PROGRESS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_snapshot_splits_remaining", "Splits of the running full scan not yet emitted", &["connector"], REGISTRY));
 metric!(CORRUPT_LOG_BLOCKS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_corrupt_log_blocks_total", "Damaged log blocks skipped (logged with file and offset)", &["connector"], REGISTRY));
 metric!(SPILLED_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_spilled_bytes_total", "Bytes written to disk under read.memory.budget (key buckets, key-hash runs)", &["connector"], REGISTRY));
-metric!(ERRORS, CounterVec, register_counter_vec_with_registry!(
+metric!(ERRORS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_errors_total", "Errors by kind", &["connector", "kind"], REGISTRY));
 metric!(RETRIES, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_outage_retries_total", "Task restarts from the committed position after a broker outage", &["connector"], REGISTRY));
 metric!(REGISTRY_REQUESTS, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_schema_registry_requests_total", "Schema Registry requests by result", &["result"], REGISTRY));
+    "lakestream_schema_registry_requests_total", "Schema Registry requests by result (ok, rejected, error)", &["connector", "result"], REGISTRY));
+metric!(BUILD_INFO, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_build_info", "1, labelled with the running build's version", &["version"], REGISTRY));
+
+/// Label values known up front (counters exist at 0 from a task's start, so `increase()` and
+/// `absent()` alerts see the first event).
+pub const OPS: &[&str] = &["r", "c", "u", "d", "tombstone"];
+pub const UNIT_OUTCOMES: &[&str] = &["emitted", "skipped", "snapshot"];
+pub const SKIP_REASONS: &[&str] = &["no_data_change", "compaction", "clustering", "start_at_latest", "empty_table", "rewrite"];
+pub const ERROR_KINDS: &[&str] = &["config", "source", "changelog", "sink", "position"];
+pub const REGISTRY_RESULTS: &[&str] = &["ok", "rejected", "error"];
+
+/// Every series of a connector's task, created at 0 (or its resting value); the process series
+/// (`process_*`, `lakestream_build_info`) once.
+pub fn init_task(connector: &str, task: &str) {
+    static PROCESS: std::sync::Once = std::sync::Once::new();
+    PROCESS.call_once(|| {
+        BUILD_INFO.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1.0);
+        #[cfg(target_os = "linux")]
+        let _ = REGISTRY.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()));
+    });
+    let c = connector;
+    for op in OPS {
+        RECORDS_POLLED.with_label_values(&[c, op]);
+        RECORDS_WRITTEN.with_label_values(&[c, op]);
+    }
+    for o in UNIT_OUTCOMES {
+        UNITS.with_label_values(&[c, o]);
+    }
+    for r in SKIP_REASONS {
+        SKIPPED.with_label_values(&[c, r]);
+    }
+    for k in ERROR_KINDS {
+        ERRORS.with_label_values(&[c, k]);
+    }
+    for r in REGISTRY_RESULTS {
+        REGISTRY_REQUESTS.with_label_values(&[c, r]);
+    }
+    for m in [&*RECORD_BYTES, &*CORRUPT_LOG_BLOCKS, &*SPILLED_BYTES, &*RETRIES] {
+        m.with_label_values(&[c]);
+    }
+    for m in [&*ROWS_READ, &*BYTES_READ, &*TXN_COMMITTED, &*TXN_ABORTED, &*PRODUCER_TX_BYTES, &*PRODUCER_TX_MESSAGES] {
+        m.with_label_values(&[c, task]);
+    }
+    for m in [&*TXN_RECORDS, &*TXN_SECONDS, &*OFFSET_COMMIT_SECONDS, &*POLL_SECONDS] {
+        m.with_label_values(&[c, task]);
+    }
+    LAG_SECONDS.with_label_values(&[c, task]).set(0.0);
+    PENDING_UNITS.with_label_values(&[c]).set(0.0);
+}
 
 pub fn render() -> String {
     let mut buf = Vec::new();

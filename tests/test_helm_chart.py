@@ -204,3 +204,7 @@ def test_dashboard_charts_only_exported_metrics():
     used = {re.sub(r"_(bucket|sum|count)$", "", m) for m in re.findall(r"lakestream_[a-z_]+", dash)}
     exported = set(re.findall(r'"(lakestream_[a-z_]+)"', (testkit.REPO / "src" / "metrics.rs").read_text()))
     assert used <= exported, used - exported
+    # every panel follows the $connector selector
+    for panel in json.loads(dash)["panels"]:
+        for target in panel.get("targets", []):
+            assert 'connector=~"$connector"' in target["expr"], (panel["title"], target["expr"])

@@ -77,7 +77,7 @@ impl ChangelogEncoder {
             namespace: format!("lakestream.{}", avro_name(&table.name)),
             table,
             tombstones,
-            registry: RegistryClient::new(registry)?,
+            registry: RegistryClient::new(registry, connector)?,
             registered: HashMap::new(),
             txn_topic: None,
             markers: None,

@@ -14,6 +14,8 @@ pub struct RegistryClient {
     http: reqwest::Client,
     auth: Option<Auth>,
     cache: Mutex<HashMap<(String, String), u32>>,
+    /// The connector, for metric labels.
+    connector: String,
 }
 
 enum Auth {
@@ -34,7 +36,7 @@ pub struct RegistryOptions {
 }
 
 impl RegistryClient {
-    pub fn new(opts: &RegistryOptions) -> Result<Self, ChangelogError> {
+    pub fn new(opts: &RegistryOptions, connector: &str) -> Result<Self, ChangelogError> {
         let bad = |what: &str, e: &dyn std::fmt::Display| ChangelogError::Registry(format!("{what}: {e}"));
         let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
         if let Some(ca) = &opts.ca_location {
@@ -57,7 +59,13 @@ impl RegistryClient {
             (None, Some(t)) => Some(Auth::Bearer(t.clone())),
             _ => None,
         };
-        Ok(Self { base: opts.url.trim_end_matches('/').to_string(), http, auth, cache: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            base: opts.url.trim_end_matches('/').to_string(),
+            http,
+            auth,
+            cache: Mutex::new(HashMap::new()),
+            connector: connector.to_string(),
+        })
     }
 
     /// Register `schema` under `subject` (idempotent in the registry) and return its global id.
@@ -90,12 +98,12 @@ impl RegistryClient {
                     let id = v["id"]
                         .as_u64()
                         .ok_or_else(|| ChangelogError::Registry(format!("{url}: response without id: {v}")))?;
-                    metrics::REGISTRY_REQUESTS.with_label_values(&["ok"]).inc();
+                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "ok"]).inc();
                     self.cache.lock().await.insert(key, id as u32);
                     return Ok(id as u32);
                 }
                 Ok(r) if r.status().is_client_error() => {
-                    metrics::REGISTRY_REQUESTS.with_label_values(&["rejected"]).inc();
+                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "rejected"]).inc();
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
                     return Err(ChangelogError::Registry(format!(
@@ -104,11 +112,11 @@ impl RegistryClient {
                     )));
                 }
                 Ok(r) => {
-                    metrics::REGISTRY_REQUESTS.with_label_values(&["error"]).inc();
+                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "error"]).inc();
                     tracing::warn!(%url, status = %r.status(), attempt, "schema registry error, retrying");
                 }
                 Err(e) => {
-                    metrics::REGISTRY_REQUESTS.with_label_values(&["error"]).inc();
+                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "error"]).inc();
                     tracing::warn!(%url, error = %e, attempt, "schema registry unreachable, retrying");
                 }
             }

@@ -83,8 +83,8 @@ struct Task {
     /// What the last committed transaction committed.
     committed: Offsets,
     written: HashMap<&'static str, u64>,
-    /// Commit time (epoch ms) of the last emitted instant, for the lag gauge.
-    last_ts_ms: Option<i64>,
+    /// Commit times of the units polled and not yet emitted, oldest first (lag).
+    pending: std::collections::VecDeque<i64>,
     /// Rows and bytes this task read from storage (logged when it stops).
     read: (u64, u64),
     opts: RunOptions,
@@ -99,6 +99,7 @@ enum Flow {
 pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
     let name = cfg.name.clone();
     let task = cfg.task_id.to_string();
+    metrics::init_task(&name, &task);
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
     let health = opts.health.task(&cfg.health_name(), cfg.stall_limit());
     let res = ride_out(&cfg, &opts, &health).await;
@@ -186,7 +187,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
         .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()));
-    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), last_ts_ms: None, read: (0, 0), opts, health };
+    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), pending: Default::default(), read: (0, 0), opts, health };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it
         task.commit().await?;
@@ -286,9 +287,10 @@ impl Task {
             if fresh && self.cfg.task_id == 0 {
                 tasks::publish_first_unit(&self.cfg, units.first().map(|u| FirstUnit { unit: u.position.clone(), snapshot: u.snapshot }));
             }
-            metrics::POLL_SECONDS.observe(started.elapsed().as_secs_f64());
+            metrics::POLL_SECONDS.with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()]).observe(started.elapsed().as_secs_f64());
             self.moved();
             metrics::PENDING_UNITS.with_label_values(&[&self.cfg.name]).set(units.len() as f64);
+            self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
             if units.is_empty() {
                 self.update_lag();
                 self.flush().await?;
@@ -474,7 +476,9 @@ impl Task {
             tracing::info!(connector = %self.cfg.name, task = self.cfg.task_id, "handoff from the previous tasks.max complete");
             self.state.handoff = None;
         }
-        self.last_ts_ms = Some(unit.ts_ms);
+        if self.pending.front().is_some() && !unit.snapshot {
+            self.pending.pop_front();
+        }
         self.update_lag();
         match self.cfg.boundary {
             TxnBoundary::Instant => self.commit().await,
@@ -488,10 +492,11 @@ impl Task {
         }
     }
 
+    /// Lag: 0 when every polled unit is emitted, else how old the oldest one not yet emitted is
+    /// (a caught-up quiet table is not lagging, however old its last commit).
     fn update_lag(&self) {
-        if let Some(ts) = self.last_ts_ms {
-            metrics::LAG_SECONDS.with_label_values(&[&self.cfg.name]).set(((now_ms() - ts) as f64 / 1000.0).max(0.0));
-        }
+        let lag = self.pending.front().map_or(0.0, |ts| ((now_ms() - ts) as f64 / 1000.0).max(0.0));
+        metrics::LAG_SECONDS.with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()]).set(lag);
     }
 
     /// Commit whatever is pending (interval boundary, shutdown).

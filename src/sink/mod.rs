@@ -64,6 +64,9 @@ pub struct TxnSink {
     health: TaskHealthHandle,
     /// Where BEGIN/END records go (transaction metadata).
     txn_topic: String,
+    /// Metric labels.
+    connector: String,
+    task: String,
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -155,16 +158,26 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
     Ok(())
 }
 
-/// librdkafka statistics of a task's producer, as gauges.
+/// librdkafka statistics of a task's producer: gauges, and its cumulative totals added to
+/// counters (by what grew since the last report, so a new producer continues the series).
 pub struct StatsContext {
     connector: String,
     task: String,
+    /// (txmsg_bytes, txmsgs) at the last report.
+    last: std::sync::Mutex<(u64, u64)>,
 }
 
 impl ClientContext for StatsContext {
     fn stats(&self, s: Statistics) {
-        metrics::PRODUCER_QUEUE.with_label_values(&[&self.connector, &self.task]).set(s.msg_cnt as f64);
-        metrics::PRODUCER_TX_BYTES.with_label_values(&[&self.connector, &self.task]).set(s.txmsg_bytes as f64);
+        let labels = [self.connector.as_str(), self.task.as_str()];
+        metrics::PRODUCER_QUEUE.with_label_values(&labels).set(s.msg_cnt as f64);
+        {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let (bytes, msgs) = (s.txmsg_bytes as u64, s.txmsgs as u64);
+            metrics::PRODUCER_TX_BYTES.with_label_values(&labels).inc_by(bytes.saturating_sub(last.0));
+            metrics::PRODUCER_TX_MESSAGES.with_label_values(&labels).inc_by(msgs.saturating_sub(last.1));
+            *last = (bytes.max(last.0), msgs.max(last.1));
+        }
         for b in s.brokers.values() {
             if let Some(rtt) = &b.rtt {
                 metrics::BROKER_RTT.with_label_values(&[&self.connector, &b.name]).set(rtt.avg as f64 / 1e6);
@@ -201,7 +214,7 @@ impl TxnSink {
                 ("statistics.interval.ms", "15000"),
             ],
         );
-        let ctx = StatsContext { connector: cfg.name.clone(), task: cfg.task_id.to_string() };
+        let ctx = StatsContext { connector: cfg.name.clone(), task: cfg.task_id.to_string(), last: Default::default() };
         let producer: ThreadedProducer<StatsContext> =
             pc.create_with_context(ctx).map_err(|e| SinkError::kafka("creating producer", e))?;
         let producer = Arc::new(producer);
@@ -225,6 +238,8 @@ impl TxnSink {
             timeout,
             health,
             txn_topic: cfg.transaction_topic(),
+            connector: cfg.name.clone(),
+            task: cfg.task_id.to_string(),
         })
     }
 
@@ -309,7 +324,7 @@ impl TxnSink {
                     if matches!(err, SinkError::Aborted(_)) {
                         self.abort().await?;
                     }
-                    metrics::TXN_ABORTED.inc();
+                    metrics::TXN_ABORTED.with_label_values(&[&self.connector, &self.task]).inc();
                     return Err(err);
                 }
             }
@@ -317,11 +332,12 @@ impl TxnSink {
         self.health.set_ready(true);
         self.health.progress();
         let secs = started.elapsed().as_secs_f64();
-        metrics::OFFSET_COMMIT_SECONDS.observe(secs);
-        metrics::TXN_RECORDS.observe(self.txn_records as f64);
-        metrics::TXN_COMMITTED.inc();
+        let labels = [self.connector.as_str(), self.task.as_str()];
+        metrics::OFFSET_COMMIT_SECONDS.with_label_values(&labels).observe(secs);
+        metrics::TXN_RECORDS.with_label_values(&labels).observe(self.txn_records as f64);
+        metrics::TXN_COMMITTED.with_label_values(&labels).inc();
         if let Some(t) = self.txn_started {
-            metrics::TXN_SECONDS.observe(t.elapsed().as_secs_f64());
+            metrics::TXN_SECONDS.with_label_values(&labels).observe(t.elapsed().as_secs_f64());
         }
         self.in_txn = false;
         self.txn_records = 0;

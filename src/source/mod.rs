@@ -171,7 +171,8 @@ pub struct Unit {
     /// Commit time in epoch millis (for `source.ts_ms` and lag).
     pub ts_ms: i64,
     pub splits: Vec<SplitSpec>,
-    /// Why a unit without splits emits nothing (skipped compaction, clustering, rollback...).
+    /// Why a unit without splits emits nothing: a snake_case reason (a metric label value, see
+    /// `metrics::SKIP_REASONS`): `no_data_change`, `compaction`, `clustering`, `start_at_latest`.
     pub skipped: Option<&'static str>,
 }
 

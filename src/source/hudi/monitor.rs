@@ -101,7 +101,7 @@ impl HudiSource {
                 })
             }
             _ => {
-                unit.skipped = Some("no data change");
+                unit.skipped = Some("no_data_change");
                 return Ok(unit);
             }
         }
@@ -109,11 +109,11 @@ impl HudiSource {
         unit.operation = md.operation.clone();
         match md.operation.as_deref() {
             Some("COMPACT") | Some("LOG_COMPACT") if self.skip_compaction => {
-                unit.skipped = Some("compaction (read.streaming.skip_compaction)");
+                unit.skipped = Some("compaction");
                 return Ok(unit);
             }
             Some("CLUSTER") if self.skip_clustering => {
-                unit.skipped = Some("clustering (read.streaming.skip_clustering)");
+                unit.skipped = Some("clustering");
                 return Ok(unit);
             }
             _ => {}
@@ -206,7 +206,7 @@ impl HudiSource {
                             snapshot: false,
                             ts_ms: Self::ts_ms(l),
                             splits: Vec::new(),
-                            skipped: Some("start at latest"),
+                            skipped: Some("start_at_latest"),
                         })
                         .into_iter()
                         .collect())

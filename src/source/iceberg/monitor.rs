@@ -210,7 +210,7 @@ impl IcebergSource {
             Commits::load(md, &self.currents).base_of(md, snap, floor)
         });
         let plan = if exclusive_start {
-            Plan { snapshot: snap.clone(), schema: arrow_schema(md.schema_of(Some(snap))?)?, kind: PlanKind::Nothing("starting position"), deletes: DeleteReader::default() }
+            Plan { snapshot: snap.clone(), schema: arrow_schema(md.schema_of(Some(snap))?)?, kind: PlanKind::Nothing("start_at_latest"), deletes: DeleteReader::default() }
         } else if let Some(base) = base.filter(|b| *b != snap.parent_snapshot_id) {
             self.plan_commit(md, base.and_then(|b| md.snapshot(b)), snap)?
         } else {
@@ -266,11 +266,11 @@ impl IcebergSource {
             let files = SnapshotFiles::load(&self.manifests, snap, true)?;
             let index = DeleteIndex::new(md, files.deletes.iter());
             let splits = rows(files.data.iter().collect(), &index);
-            let kind = if splits.is_empty() { PlanKind::Nothing("empty table") } else { PlanKind::Rows { op: Op::Read, splits } };
+            let kind = if splits.is_empty() { PlanKind::Nothing("empty_table") } else { PlanKind::Rows { op: Op::Read, splits } };
             return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
         }
         if snap.operation() == "replace" {
-            let kind = PlanKind::Nothing("replace snapshot: files rewritten, rows unchanged");
+            let kind = PlanKind::Nothing("rewrite");
             return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
         }
         let own = SnapshotFiles::load(&self.manifests, snap, false)?;
@@ -278,7 +278,7 @@ impl IcebergSource {
         if own.removed_data.is_empty() && changed.is_empty() {
             let index = DeleteIndex::new(md, own.deletes.iter());
             let splits = rows(own.added_data(id).collect(), &index);
-            let kind = if splits.is_empty() { PlanKind::Nothing("no data change") } else { PlanKind::Rows { op: Op::Create, splits } };
+            let kind = if splits.is_empty() { PlanKind::Nothing("no_data_change") } else { PlanKind::Rows { op: Op::Create, splits } };
             return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
         }
         // deletes as of the snapshot, and as of its parent (live now but not added now, or removed now)
@@ -388,7 +388,7 @@ impl IcebergSource {
         }
         let deletes = DeleteReader::default();
         if old.is_empty() && new.is_empty() && rewritten.is_empty() {
-            return Ok(Plan { snapshot: last.clone(), schema, kind: PlanKind::Nothing("no data change"), deletes });
+            return Ok(Plan { snapshot: last.clone(), schema, kind: PlanKind::Nothing("no_data_change"), deletes });
         }
         let kind = PlanKind::Diff(self.parts(old, new, rewritten));
         Ok(Plan { snapshot: last.clone(), schema, kind, deletes })

@@ -1,0 +1,78 @@
+"""Metrics a production team alerts on (issue 12 item 5): every per-connector series carries
+`connector` (and `task`), counters exist at 0 from the start (an `increase()` alert sees the
+first error), label values are snake_case codes, lag is 0 on a caught-up table however old its
+last commit, and the process and build series exist."""
+
+import re
+import subprocess
+import time
+import uuid
+
+import requests
+
+import testkit
+from conftest import free_port
+
+
+def scrape(port, want, timeout=60):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            if want in text:
+                return text
+        except requests.RequestException:
+            pass
+        assert time.time() < deadline, f"no {want!r} on /metrics"
+        time.sleep(0.3)
+
+
+def value(text, series):
+    m = re.search(r"^" + re.escape(series) + r" (\S+)$", text, re.M)
+    assert m, f"{series} not exported"
+    return float(m.group(1))
+
+
+def test_series_exist_at_zero_and_a_caught_up_table_has_no_lag(env, registry, tmp_path):
+    table = tmp_path / "quiet"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--path", str(table), "--rows", "50", "--partitions", "2",
+                        "--commits", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    time.sleep(2)  # the last commit is seconds old: a lag computed from it would not be 0
+    name = "m-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, name, table, name, env, **{"read.start-commit": "latest"})
+    port = free_port()
+    proc = testkit.start(props, "--metrics-port", str(port))
+    try:
+        c = f'connector="{name}"'
+        text = scrape(port, f'lakestream_source_lag_seconds{{{c},task="0"}}')
+        text = scrape(port, f'lakestream_source_units_total{{{c},outcome="skipped"}} 1')  # the start marker
+        # nothing emitted yet: every counter is there, at 0
+        for op in ["r", "c", "u", "d", "tombstone"]:
+            assert value(text, f'lakestream_source_records_written_total{{{c},op="{op}"}}') == 0
+        for kind in ["config", "source", "changelog", "sink", "position"]:
+            assert value(text, f'lakestream_errors_total{{{c},kind="{kind}"}}') == 0
+        for series in [f'lakestream_outage_retries_total{{{c}}}', f'lakestream_source_corrupt_log_blocks_total{{{c}}}',
+                       f'lakestream_schema_registry_requests_total{{{c},result="error"}}',
+                       f'lakestream_sink_transactions_aborted_total{{{c},task="0"}}']:
+            assert value(text, series) == 0, series
+        assert value(text, f'lakestream_source_skipped_units_total{{{c},reason="start_at_latest"}}') == 1
+        assert value(text, f'lakestream_source_skipped_units_total{{{c},reason="compaction"}}') == 0
+        # caught up on a table whose last commit is seconds old: no lag
+        time.sleep(1.5)
+        text = scrape(port, "lakestream_build_info")
+        assert value(text, f'lakestream_source_lag_seconds{{{c},task="0"}}') == 0
+        assert value(text, f'lakestream_source_pending_units{{{c}}}') == 0
+        assert re.search(r'^lakestream_build_info\{version="[0-9.]+"\} 1$', text, re.M)
+        assert value(text, "process_resident_memory_bytes") > 0
+        # label values are codes, never prose
+        for labels in re.findall(r"\{([^}]*)\}", text):
+            for v in re.findall(r'(?:reason|kind|outcome|result|op)="([^"]*)"', labels):
+                assert re.fullmatch(r"[a-z_]+", v), labels
+        # every lakestream series but the build's names its connector
+        for line in text.splitlines():
+            if line.startswith("lakestream_") and not line.startswith("lakestream_build_info"):
+                assert 'connector="' in line, line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
