@@ -251,8 +251,9 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         match res {
             Ok((name, Ok(()))) => tracing::info!(connector = %name, "connector stopped"),
             Ok((name, Err(e))) => {
-                tracing::error!(connector = %name, error = %e, "connector failed");
-                eprintln!("error: connector {name}: {e}");
+                let e_text = lakestream::causes::with_causes(&e);
+                tracing::error!(connector = %name, error = %e_text, "connector failed");
+                eprintln!("error: connector {name}: {e_text}");
                 code = code.max(e.exit_code() as u8);
             }
             Err(e) => {
@@ -263,3 +264,4 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     }
     ExitCode::from(code)
 }
+

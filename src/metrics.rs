@@ -64,6 +64,10 @@ metric!(PRODUCER_TX_MESSAGES, IntCounterVec, register_int_counter_vec_with_regis
     "lakestream_kafka_producer_tx_messages_total", "Messages sent to brokers by the producers (librdkafka txmsgs, summed over producer restarts)", &["connector", "task"], REGISTRY));
 metric!(SNAPSHOT_PROGRESS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_snapshot_splits_remaining", "Splits of the running full scan not yet emitted", &["connector"], REGISTRY));
+metric!(SNAPSHOT_EVENTS, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_source_snapshot_events", "Events emitted so far by the running full scan (this run)", &["connector"], REGISTRY));
+metric!(SNAPSHOT_ETA, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_source_snapshot_eta_seconds", "Estimated seconds left in the running full scan (-1 until its first split is done, 0 once done)", &["connector"], REGISTRY));
 metric!(CORRUPT_LOG_BLOCKS, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_corrupt_log_blocks_total", "Damaged log blocks skipped (logged with file and offset)", &["connector"], REGISTRY));
 metric!(SPILLED_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(

@@ -163,3 +163,28 @@ def test_logs_to_a_pipe_or_file_carry_no_colour_codes(tmp_path):
     r = run("generate", "hudi", "--path", tmp_path / "plain", "--rows", "10", "--partitions", "1")
     assert r.returncode == 0 and "bulk insert committed" in r.stderr, r.stderr
     assert "\x1b[" not in r.stderr, r.stderr[:300]
+
+
+def test_long_work_shows_progress_and_each_unit_ends_with_a_summary(env, registry, tmp_path):
+    """A full scan logs from its start (the key pre-pass, the split count), its progress (splits
+    done of total, events, rate, ETA) and a summary per unit (events by op, transactions,
+    seconds); log fields are plain values (no Rust Debug), without colour codes in a pipe."""
+    import re
+    table = generate(tmp_path / "gen", "--rows", "20000", "--partitions", "4", "--commits", "1")
+    topic = "prog-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    err = testkit.run_once(props).stderr
+    assert "full scan: key pre-pass (a key held by two rows is emitted once)" in err
+    assert re.search(r"full scan: key pre-pass done .*keys=20\d\d\d candidates=0", err), err[-2000:]
+    assert re.search(r"full scan started .*splits=4", err), err[-2000:]
+    assert re.search(r"full scan progress .*splits_done=4 splits=4 events=2\d\d\d\d .*events_per_s=\d+ eta_s=0", err), err[-2000:]
+    assert re.search(r"unit emitted .*snapshot=true r=2\d\d\d\d c=0 u=0 d=0 .*transactions=1 seconds=", err), err[-2000:]
+    # as changes: the summary counts the ops of the upsert
+    first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[0]
+    topic2 = topic + "-changes"
+    props2 = testkit.connector_props(tmp_path, "c-" + topic2, table, topic2, env, **{"read.start-commit": first})
+    err2 = testkit.run_once(props2).stderr
+    summaries = re.findall(r"unit emitted .*snapshot=false r=0 c=(\d+) u=(\d+) d=(\d+)", err2)
+    assert len(summaries) == 2 and int(summaries[0][0]) == 20000 and int(summaries[1][1]) > 0, summaries
+    for text in (err, err2):
+        assert "Some(" not in text and "Position {" not in text and "\x1b[" not in text, text[-2000:]

@@ -77,6 +77,7 @@ impl RegistryClient {
         let url = format!("{}/subjects/{}/versions", self.base, subject);
         let body = serde_json::json!({ "schema": schema });
         let mut delay = Duration::from_millis(200);
+        let mut last_error = String::new();
         for attempt in 1..=6 {
             let mut req = self.http.post(&url);
             req = match &self.auth {
@@ -114,15 +115,17 @@ impl RegistryClient {
                 Ok(r) => {
                     metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "error"]).inc();
                     tracing::warn!(%url, status = %r.status(), attempt, "schema registry error, retrying");
+                    last_error = format!("HTTP {}", r.status());
                 }
                 Err(e) => {
                     metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "error"]).inc();
-                    tracing::warn!(%url, error = %e, attempt, "schema registry unreachable, retrying");
+                    tracing::warn!(%url, error = %crate::causes::with_causes(&e), attempt, "schema registry unreachable, retrying");
+                    last_error = crate::causes::with_causes(&e);
                 }
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        Err(ChangelogError::RegistryUnavailable(format!("{url}: no answer after 6 attempts")))
+        Err(ChangelogError::RegistryUnavailable(format!("{url}: no answer after 6 attempts (last: {last_error})")))
     }
 }

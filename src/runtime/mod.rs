@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+mod progress;
 mod tasks;
 
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
@@ -165,7 +166,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     if kept_record_key(&cfg, &state.key, &source.info().key_fields) {
         // published before `key.partition-path=auto` keyed Hudi rows by partition too: the
         // connector keeps its key (a topic never mixes two); the README says how to switch
-        tracing::warn!(connector = %cfg.name, key = ?state.key, "the events already published are keyed by the record key \
+        tracing::warn!(connector = %cfg.name, key = %state.key.join(","), "the events already published are keyed by the record key \
             alone: keeping that key (key.partition-path=false). Two live rows with one record key in two partitions \
             share a Kafka key; to key by partition too, start a new connector name with key.partition-path=auto");
         cfg.key_partition_path = Some(false);
@@ -183,7 +184,8 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
         )));
     }
     state.key = key.clone();
-    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = ?source.ownership(), issued = ?state.issued,
+    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = source.ownership().name(),
+        issued = state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
         .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()));
@@ -335,8 +337,9 @@ impl Task {
                 h.old.values().filter_map(|o| o.in_flight.as_ref()).filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot).find_map(InFlight::pinned_buckets)
             })
         });
-        tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action, operation = ?unit.operation,
-            snapshot = unit.snapshot, splits = unit.splits.len(), resumed_splits = done.len(), ?buckets, "emitting instant");
+        tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action,
+            operation = unit.operation.as_deref().unwrap_or(""), snapshot = unit.snapshot, splits = unit.splits.len(),
+            resumed_splits = done.len(), buckets = buckets.unwrap_or(0), "emitting instant");
         let resume = Resume { done, buckets };
         let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
         let (src, mut u) = (self.source.clone(), unit.clone());
@@ -353,6 +356,7 @@ impl Task {
             })
         });
         let mut finished = progress.values().filter(|p| p.done).count();
+        let mut shown = progress::UnitProgress::start(&name, unit, total, finished);
         let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
         let mut key_buf = Vec::with_capacity(64);
         let filter = (tasks > 1 && !by_partition) || self.state.handoff.is_some();
@@ -388,7 +392,7 @@ impl Task {
             let ts = now_ms();
             let skip = consumed.saturating_sub(sc.first_row) as usize;
             // counted per chunk: a labelled metric lookup per record was 3 % of a full scan's CPU
-            let (mut record_bytes, mut polled) = (0u64, [0u64; 4]);
+            let (mut record_bytes, mut polled, mut tombstones) = (0u64, [0u64; 4], 0u64);
             for (i, row) in sc.rows.iter().enumerate().skip(skip) {
                 let index = sc.first_row + i as u64;
                 if filter {
@@ -420,6 +424,7 @@ impl Task {
                 *self.written.entry(row.op.code()).or_default() += 1;
                 if records.len() > 1 {
                     *self.written.entry("tombstone").or_default() += 1;
+                    tombstones += 1;
                 }
                 self.state.records += records.len() as u64;
                 progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
@@ -429,6 +434,7 @@ impl Task {
                 if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || old || (i % 1024 == 0 && self.stopping()) {
                     self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
                     self.commit().await?;
+                    shown.transactions += 1;
                     if self.stopping() {
                         drop(rx);
                         let _ = reader.await;
@@ -446,11 +452,8 @@ impl Task {
                 progress.get_mut(&sc.split.id).expect("inserted above").done = true;
                 finished += 1;
                 metrics::SPLITS_IN_FLIGHT.with_label_values(&[&name, &self.cfg.task_id.to_string()]).set((total - finished) as f64);
-                if unit.snapshot {
-                    metrics::SNAPSHOT_PROGRESS.with_label_values(&[&name]).set((total - finished) as f64);
-                    tracing::info!(connector = %name, done = finished, total, rows = sc.first_row + sc.rows.len() as u64, "full scan progress");
-                }
             }
+            shown.chunk(&name, &polled, tombstones, sc.rows_read, sc.last);
             self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
             if self.stopping() {
                 break;
@@ -466,6 +469,7 @@ impl Task {
             // in the transaction that records the unit as issued
             self.sink.send_marker(&m.end(&txn_id, events, now_ms()))?;
         }
+        shown.finish(&name, unit);
         self.finish_unit(unit).await
     }
 

@@ -157,8 +157,10 @@ fn handoff_state(
             (j, OldTask { issued: o.issued, in_flight: o.in_flight, passed, handoff: o.handoff })
         })
         .collect();
-    tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch, start = ?start, first = ?first,
-        from_ownership = ?shape.ownership, to_ownership = ?new.ownership, "tasks.max or ownership changed: taking over from the previous generation");
+    tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch,
+        start = start.as_ref().map_or("none", |p| p.instant.as_str()), first = first.as_ref().map_or("none", |f| f.unit.instant.as_str()),
+        from_ownership = shape.ownership.name(), to_ownership = new.ownership.name(),
+        "tasks.max or ownership changed: taking over from the previous generation");
     Ok(Offsets {
         issued: start,
         in_flight: first.as_ref().map(|f| InFlight::new(f.unit.clone(), f.snapshot)),

@@ -5,6 +5,7 @@
 //! (fenced by a newer instance, or broken producer: exit non-zero).
 
 pub mod offsets;
+mod quiet;
 mod reach;
 
 pub use reach::reach;
@@ -165,9 +166,18 @@ pub struct StatsContext {
     task: String,
     /// (txmsg_bytes, txmsgs) at the last report.
     last: std::sync::Mutex<(u64, u64)>,
+    quiet: quiet::Throttle,
 }
 
 impl ClientContext for StatsContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.quiet.error(&self.connector, &self.task, &error, reason);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.quiet.log(&self.connector, &self.task, level, fac, log_message);
+    }
+
     fn stats(&self, s: Statistics) {
         let labels = [self.connector.as_str(), self.task.as_str()];
         metrics::PRODUCER_QUEUE.with_label_values(&labels).set(s.msg_cnt as f64);
@@ -214,7 +224,7 @@ impl TxnSink {
                 ("statistics.interval.ms", "15000"),
             ],
         );
-        let ctx = StatsContext { connector: cfg.name.clone(), task: cfg.task_id.to_string(), last: Default::default() };
+        let ctx = StatsContext { connector: cfg.name.clone(), task: cfg.task_id.to_string(), last: Default::default(), quiet: Default::default() };
         let producer: ThreadedProducer<StatsContext> =
             pc.create_with_context(ctx).map_err(|e| SinkError::kafka("creating producer", e))?;
         let producer = Arc::new(producer);

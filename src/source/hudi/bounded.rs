@@ -204,6 +204,9 @@ impl HudiSource {
     /// The pre-pass of a full scan: keys held by more than one row of the latest slices.
     fn duplicates(&self, r: &UnitRead<'_>) -> Result<Duplicates, SourceError> {
         // a few MiB of hashes in memory; beyond that runs on disk are cheap (8 bytes a row, once)
+        let started = std::time::Instant::now();
+        tracing::info!(connector = %self.connector, splits = r.unit.splits.len(),
+            "full scan: key pre-pass (a key held by two rows is emitted once)");
         let runs = Mutex::new(HashRuns::new(&self.spill.dir, (self.spill.budget / 32).clamp(4, 1 << 20)));
         self.key_pass(r, &|_, _, b, keys, _| {
             let text = KeyText::new(b, keys)?;
@@ -217,7 +220,10 @@ impl HudiSource {
             tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.spill.budget,
                 "full scan: the table's keys exceed read.memory.budget; key hashes spilled to runs on disk");
         }
+        let keys = runs.total;
         let candidates = runs.repeated()?;
+        tracing::info!(connector = %self.connector, keys, candidates = candidates.len(),
+            seconds = (started.elapsed().as_secs_f64() * 100.0).round() / 100.0, "full scan: key pre-pass done");
         if candidates.is_empty() {
             return Ok(Duplicates::default());
         }

@@ -100,7 +100,7 @@ impl IcebergSource {
         let key_ids: Vec<i32> =
             key_fields.iter().filter_map(|k| schema.fields.iter().find(|f| f.name == *k).map(|f| f.id)).collect();
         let ownership = super::Ownership::decide(cfg, &name, md.partitioned(), md.partition_follows(&key_ids));
-        tracing::info!(table = %name, metadata = %file.display(), keys = ?key_fields, "opened Iceberg table");
+        tracing::info!(table = %name, metadata = %file.display(), keys = %key_fields.join(","), "opened Iceberg table");
         Ok(Self {
             info: TableInfo { name, key_fields, connector: "iceberg" },
             opts,
