@@ -80,7 +80,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let t = Instant::now();
-    rt.block_on(run_connector(cfg, RunOptions { once: true, shutdown: rx, health: lakestream::metrics::Health::new() })).expect("run");
+    rt.block_on(run_connector(cfg, RunOptions { once: true, shutdown: rx, health: lakestream::health::Health::new() })).expect("run");
     let secs = t.elapsed().as_secs_f64();
     let events = counter_sum(&metrics::RECORDS_POLLED, &["r", "c", "u", "d"]);
     let rows = metrics::ROWS_READ.get_metric_with_label_values(&["bench", "0"]).map(|c| c.get()).unwrap_or(0);
@@ -137,7 +137,7 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let t = Instant::now();
     rt.block_on(async {
-        let mut sink = lakestream::sink::TxnSink::start(&cfg, lakestream::metrics::Health::new().task("bench", Duration::MAX)).await.expect("producer");
+        let mut sink = lakestream::sink::TxnSink::start(&cfg, lakestream::health::Health::new().task("bench", 0, Duration::MAX)).await.expect("producer");
         let offsets = lakestream::sink::offsets::Offsets::default();
         for i in 0..count as usize {
             sink.send(std::slice::from_ref(&samples[i % samples.len()])).expect("send");

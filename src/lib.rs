@@ -2,13 +2,14 @@
 //!
 //! Data flows one way: [`config`] → [`source`] (monitor, splits, readers) → [`changelog`]
 //! (events, Avro, schema registry) → [`sink`] (transactional producer, offsets) → [`runtime`]
-//! (task loop, boundaries, shutdown), with [`storage`], [`metrics`] and [`causes`] on the ground floor.
+//! (task loop, boundaries, shutdown), with [`storage`], [`metrics`], [`health`] and [`causes`] on the ground floor.
 
 mod alloc;
 pub mod causes;
 pub mod changelog;
 pub mod config;
 pub mod generate;
+pub mod health;
 pub mod metrics;
 pub mod runtime;
 pub mod sink;

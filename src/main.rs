@@ -229,11 +229,11 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         tracing::info!("shutdown requested: committing the open transaction");
         let _ = tx.send(true);
     });
-    let health = lakestream::metrics::Health::new();
+    let health = lakestream::health::Health::new();
     if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.metrics_port)) {
         let health = health.clone();
         tokio::spawn(async move {
-            if let Err(e) = lakestream::metrics::serve(port, health).await {
+            if let Err(e) = lakestream::health::serve(port, health).await {
                 tracing::error!(port, error = %e, "metrics endpoint failed");
             }
         });

@@ -76,3 +76,46 @@ def test_series_exist_at_zero_and_a_caught_up_table_has_no_lag(env, registry, tm
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_status_api_reports_each_connector_like_kafka_connect(env, registry, tmp_path):
+    """`/connectors` as Kafka Connect's REST API: names, and per connector its state (the worst
+    task's), each task's state, last error, position and lag. One process runs a good connector
+    and one whose table is not a table: the second is FAILED with the reason, the first RUNNING."""
+    table = tmp_path / "t"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--path", str(table), "--rows", "50", "--partitions", "2",
+                        "--commits", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    good, bad = "s-" + uuid.uuid4().hex[:8], "s-bad-" + uuid.uuid4().hex[:8]
+    p_good = testkit.connector_props(tmp_path, good, table, good, env)
+    (tmp_path / "nothing").mkdir()
+    p_bad = testkit.connector_props(tmp_path, bad, tmp_path / "nothing", bad, env)
+    port = free_port()
+    proc = subprocess.Popen([str(testkit.BIN), "run", "--metrics-port", str(port), str(p_good), str(p_bad)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                s = requests.get(f"{url}/connectors?expand=status", timeout=5).json()
+                if s.get(good, {}).get("status", {}).get("tasks", [{}])[0].get("position") and bad in s \
+                        and s[bad]["status"]["connector"]["state"] == "FAILED":
+                    break
+            except requests.RequestException:
+                pass
+            assert time.time() < deadline, "status never showed the committed position and the failure"
+            time.sleep(0.3)
+        assert sorted(requests.get(f"{url}/connectors", timeout=5).json()) == sorted([good, bad])
+        st = requests.get(f"{url}/connectors/{good}/status", timeout=5).json()
+        assert st["name"] == good and st["type"] == "source" and st["connector"]["state"] == "RUNNING"
+        (task,) = st["tasks"]
+        assert task["id"] == 0 and task["state"] == "RUNNING" and task["trace"] is None and task["ready"] is True
+        assert re.fullmatch(r"\d{17}", task["position"]) and task["lag_seconds"] == 0
+        st = requests.get(f"{url}/connectors/{bad}/status", timeout=5).json()
+        assert st["tasks"][0]["state"] == "FAILED" and "not a Hudi table" in st["tasks"][0]["trace"], st
+        assert requests.get(f"{url}/connectors/nope/status", timeout=5).status_code == 404
+        assert requests.get(f"{url}/ready", timeout=5).status_code == 200, "a failed connector leaves the running one ready"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -174,10 +174,6 @@ impl ConnectorConfig {
         }
     }
 
-    /// The task's name in `/healthz` answers: `<connector>/<task>`.
-    pub fn health_name(&self) -> String {
-        format!("{}/{}", self.name, self.task_id)
-    }
 
     /// How long the task may go without progress (a poll, a chunk, a commit) before `/healthz`
     /// calls it stalled: a transaction may take `transaction.timeout.ms`, a quiet table is polled

@@ -14,7 +14,8 @@ mod tasks;
 
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
-use crate::metrics::{self, TaskHealthHandle};
+use crate::health::{Health, TaskHealthHandle};
+use crate::metrics;
 use crate::sink::offsets::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
@@ -71,7 +72,7 @@ pub struct RunOptions {
     pub once: bool,
     pub shutdown: watch::Receiver<bool>,
     /// Where the task reports progress and connectivity (`/healthz`, `/ready`).
-    pub health: Arc<metrics::Health>,
+    pub health: Arc<Health>,
 }
 
 struct Task {
@@ -102,10 +103,10 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     let task = cfg.task_id.to_string();
     metrics::init_task(&name, &task);
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
-    let health = opts.health.task(&cfg.health_name(), cfg.stall_limit());
+    let health = opts.health.task(&cfg.name, cfg.task_id, cfg.stall_limit());
     let res = ride_out(&cfg, &opts, &health).await;
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
-    health.stopped();
+    health.stopped(res.as_ref().err().map(|e| crate::causes::with_causes(e)).as_deref());
     res
 }
 
@@ -147,7 +148,7 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
         tracing::warn!(connector = %name, error = %err, retry_in_ms = delay.as_millis() as u64, outage_s = since.elapsed().as_secs(),
             "outage: retrying from the committed position with a new producer");
         metrics::RETRIES.with_label_values(&[name.as_str()]).inc();
-        health.set_ready(false);
+        health.recovering(&crate::causes::with_causes(&err));
         let mut sd = opts.shutdown.clone();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
@@ -498,9 +499,10 @@ impl Task {
 
     /// Lag: 0 when every polled unit is emitted, else how old the oldest one not yet emitted is
     /// (a caught-up quiet table is not lagging, however old its last commit).
-    fn update_lag(&self) {
+    fn update_lag(&self) -> f64 {
         let lag = self.pending.front().map_or(0.0, |ts| ((now_ms() - ts) as f64 / 1000.0).max(0.0));
         metrics::LAG_SECONDS.with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()]).set(lag);
+        lag
     }
 
     /// Commit whatever is pending (interval boundary, shutdown).
@@ -518,6 +520,7 @@ impl Task {
             metrics::RECORDS_WRITTEN.with_label_values(&[&self.cfg.name, op]).inc_by(n);
         }
         self.committed = self.state.clone();
+        self.health.position(self.committed.issued.as_ref().map(|p| p.instant.as_str()), self.update_lag());
         Ok(())
     }
 

@@ -23,7 +23,8 @@ use rdkafka::ClientConfig;
 
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
-use crate::metrics::{self, TaskHealthHandle};
+use crate::health::TaskHealthHandle;
+use crate::metrics;
 use offsets::{is_client_security_key, Offsets};
 
 #[derive(Debug, thiserror::Error)]
