@@ -48,8 +48,12 @@ enum Command {
     /// print the resolved settings (secrets masked).
     Validate {
         /// Check the files only, without opening the tables (where they are not reachable from here).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "online")]
         offline: bool,
+        /// Also reach Kafka (topics, stored position) and the Schema Registry with each
+        /// connector's settings and print what is there.
+        #[arg(long)]
+        online: bool,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -132,11 +136,21 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Validate { offline, files } => match load_all(&files, 0) {
+        Command::Validate { offline, online, files } => match load_all(&files, 0) {
             Ok(cfgs) => {
                 for c in cfgs {
                     if offline {
                         println!("# {}: ok (table not opened)\n{}", c.file.display(), c.describe());
+                        continue;
+                    }
+                    if online {
+                        match rt.block_on(lakestream::runtime::validate_online(&c)) {
+                            Ok(lines) => println!("# {}: ok\n{}\n{}", c.file.display(), lines.join("\n"), c.describe()),
+                            Err(e) => {
+                                eprintln!("error: {}: {}", c.file.display(), lakestream::causes::with_causes(&e));
+                                return ExitCode::from(e.exit_code() as u8);
+                            }
+                        }
                         continue;
                     }
                     // the table must fit the settings too (a key, its columns)

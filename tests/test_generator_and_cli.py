@@ -188,3 +188,29 @@ def test_long_work_shows_progress_and_each_unit_ends_with_a_summary(env, registr
     assert len(summaries) == 2 and int(summaries[0][0]) == 20000 and int(summaries[1][1]) > 0, summaries
     for text in (err, err2):
         assert "Some(" not in text and "Position {" not in text and "\x1b[" not in text, text[-2000:]
+
+
+def test_validate_online_reaches_kafka_and_the_registry_and_says_what_is_there(env, registry, tmp_path):
+    table = generate(tmp_path / "gen", "--rows", "50", "--partitions", "2", "--commits", "1")
+    topic = "online-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    before = run("validate", "--online", props)
+    assert before.returncode == 0, before.stderr
+    out = before.stdout
+    assert "table: Hudi COPY_ON_WRITE table version 6 (timeline layout 1), partitioned by [part], 2 completed write instants" in out, out
+    assert "key: id, _hoodie_partition_path" in out
+    assert f"topic {topic}: absent (created at the first run)" in out
+    assert "position: none stored" in out and f"registry: subject {topic}-value absent" in out, out
+    testkit.run_once(props)
+    after = run("validate", "--online", props)
+    assert after.returncode == 0, after.stderr
+    out = after.stdout
+    last = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[-1]
+    assert f"topic {topic}: 1 partitions" in out and "cleanup.policy=compact" in out, out
+    assert f"position: issued {last} (task 0 of 1, stored key id,_hoodie_partition_path)" in out, out
+    assert f"registry: subject {topic}-value versions [1]" in out, out
+    # an unreachable registry fails naming it and the cause
+    dead = props.read_text().replace(env.registry, "http://127.0.0.1:1")
+    props.write_text(dead)
+    r = run("validate", "--online", props)
+    assert r.returncode != 0 and "127.0.0.1:1" in r.stderr and "refused" in r.stderr.lower(), r.stderr

@@ -68,6 +68,24 @@ impl RegistryClient {
         })
     }
 
+    /// The versions registered under `subject` (`None`: no such subject), for `validate --online`.
+    pub async fn versions(&self, subject: &str) -> Result<Option<Vec<u32>>, ChangelogError> {
+        let url = format!("{}/subjects/{}/versions", self.base, subject);
+        let req = match &self.auth {
+            Some(Auth::Basic(u, p)) => self.http.get(&url).basic_auth(u, Some(p)),
+            Some(Auth::Bearer(t)) => self.http.get(&url).bearer_auth(t),
+            None => self.http.get(&url),
+        };
+        let res = req.send().await.map_err(|e| ChangelogError::RegistryUnavailable(format!("{url}: {}", crate::causes::with_causes(&e))))?;
+        if res.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !res.status().is_success() {
+            return Err(ChangelogError::Registry(format!("{url}: HTTP {}", res.status())));
+        }
+        res.json().await.map(Some).map_err(|e| ChangelogError::Registry(format!("{url}: bad response: {e}")))
+    }
+
     /// Register `schema` under `subject` (idempotent in the registry) and return its global id.
     pub async fn register(&self, subject: &str, schema: &str) -> Result<u32, ChangelogError> {
         let key = (subject.to_string(), schema.to_string());

@@ -209,6 +209,44 @@ fn kept_record_key(cfg: &ConnectorConfig, stored: &[String], key: &[String]) -> 
         && stored == &key[..key.len() - 1]
 }
 
+/// `validate --online`: reach the table, Kafka (the topics, the stored position) and the
+/// Schema Registry with the connector's settings, and say what is there.
+pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, RuntimeError> {
+    let c = cfg.clone();
+    let source = tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked")?;
+    let info = source.info().clone();
+    let s = source.clone();
+    let mut lines = vec![
+        format!("table: {}", tokio::task::spawn_blocking(move || s.describe()).await.expect("describe panicked")?),
+        format!("key: {}", if info.keyless() { "none (key.mode=none)".to_string() } else { info.key_fields.join(", ") }),
+    ];
+    crate::sink::reach(cfg).await?;
+    lines.push(format!("kafka: {} answers", cfg.bootstrap_servers));
+    lines.extend(crate::sink::describe_topics(cfg).await?);
+    let c = cfg.clone();
+    let stored = tokio::task::spawn_blocking(move || show_offsets(&c)).await.expect("offsets panicked")?;
+    lines.push(match stored {
+        None => "position: none stored (the start strategy applies at the first run)".to_string(),
+        Some(o) => format!(
+            "position: issued {}{} (task {} of {}, stored key {})",
+            o.issued.as_ref().map_or("nothing yet", |p| p.instant.as_str()),
+            if o.in_flight.is_some() { ", a unit in flight" } else { "" },
+            cfg.task_id,
+            o.tasks.max(1),
+            o.key.join(",")
+        ),
+    });
+    let registry = crate::changelog::registry::RegistryClient::new(&cfg.registry, &cfg.name)?;
+    for subject in [format!("{}-key", cfg.topic), format!("{}-value", cfg.topic)] {
+        let versions = registry.versions(&subject).await?;
+        lines.push(match versions {
+            None => format!("registry: subject {subject} absent (registered at the first event)"),
+            Some(v) => format!("registry: subject {subject} versions {v:?}"),
+        });
+    }
+    Ok(lines)
+}
+
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
 /// opens it too, so a table that does not fit the settings fails there.
 pub fn open_source(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {

@@ -8,7 +8,7 @@ pub mod offsets;
 mod quiet;
 mod reach;
 
-pub use reach::reach;
+pub use reach::{describe_topics, reach};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -99,6 +99,43 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     })
 }
 
+/// The connector's topics as the cluster has them (partitions, cleanup policy, retention), or
+/// absent (created at the first run), for `validate --online`.
+pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let mut ac = ClientConfig::new();
+    ac.set("bootstrap.servers", &cfg.bootstrap_servers);
+    for (k, v) in cfg.producer_overrides.iter().filter(|(k, _)| is_client_security_key(k)) {
+        ac.set(k, v);
+    }
+    let admin: AdminClient<DefaultClientContext> = ac.create().map_err(|e| SinkError::kafka("admin client", e))?;
+    let mut names = vec![cfg.topic.clone(), cfg.offsets_topic.clone()];
+    if cfg.txn_metadata {
+        names.push(cfg.transaction_topic());
+    }
+    let md = admin.inner().fetch_metadata(None, Duration::from_secs(30)).map_err(|e| SinkError::kafka("topic metadata", e))?;
+    let mut lines = Vec::new();
+    for name in names {
+        let Some(t) = md.topics().iter().find(|t| t.name() == name && t.error().is_none()) else {
+            lines.push(format!("topic {name}: absent (created at the first run)"));
+            continue;
+        };
+        let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+        let described = admin.describe_configs(&[ResourceSpecifier::Topic(&name)], &opts).await.map_err(|e| SinkError::kafka("describe topic", e))?;
+        let mut settings = Vec::new();
+        if let Some(Ok(r)) = described.first() {
+            for key in ["cleanup.policy", "retention.ms", "min.insync.replicas"] {
+                if let Some(v) = r.get(key).and_then(|e| e.value.clone()) {
+                    settings.push(format!("{key}={v}"));
+                }
+            }
+        }
+        lines.push(format!("topic {name}: {} partitions, {}", t.partitions().len(), settings.join(", ")));
+    }
+    Ok(lines)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -294,4 +294,7 @@ pub trait Source: Send + Sync {
 
     /// A string that orders positions in table history (comparing the positions of tasks).
     fn order(&self, p: &Position) -> Result<String, SourceError>;
+
+    /// What the table is, for `validate --online`: format, version, history.
+    fn describe(&self) -> Result<String, SourceError>;
 }

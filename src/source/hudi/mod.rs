@@ -158,6 +158,22 @@ impl Source for HudiSource {
         Ok(p.order_key().to_string())
     }
 
+    fn describe(&self) -> Result<String, SourceError> {
+        let tl = self.timeline()?;
+        let writes: Vec<&timeline::Instant> = tl.completed.iter().filter(|i| i.is_write()).collect();
+        Ok(format!(
+            "Hudi {} table version {} (timeline layout {}), partitioned by [{}], {} completed write instants on the \
+             active timeline (latest {}), {} pending",
+            self.table.table_type,
+            self.table.version,
+            self.table.layout,
+            self.table.partition_fields().join(","),
+            writes.len(),
+            writes.last().map_or("none", |i| i.requested.as_str()),
+            tl.pending.len()
+        ))
+    }
+
     fn reached_end(&self, issued: &Position) -> bool {
         self.end_commit.as_ref().is_some_and(|end| issued.instant.as_str() >= end.as_str())
     }

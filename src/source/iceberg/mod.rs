@@ -468,6 +468,19 @@ impl Source for IcebergSource {
         Ok(format!("{:020}", snap.sequence_number))
     }
 
+    fn describe(&self) -> Result<String, SourceError> {
+        let file = metadata::current_metadata_file(&self.opts.location)?;
+        let md = metadata::TableMetadata::load(&file)?;
+        Ok(format!(
+            "Iceberg format v{} table at {}, {} snapshots, current {}, metadata {}",
+            md.format_version,
+            md.location,
+            md.snapshots.len(),
+            md.current_snapshot_id.map_or("none".to_string(), |s| s.to_string()),
+            file.display()
+        ))
+    }
+
     fn reached_end(&self, issued: &Position) -> bool {
         self.opts.end_snapshot_id.is_some_and(|end| issued.instant == end.to_string())
     }
