@@ -77,6 +77,28 @@ enum OffsetsCommand {
         #[arg(long, env = "TASK_ID", default_value_t = 0)]
         task_id: u32,
     },
+    /// Forget the connector's position (every task, every generation): the next run applies the
+    /// start strategy. Fences every task of the connector: stop it first.
+    Reset {
+        file: PathBuf,
+        /// Required: a running task of the connector is fenced (and exits).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Put every task of the connector at a completed Hudi instant or Iceberg snapshot: the next
+    /// run emits what follows it. Fences every task of the connector: stop it first.
+    Set {
+        file: PathBuf,
+        /// A completed Hudi write instant (requested time).
+        #[arg(long, conflicts_with = "snapshot", required_unless_present = "snapshot")]
+        instant: Option<String>,
+        /// An Iceberg snapshot id.
+        #[arg(long)]
+        snapshot: Option<String>,
+        /// Required: a running task of the connector is fenced (and exits).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -187,6 +209,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Offsets { action: OffsetsCommand::Reset { file, force } } => offsets_admin(&rt, file, |c| {
+            Box::pin(async move { lakestream::runtime::admin::reset(&c, force).await })
+        }),
+        Command::Offsets { action: OffsetsCommand::Set { file, instant, snapshot, force } } => offsets_admin(&rt, file, |c| {
+            let id = instant.or(snapshot).unwrap_or_default();
+            Box::pin(async move { lakestream::runtime::admin::set(&c, &id, force).await })
+        }),
         Command::Generate { format: GenerateCommand::Hudi(opts) } => {
             match generate::hudi(&opts) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -279,3 +308,22 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     ExitCode::from(code)
 }
 
+type AdminFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, lakestream::runtime::RuntimeError>>>>;
+
+/// `offsets reset|set`: load the file, run the command, print what it did.
+fn offsets_admin(rt: &tokio::runtime::Runtime, file: PathBuf, f: impl FnOnce(lakestream::config::ConnectorConfig) -> AdminFuture) -> ExitCode {
+    let cfg = match load_all(&[file], 0) {
+        Ok(mut c) => c.remove(0),
+        Err(code) => return code,
+    };
+    match rt.block_on(f(cfg)) {
+        Ok(done) => {
+            println!("{done}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", lakestream::causes::with_causes(&e));
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

@@ -214,3 +214,43 @@ def test_validate_online_reaches_kafka_and_the_registry_and_says_what_is_there(e
     props.write_text(dead)
     r = run("validate", "--online", props)
     assert r.returncode != 0 and "127.0.0.1:1" in r.stderr and "refused" in r.stderr.lower(), r.stderr
+
+
+def test_offsets_reset_and_set_move_the_position_and_replay_stays_exact(env, registry, tmp_path):
+    import json
+    table = generate(tmp_path / "gen", "--rows", "300", "--partitions", "2", "--commits", "3",
+                     "--update-fraction", "0.2", "--delete-fraction", "0.05")
+    oracle = testkit.hudi_rs_oracle(table)
+    instants = [i["requested"] for i in oracle["instants"]]
+    topic = "offs-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    testkit.run_once(props)
+    show = lambda: json.loads(run("offsets", "show", props).stdout)  # noqa: E731
+    assert show()["issued"]["instant"] == instants[-1]
+    r = run("offsets", "reset", props)
+    assert r.returncode == 2 and "--force" in r.stderr, r.stderr
+    r = run("offsets", "set", props, "--instant", "20200101000000000", "--force")
+    assert r.returncode == 2 and "not a completed write instant" in r.stderr, r.stderr
+    # back to instant 1: the next run emits instants 2 and 3 again, as changes
+    r = run("offsets", "set", props, "--instant", instants[1], "--force")
+    assert r.returncode == 0, r.stderr
+    assert show()["issued"]["instant"] == instants[1]
+    before = len(testkit.consume_all(env, topic))
+    testkit.run_once(props)
+    new = testkit.consume_all(env, topic)[before:]
+    assert sorted({registry.decode(v)["source"]["instant"] for _, _, _, v in new if v is not None}) == instants[2:]
+    replay = testkit.Replay(registry)
+    for row in oracle["instants"][1]["rows"]:  # the table at instant 1, keyed as the topic keys it
+        replay.state[json.dumps({"_hoodie_partition_path": row["_hoodie_partition_path"], "id": row["id"]}, sort_keys=True)] = row
+    replay.apply(new)
+    testkit.compare(oracle, oracle["instants"][-1]["rows"], replay, "after offsets set")
+    # reset: the start strategy (earliest: a full scan) applies again
+    r = run("offsets", "reset", props, "--force")
+    assert r.returncode == 0 and "offsets records removed" in r.stdout, r.stderr
+    assert run("offsets", "show", props).stdout.strip() == "null"
+    before = len(testkit.consume_all(env, topic))
+    testkit.run_once(props)
+    again = testkit.Replay(registry)
+    again.apply(testkit.consume_all(env, topic)[before:])
+    assert {e["op"] for e in again.events} == {"r"}
+    testkit.compare(oracle, oracle["instants"][-1]["rows"], again, "after offsets reset")

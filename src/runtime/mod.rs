@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+pub mod admin;
 mod progress;
 mod tasks;
 
@@ -35,12 +36,15 @@ pub enum RuntimeError {
     /// The stored position was written under different terms than this run's (the key).
     #[error("position: {0}")]
     Position(String),
+    /// A command used in a way it refuses (exit 2).
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl RuntimeError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            RuntimeError::Config(_) | RuntimeError::Source(SourceError::Config { .. }) => 2,
+            RuntimeError::Config(_) | RuntimeError::Source(SourceError::Config { .. }) | RuntimeError::Usage(_) => 2,
             _ => 1,
         }
     }
@@ -62,6 +66,7 @@ impl RuntimeError {
             RuntimeError::Changelog(_) => "changelog",
             RuntimeError::Sink(_) => "sink",
             RuntimeError::Position(_) => "position",
+            RuntimeError::Usage(_) => "config",
         }
     }
 }
@@ -185,6 +190,22 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
         )));
     }
     state.key = key.clone();
+    if let (false, Some(issued)) = (new_state, &state.issued) {
+        // the start strategy only applies without a stored position: a start point set after it
+        // (meant to skip ahead) does nothing, which the operator should hear about
+        for k in ["read.start-commit", "start-snapshot-id"] {
+            let Some(v) = cfg.raw.get(k).filter(|v| v.chars().all(|c| c.is_ascii_digit())) else { continue };
+            let at = |id: &str| source.order(&crate::source::Position { instant: id.to_string(), completed: None }).ok();
+            if let (Some(start), Some(stored)) = (at(v), source.order(issued).ok()) {
+                if start > stored {
+                    tracing::warn!(connector = %cfg.name, key = k, value = %v, issued = %issued.instant,
+                        "the start point lies after the stored position, which wins: the connector continues from the \
+                         stored position. `lakestream offsets set` moves the position (or `offsets reset` to apply the \
+                         start setting)");
+                }
+            }
+        }
+    }
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = source.ownership().name(),
         issued = state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");

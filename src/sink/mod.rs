@@ -134,6 +134,30 @@ fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
     Duration::from_millis(cfg.transaction_timeout_ms.max(10_000))
 }
 
+/// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
+/// whose `init_transactions` fences any producer still holding it (`offsets reset` / `set`).
+pub async fn write_offsets_records(cfg: &ConnectorConfig, transactional_id: &str, records: Vec<(String, Option<Vec<u8>>)>) -> Result<(), SinkError> {
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        producer_config(cfg, transactional_id, &[]).create().map_err(|e| SinkError::kafka("creating offsets producer", e))?;
+    let producer = Arc::new(producer);
+    let timeout = txn_call_timeout(cfg);
+    let topic = cfg.offsets_topic.clone();
+    let p = producer.clone();
+    blocking(move || -> Result<(), SinkError> {
+        p.init_transactions(timeout).map_err(|e| classify("init_transactions", e))?;
+        p.begin_transaction().map_err(|e| classify("begin_transaction", e))?;
+        for (key, value) in &records {
+            let mut r = BaseRecord::<[u8], [u8]>::to(&topic).key(key.as_bytes());
+            if let Some(v) = value {
+                r = r.payload(v.as_slice());
+            }
+            p.send(r).map_err(|(e, _)| SinkError::kafka("writing an offsets record", e))?;
+        }
+        p.commit_transaction(timeout).map_err(|e| classify("commit_transaction", e))
+    })
+    .await
+}
+
 /// Fence a transactional id (of a previous generation of tasks): `init_transactions` under it
 /// bumps its epoch, so a zombie producer with that id can no longer commit, and aborts its open
 /// transaction.

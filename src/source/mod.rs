@@ -297,4 +297,8 @@ pub trait Source: Send + Sync {
 
     /// What the table is, for `validate --online`: format, version, history.
     fn describe(&self) -> Result<String, SourceError>;
+
+    /// The position of a completed instant / snapshot `id` (`offsets set`); an id the table
+    /// does not have is a `SourceError::Config`.
+    fn position_of(&self, id: &str) -> Result<Position, SourceError>;
 }

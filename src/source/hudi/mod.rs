@@ -158,6 +158,16 @@ impl Source for HudiSource {
         Ok(p.order_key().to_string())
     }
 
+    fn position_of(&self, id: &str) -> Result<Position, SourceError> {
+        let tl = self.timeline()?;
+        match tl.get(id).filter(|i| i.is_write()) {
+            Some(i) => Ok(Position { instant: i.requested.clone(), completed: i.completed.clone() }),
+            None => Err(SourceError::Config {
+                message: format!("instant {id} is not a completed write instant of table {} (commit, deltacommit, replacecommit)", self.table.path.display()),
+            }),
+        }
+    }
+
     fn describe(&self) -> Result<String, SourceError> {
         let tl = self.timeline()?;
         let writes: Vec<&timeline::Instant> = tl.completed.iter().filter(|i| i.is_write()).collect();

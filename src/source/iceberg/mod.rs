@@ -468,6 +468,15 @@ impl Source for IcebergSource {
         Ok(format!("{:020}", snap.sequence_number))
     }
 
+    fn position_of(&self, id: &str) -> Result<Position, SourceError> {
+        let file = metadata::current_metadata_file(&self.opts.location)?;
+        let md = metadata::TableMetadata::load(&file)?;
+        match id.parse::<i64>().ok().and_then(|s| md.snapshot(s)) {
+            Some(s) => Ok(Position { instant: s.snapshot_id.to_string(), completed: None }),
+            None => Err(SourceError::Config { message: format!("snapshot {id} is not a snapshot of the table ({})", file.display()) }),
+        }
+    }
+
     fn describe(&self) -> Result<String, SourceError> {
         let file = metadata::current_metadata_file(&self.opts.location)?;
         let md = metadata::TableMetadata::load(&file)?;

@@ -1,0 +1,111 @@
+//! `lakestream offsets reset|set`: an operator moves a connector's position. Every offsets record
+//! of the connector (every task of every generation) is replaced in one transaction, after every
+//! transactional id that could still write one is fenced, so no running task can commit over
+//! the change (it is fenced and exits). `reset` forgets the position: the next run applies the
+//! start strategy. `set` puts every task of the configured generation at a completed instant /
+//! snapshot: the next run emits what follows it.
+
+use std::collections::HashMap;
+
+use super::{open_source, RuntimeError};
+use crate::config::ConnectorConfig;
+use crate::sink::offsets::{read_offsets_matching, Offsets};
+use crate::source::Ownership;
+
+/// The offsets records of `cfg`'s connector and table: key -> (tasks, task, by partition, record).
+fn records_of(cfg: &ConnectorConfig) -> Result<HashMap<String, (u32, u32, bool, Offsets)>, RuntimeError> {
+    let shape = |k: &[u8]| -> Option<(u32, u32, bool)> {
+        let v: serde_json::Value = serde_json::from_slice(k).ok()?;
+        let (name, o) = (v.get(0)?.as_str()?, v.get(1)?.as_object()?);
+        (name == cfg.name && o.get("table")?.as_str()? == cfg.table_id).then_some(())?;
+        let tasks = o.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
+        Some((tasks, o.get("task")?.as_u64()? as u32, o.get("by").and_then(|b| b.as_str()) == Some("partition")))
+    };
+    let found = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| shape(k).is_some())?;
+    Ok(found
+        .into_iter()
+        .filter_map(|(k, o)| {
+            let (tasks, task, by) = shape(&k)?;
+            Some((String::from_utf8_lossy(&k).into_owned(), (tasks, task, by, o)))
+        })
+        .collect())
+}
+
+/// Replace every record of the connector with `new` (key -> record), fencing every transactional
+/// id of the old records and of the new ones first. Returns what was replaced.
+async fn replace(cfg: &ConnectorConfig, new: Vec<(String, Offsets)>, old: HashMap<String, (u32, u32, bool, Offsets)>) -> Result<usize, RuntimeError> {
+    let mut ids: Vec<String> = old.values().map(|(tasks, task, by, _)| cfg.transactional_id_for(*tasks, *task, *by)).collect();
+    ids.extend((0..cfg.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.tasks, t, cfg.by_partition)));
+    ids.sort();
+    ids.dedup();
+    for id in ids.iter().skip(1) {
+        crate::sink::fence(cfg, id).await?;
+    }
+    let mut records: Vec<(String, Option<Vec<u8>>)> = old.keys().filter(|k| !new.iter().any(|(n, _)| n == *k)).map(|k| (k.clone(), None)).collect();
+    for (k, o) in &new {
+        records.push((k.clone(), Some(serde_json::to_vec(o).map_err(|e| RuntimeError::Position(e.to_string()))?)));
+    }
+    // written under the first id, which init_transactions fences in the same step
+    crate::sink::write_offsets_records(cfg, &ids[0], records).await?;
+    Ok(old.len())
+}
+
+fn refuse_without_force(force: bool, what: &str) -> Result<(), RuntimeError> {
+    if force {
+        return Ok(());
+    }
+    Err(RuntimeError::Usage(format!(
+        "offsets {what} fences every task of the connector (a running one is stopped by it, exit 1): stop the \
+         connector first (e.g. scale its StatefulSet to 0), then run again with --force"
+    )))
+}
+
+/// `offsets reset`: forget the position (every task, every generation).
+pub async fn reset(cfg: &ConnectorConfig, force: bool) -> Result<String, RuntimeError> {
+    refuse_without_force(force, "reset")?;
+    let c = cfg.clone();
+    let old = tokio::task::spawn_blocking(move || records_of(&c)).await.expect("offsets reader panicked")?;
+    if old.is_empty() {
+        return Ok(format!("connector {}: no stored position; nothing to reset", cfg.name));
+    }
+    let n = replace(cfg, Vec::new(), old).await?;
+    Ok(format!("connector {}: {n} offsets records removed; the next run applies the start strategy", cfg.name))
+}
+
+/// `offsets set --instant/--snapshot ID`: every task of the configured generation at `id`.
+pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String, RuntimeError> {
+    refuse_without_force(force, "set")?;
+    let (c, i) = (cfg.clone(), id.to_string());
+    let (source, position) = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
+        let source = open_source(&c)?;
+        let position = source.position_of(&i)?;
+        Ok((source, position))
+    })
+    .await
+    .expect("open panicked")?;
+    let mut cfg = cfg.clone();
+    cfg.by_partition = source.ownership() == Ownership::Partition;
+    let c = cfg.clone();
+    let old = tokio::task::spawn_blocking(move || records_of(&c)).await.expect("offsets reader panicked")?;
+    let key = old.values().map(|(.., o)| o.key.clone()).find(|k| !k.is_empty()).unwrap_or_else(|| {
+        if source.info().keyless() { vec!["(key.mode=none)".to_string()] } else { source.info().key_fields.clone() }
+    });
+    let epoch = old.values().map(|(.., o)| o.epoch).max().unwrap_or(0);
+    let new: Vec<(String, Offsets)> = (0..cfg.tasks.max(1))
+        .map(|t| {
+            let o = Offsets {
+                issued: Some(position.clone()),
+                tasks: cfg.tasks,
+                epoch,
+                ownership: source.ownership(),
+                key: key.clone(),
+                updated_ms: super::now_ms(),
+                ..Default::default()
+            };
+            (cfg.offsets_key_for(cfg.tasks, t, cfg.by_partition), o)
+        })
+        .collect();
+    let tasks = new.len();
+    replace(&cfg, new, old).await?;
+    Ok(format!("connector {}: position set to {} for {tasks} task(s); the next run emits what follows it", cfg.name, position.instant))
+}
