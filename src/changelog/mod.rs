@@ -54,6 +54,8 @@ pub struct ChangelogEncoder {
     /// `transaction` field), and their encoder once its schemas are registered.
     txn_topic: Option<String>,
     markers: Option<Arc<transaction::Markers>>,
+    /// `column.exclude.list`: value columns left out of `before`/`after`.
+    exclude: Option<regex::Regex>,
 }
 
 const SOURCE_FIELDS: &[(&str, &str)] = &[
@@ -81,7 +83,23 @@ impl ChangelogEncoder {
             registered: HashMap::new(),
             txn_topic: None,
             markers: None,
+            exclude: None,
         })
+    }
+
+    /// Leave the value columns `exclude` matches (by `<column>` or `<table>.<column>`) out of
+    /// the events' `before`/`after` (Debezium's `column.exclude.list`); keys keep theirs.
+    pub fn with_column_exclude(mut self, exclude: Option<regex::Regex>) -> Self {
+        self.exclude = exclude;
+        self
+    }
+
+    /// The columns of `schema` the events' values carry.
+    fn value_columns(&self, schema: &SchemaRef) -> Vec<usize> {
+        let kept = |name: &str| {
+            self.exclude.as_ref().is_none_or(|re| !re.is_match(name) && !re.is_match(&format!("{}.{name}", self.table.name)))
+        };
+        (0..schema.fields().len()).filter(|i| kept(schema.field(*i).name())).collect()
     }
 
     /// With a topic for BEGIN/END records, events carry their lake commit (`transaction`), and
@@ -116,7 +134,8 @@ impl ChangelogEncoder {
         let key_fields: Vec<Field> = key_cols.iter().map(|i| value.field(*i).clone()).collect();
         let mut key = record("Key", &key_fields, "Key")?;
         key["namespace"] = json!(self.namespace);
-        let value_rec = record("Value", value.fields(), "Value")?;
+        let kept: Vec<Field> = self.value_columns(value).into_iter().map(|i| value.field(i).clone()).collect();
+        let value_rec = record("Value", &kept, "Value")?;
         let source = json!({
             "type": "record", "name": "Source",
             "fields": SOURCE_FIELDS.iter().map(|(n, t)| {
@@ -169,7 +188,7 @@ impl ChangelogEncoder {
         };
         let schema = first.schema();
         let reg = self.register(&schema).await?;
-        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        let all = self.value_columns(&schema);
         let mut values = Vec::with_capacity(split.batches.len());
         let mut keys = Vec::with_capacity(split.batches.len());
         for b in split.batches.iter() {

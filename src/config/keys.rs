@@ -53,6 +53,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("s3.path-style-access", "false", "path-style requests (`endpoint/bucket/key`), as most S3-compatible stores need"),
     ("s3.allow-http", "false", "allow a plain-http `s3.endpoint`"),
     ("provide.transaction.metadata", "false", "Debezium transaction metadata: each event's `transaction {id, total_order, data_collection_order}` (id: the instant / snapshot), and BEGIN/END records (`event_count`) in `<topic>.transaction`, in the same Kafka transactions (tasks.max=1)"),
+    ("column.exclude.list", "(none)", "comma-separated regular expressions of value columns to leave out of `before`/`after` (matched whole against `<column>` and `<table>.<column>`, e.g. `_hoodie_.*`); key columns stay in the key"),
     ("tombstones.on.delete", "true", "follow each `d` event with a null-value tombstone for compaction"),
     ("transaction.boundary", "instant", "`instant`: one transaction per instant; `interval`: every `transaction.interval.ms`"),
     ("transaction.interval.ms", "1000", "commit interval with `transaction.boundary=interval`"),

@@ -101,6 +101,8 @@ pub struct ConnectorConfig {
     pub skip_merge: bool,
     /// `read.cdc.from-log`: Hudi CDC log files as the changes (`None`: auto).
     pub cdc_from_log: Option<bool>,
+    /// `column.exclude.list`: value columns left out of the events.
+    pub column_exclude: Option<regex::Regex>,
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub transaction_timeout_ms: u64,
@@ -415,6 +417,15 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             Some("skip_merge") => true,
             Some(s) => {
                 return Err(v.invalid("hoodie.datasource.merge.type", format!("`{s}` is not one of: payload_combine, skip_merge")))
+            }
+        },
+        column_exclude: match v.get("column.exclude.list") {
+            None => None,
+            Some(list) => {
+                let parts: Vec<String> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| format!("(?:{p})")).collect();
+                Some(regex::Regex::new(&format!("^(?:{})$", parts.join("|"))).map_err(|e| {
+                    v.invalid("column.exclude.list", format!("not a list of regular expressions: {e}"))
+                })?)
             }
         },
         cdc_from_log: match v.get("read.cdc.from-log").as_deref() {
