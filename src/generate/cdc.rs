@@ -12,7 +12,7 @@ use std::fs;
 
 use super::{io, GenerateError, Partition, Row, AVRO_SCHEMA};
 use crate::changelog::avro::{write_bytes, write_long};
-use crate::source::hudi::log::{encode_block, INSTANT_TIME, SCHEMA};
+use crate::source::hudi::log::{avro_data_content, encode_block, INSTANT_TIME, SCHEMA};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CdcMode {
@@ -100,36 +100,30 @@ pub fn write(root: &std::path::Path, mode: CdcMode, p: &Partition, w: Change<'_>
     for k in w.deletes {
         records.push(("d", k, w.before.get(k), None));
     }
-    let mut content = Vec::new();
-    content.extend_from_slice(&3i32.to_be_bytes());
-    content.extend_from_slice(&(records.len() as i32).to_be_bytes());
-    let mut datum = Vec::new();
-    for (op, key, before, after) in records {
-        datum.clear();
-        let string = |out: &mut Vec<u8>, union_index: i64, s: &str| {
-            write_long(out, union_index);
-            write_bytes(out, s.as_bytes());
-        };
+    let string = |out: &mut Vec<u8>, union_index: i64, s: &str| {
+        write_long(out, union_index);
+        write_bytes(out, s.as_bytes());
+    };
+    let content = avro_data_content(records.len(), |i, datum| {
+        let (op, key, before, after) = records[i];
         match mode {
             CdcMode::OpKeyOnly => {
-                string(&mut datum, 0, op);
-                string(&mut datum, 0, key);
+                string(datum, 0, op);
+                string(datum, 0, key);
             }
             CdcMode::DataBefore => {
-                string(&mut datum, 1, op);
-                string(&mut datum, 1, key);
-                opt_image(&mut datum, key, part, before);
+                string(datum, 1, op);
+                string(datum, 1, key);
+                opt_image(datum, key, part, before);
             }
             CdcMode::DataBeforeAfter => {
-                string(&mut datum, 1, op);
-                string(&mut datum, 1, instant);
-                opt_image(&mut datum, key, part, before);
-                opt_image(&mut datum, key, part, after);
+                string(datum, 1, op);
+                string(datum, 1, instant);
+                opt_image(datum, key, part, before);
+                opt_image(datum, key, part, after);
             }
         }
-        content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
-        content.extend_from_slice(&datum);
-    }
+    });
     let block = encode_block(6, &[(INSTANT_TIME, instant), (SCHEMA, &mode.schema())], &content);
     let rel = format!("{}/.{}_{instant}.log.1_0-{seq}-{seq}.cdc", p.name, p.file_id);
     let path = root.join(&rel);

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::cdc::Change;
 use super::{io, schema, GenerateError, Partition, Row, AVRO_SCHEMA};
 use crate::changelog::avro::{record, write_bytes, write_long, RowEncoder};
-use crate::source::hudi::log::{encode_block, INSTANT_TIME, SCHEMA};
+use crate::source::hudi::log::{avro_data_content, encode_block, INSTANT_TIME, SCHEMA};
 
 pub struct Writer {
     pub path: PathBuf,
@@ -143,16 +143,7 @@ impl Writer {
                 .to_string();
             let enc = RowEncoder::new(&batch, &(0..batch.num_columns()).collect::<Vec<_>>())
                 .map_err(|e| GenerateError::Input(e.to_string()))?;
-            let mut content = Vec::new();
-            content.extend_from_slice(&3i32.to_be_bytes());
-            content.extend_from_slice(&(changed.len() as i32).to_be_bytes());
-            let mut datum = Vec::new();
-            for i in 0..batch.num_rows() {
-                datum.clear();
-                enc.write(i, &mut datum);
-                content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
-                content.extend_from_slice(&datum);
-            }
+            let content = avro_data_content(batch.num_rows(), |i, datum| enc.write(i, datum));
             out.extend(encode_block(3, &[(INSTANT_TIME, instant), (SCHEMA, &schema)], &content));
         }
         if !w.deletes.is_empty() {

@@ -7,13 +7,16 @@
 
 use std::collections::HashMap;
 
-use super::{open_source, RuntimeError};
+use super::{open_source_async, RuntimeError};
 use crate::config::ConnectorConfig;
 use crate::sink::offsets::{read_offsets_matching, Offsets};
 use crate::source::Ownership;
 
-/// The offsets records of `cfg`'s connector and table: key -> (tasks, task, by partition, record).
-fn records_of(cfg: &ConnectorConfig) -> Result<HashMap<String, (u32, u32, bool, Offsets)>, RuntimeError> {
+/// A connector's offsets records: key -> (tasks, task, by partition, record).
+type Records = HashMap<String, (u32, u32, bool, Offsets)>;
+
+/// The offsets records of `cfg`'s connector and table.
+fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
     let shape = |k: &[u8]| -> Option<(u32, u32, bool)> {
         let v: serde_json::Value = serde_json::from_slice(k).ok()?;
         let (name, o) = (v.get(0)?.as_str()?, v.get(1)?.as_object()?);
@@ -33,7 +36,7 @@ fn records_of(cfg: &ConnectorConfig) -> Result<HashMap<String, (u32, u32, bool, 
 
 /// Replace every record of the connector with `new` (key -> record), fencing every transactional
 /// id of the old records and of the new ones first. Returns what was replaced.
-async fn replace(cfg: &ConnectorConfig, new: Vec<(String, Offsets)>, old: HashMap<String, (u32, u32, bool, Offsets)>) -> Result<usize, RuntimeError> {
+async fn replace(cfg: &ConnectorConfig, new: Vec<(String, Offsets)>, old: Records) -> Result<usize, RuntimeError> {
     let mut ids: Vec<String> = old.values().map(|(tasks, task, by, _)| cfg.transactional_id_for(*tasks, *task, *by)).collect();
     ids.extend((0..cfg.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.tasks, t, cfg.by_partition)));
     ids.sort();
@@ -75,21 +78,14 @@ pub async fn reset(cfg: &ConnectorConfig, force: bool) -> Result<String, Runtime
 /// `offsets set --instant/--snapshot ID`: every task of the configured generation at `id`.
 pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String, RuntimeError> {
     refuse_without_force(force, "set")?;
-    let (c, i) = (cfg.clone(), id.to_string());
-    let (source, position) = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
-        let source = open_source(&c)?;
-        let position = source.position_of(&i)?;
-        Ok((source, position))
-    })
-    .await
-    .expect("open panicked")?;
+    let source = open_source_async(cfg).await?;
+    let (s, i) = (source.clone(), id.to_string());
+    let position = tokio::task::spawn_blocking(move || s.position_of(&i)).await.expect("position_of panicked")?;
     let mut cfg = cfg.clone();
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let c = cfg.clone();
     let old = tokio::task::spawn_blocking(move || records_of(&c)).await.expect("offsets reader panicked")?;
-    let key = old.values().map(|(.., o)| o.key.clone()).find(|k| !k.is_empty()).unwrap_or_else(|| {
-        if source.info().keyless() { vec!["(key.mode=none)".to_string()] } else { source.info().key_fields.clone() }
-    });
+    let key = old.values().map(|(.., o)| o.key.clone()).find(|k| !k.is_empty()).unwrap_or_else(|| source.info().stored_key());
     let epoch = old.values().map(|(.., o)| o.epoch).max().unwrap_or(0);
     let new: Vec<(String, Offsets)> = (0..cfg.tasks.max(1))
         .map(|t| {

@@ -164,8 +164,7 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
 }
 
 async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealthHandle) -> Result<(), RuntimeError> {
-    let open = |c: ConnectorConfig| async move { tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked") };
-    let mut source = open(cfg.clone()).await?;
+    let mut source = open_source_async(&cfg).await?;
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let sink = TxnSink::start(&cfg, health.clone()).await?;
     let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
@@ -176,12 +175,12 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
             alone: keeping that key (key.partition-path=false). Two live rows with one record key in two partitions \
             share a Kafka key; to key by partition too, start a new connector name with key.partition-path=auto");
         cfg.key_partition_path = Some(false);
-        source = open(cfg.clone()).await?;
+        source = open_source_async(&cfg).await?;
     }
     // the events already published were keyed by the stored key fields: a run keyed otherwise
     // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
-    let key = if source.info().keyless() { &vec!["(key.mode=none)".to_string()] } else { &source.info().key_fields };
-    if !state.key.is_empty() && state.key != *key {
+    let key = source.info().stored_key();
+    if !state.key.is_empty() && state.key != key {
         return Err(RuntimeError::Position(format!(
             "the table's key is now {key:?}, but the events already published were keyed by {:?} (stored with the \
              position). Check the table's properties (hoodie.properties, identifier fields) and `key.fields`; if the \
@@ -189,7 +188,7 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
             state.key
         )));
     }
-    state.key = key.clone();
+    state.key = key;
     if let (false, Some(issued)) = (new_state, &state.issued) {
         // the start strategy only applies without a stored position: a start point set after it
         // (meant to skip ahead) does nothing, which the operator should hear about
@@ -234,8 +233,7 @@ fn kept_record_key(cfg: &ConnectorConfig, stored: &[String], key: &[String]) -> 
 /// `validate --online`: reach the table, Kafka (the topics, the stored position) and the
 /// Schema Registry with the connector's settings, and say what is there.
 pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, RuntimeError> {
-    let c = cfg.clone();
-    let source = tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked")?;
+    let source = open_source_async(cfg).await?;
     let info = source.info().clone();
     let s = source.clone();
     let mut lines = vec![
@@ -267,6 +265,12 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
         });
     }
     Ok(lines)
+}
+
+/// [`open_source`] on a blocking thread.
+pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
+    let c = cfg.clone();
+    tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked")
 }
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`

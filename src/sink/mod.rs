@@ -119,6 +119,17 @@ fn producer_config(cfg: &ConnectorConfig, transactional_id: &str, defaults: &[(&
     pc
 }
 
+/// A client of the connector's cluster (admin, probe): `bootstrap.servers` and the security
+/// settings of `producer.override.*`, which every client needs.
+fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
+    for (k, v) in cfg.producer_overrides.iter().filter(|(k, _)| is_client_security_key(k)) {
+        cc.set(k, v);
+    }
+    cc
+}
+
 /// Check the producer's settings as librdkafka will take them (`producer.override.*` typos,
 /// values out of range), without creating a client: `validate` and `run` refuse them at start
 /// instead of failing when the first producer is created.
@@ -137,12 +148,10 @@ fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
 /// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
 /// whose `init_transactions` fences any producer still holding it (`offsets reset` / `set`).
 pub async fn write_offsets_records(cfg: &ConnectorConfig, transactional_id: &str, records: Vec<(String, Option<Vec<u8>>)>) -> Result<(), SinkError> {
-    let producer: ThreadedProducer<DefaultProducerContext> =
+    let p: ThreadedProducer<DefaultProducerContext> =
         producer_config(cfg, transactional_id, &[]).create().map_err(|e| SinkError::kafka("creating offsets producer", e))?;
-    let producer = Arc::new(producer);
     let timeout = txn_call_timeout(cfg);
     let topic = cfg.offsets_topic.clone();
-    let p = producer.clone();
     blocking(move || -> Result<(), SinkError> {
         p.init_transactions(timeout).map_err(|e| classify("init_transactions", e))?;
         p.begin_transaction().map_err(|e| classify("begin_transaction", e))?;
@@ -395,14 +404,7 @@ impl TxnSink {
 }
 
 async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
-    let mut ac = ClientConfig::new();
-    ac.set("bootstrap.servers", &cfg.bootstrap_servers);
-    for (k, v) in &cfg.producer_overrides {
-        if is_client_security_key(k) {
-            ac.set(k, v);
-        }
-    }
-    let admin: AdminClient<DefaultClientContext> = ac.create().map_err(|e| SinkError::kafka("admin client", e))?;
+    let admin: AdminClient<DefaultClientContext> = client_config(cfg).create().map_err(|e| SinkError::kafka("admin client", e))?;
     let compact = [("cleanup.policy", "compact")];
     let txn_topic = cfg.transaction_topic();
     let mut topics = vec![

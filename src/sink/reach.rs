@@ -8,9 +8,7 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::ClientConfig;
 
-use super::offsets::is_client_security_key;
 use super::SinkError;
 use crate::config::ConnectorConfig;
 
@@ -79,12 +77,7 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     // a listener answers: now Kafka itself, with the connector's security settings
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
-    for (k, v) in cfg.producer_overrides.iter().filter(|(k, _)| is_client_security_key(k)) {
-        cc.set(k, v);
-    }
-    let client: BaseProducer = cc.create().map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
+    let client: BaseProducer = super::client_config(cfg).create().map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
     let res = tokio::task::spawn_blocking(move || client.client().fetch_metadata(None, left).map(drop))
         .await
@@ -104,12 +97,7 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
 pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     use rdkafka::client::DefaultClientContext;
-    let mut ac = ClientConfig::new();
-    ac.set("bootstrap.servers", &cfg.bootstrap_servers);
-    for (k, v) in cfg.producer_overrides.iter().filter(|(k, _)| is_client_security_key(k)) {
-        ac.set(k, v);
-    }
-    let admin: AdminClient<DefaultClientContext> = ac.create().map_err(|e| SinkError::kafka("admin client", e))?;
+    let admin: AdminClient<DefaultClientContext> = super::client_config(cfg).create().map_err(|e| SinkError::kafka("admin client", e))?;
     let mut names = vec![cfg.topic.clone(), cfg.offsets_topic.clone()];
     if cfg.txn_metadata {
         names.push(cfg.transaction_topic());

@@ -256,6 +256,11 @@ impl TableInfo {
     pub fn keyless(&self) -> bool {
         self.key_fields.is_empty()
     }
+
+    /// The key as stored with a position (the events published under it were keyed so).
+    pub fn stored_key(&self) -> Vec<String> {
+        if self.keyless() { vec!["(key.mode=none)".to_string()] } else { self.key_fields.clone() }
+    }
 }
 
 pub trait Source: Send + Sync {

@@ -26,12 +26,10 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use super::files::with_virtual_keys;
 use super::log::{self, BlockType};
 use super::merge::SliceMerge;
-use super::reader::UnitRead;
+use super::reader::{PairedSplits, UnitRead};
 use super::slice::FileCache;
 use super::timeline::CommitMetadata;
-use super::{changelog, join_path, HudiSource, PARTITION_PATH};
-use crate::source::buckets::restrict;
-use crate::source::rows::{conform, nullable};
+use super::{join_path, string_column, HudiSource};
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
 
 /// The CDC files of a unit, by (partition, file group).
@@ -86,7 +84,7 @@ impl HudiSource {
         for (p, w) in md.writes() {
             let (files, fg) = (w.cdc_files(), w.file_id.clone().unwrap_or_default());
             if files.is_empty() {
-                if w.updates_a_slice() {
+                if w.prev_slice().is_some() {
                     without.get_or_insert((p.to_string(), fg));
                 }
                 continue;
@@ -124,14 +122,10 @@ impl HudiSource {
         tracing::info!(connector = %self.connector, instant = %unit.position.instant, file_groups = cdc.len(),
             "change unit read from its CDC log files");
         let cache = FileCache::default();
-        let mut all: Vec<RecordBatch> = Vec::new();
-        let mut per_split: Vec<Vec<ChangeRow>> = Vec::new();
-        let mut files_out: Vec<String> = Vec::new();
-        let mut read: Vec<u64> = Vec::new();
+        let mut paired = PairedSplits::default();
+        // the unit's schema: a data file's where one was read (a CDC image has the block's types)
         let mut slice_schema: Option<SchemaRef> = None;
         for sp in &unit.splits {
-            let offset = all.len() as u32;
-            let shift = |r: Option<RowRef>| r.map(|r| RowRef { batch: r.batch + offset, row: r.row });
             let (batches, rows, file, n) = match cdc.get(&(sp.partition.clone(), sp.file_group.clone())) {
                 Some(files) => {
                     let (batches, rows, n, schema) = self.cdc_split(r, sp, files, &cache)?;
@@ -144,26 +138,9 @@ impl HudiSource {
                     (batches, rows, file, n)
                 }
             };
-            per_split.push(rows.into_iter().map(|c| ChangeRow { op: c.op, before: shift(c.before), after: shift(c.after) }).collect());
-            all.extend(batches);
-            files_out.push(file);
-            read.push(n);
+            paired.push(batches, rows, file, Some(n));
         }
-        let Some(target) = slice_schema.or_else(|| all.last().map(|b| b.schema())) else { return Ok(()) };
-        let target = nullable(&target, &[]);
-        let all: Vec<RecordBatch> = all.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
-        changelog::pair_moves(&all, &mut per_split, self.info.key_fields.iter().any(|k| k == PARTITION_PATH));
-        let all = Arc::new(all);
-        for (((sp, rows), file), n) in unit.splits.iter().zip(per_split).zip(files_out).zip(read) {
-            if done.contains(&sp.id) {
-                continue;
-            }
-            let (batches, rows) = restrict(&all, rows);
-            let mut sc = SplitChanges::whole(sp.clone(), file, batches, rows);
-            sc.rows_read = n;
-            emit(sc)?;
-        }
-        Ok(())
+        paired.emit(unit, slice_schema, self.keyed_by_partition(), done, emit)
     }
 
     /// One file group's changes from its CDC files: (batches, change rows, records read, the
@@ -290,10 +267,6 @@ impl HudiSource {
         }
         RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(SourceError::arrow("CDC image"))
     }
-}
-
-fn string_column(b: &RecordBatch, name: &str) -> Option<StringArray> {
-    b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<StringArray>()).cloned()
 }
 
 #[cfg(test)]

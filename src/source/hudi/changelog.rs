@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use arrow_array::{Array, RecordBatch, StringArray};
 
 use super::slice::{InstantBlock, MergeConfig, MergeMode};
+use super::string_column;
 use crate::source::rows::{conform, nullable, RowKeys};
 use crate::source::{ChangeRow, Op, RowRef, SourceError};
 use super::files::LAYOUT_META_COLUMNS;
@@ -39,10 +40,7 @@ pub fn changelog_rows(
     for b in blocks {
         if let InstantBlock::Data(v) = b {
             for raw in v {
-                ops.insert(
-                    batches.len(),
-                    raw.column_by_name("_hoodie_operation").and_then(|c| c.as_any().downcast_ref::<StringArray>()).cloned(),
-                );
+                ops.insert(batches.len(), string_column(raw, "_hoodie_operation"));
                 batches.push(conform(raw, &target)?);
             }
         }
@@ -139,10 +137,9 @@ pub fn changelog_rows(
 /// race across splits.
 /// With `by_partition` (the partition path is part of the key) only moves within a partition pair.
 pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_partition: bool) {
-    let column = |b: &RecordBatch, name: &str| b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<StringArray>()).cloned();
-    let keys: Vec<Option<StringArray>> = batches.iter().map(|b| column(b, "_hoodie_record_key")).collect();
+    let keys: Vec<Option<StringArray>> = batches.iter().map(|b| string_column(b, "_hoodie_record_key")).collect();
     let parts: Vec<Option<StringArray>> =
-        batches.iter().map(|b| if by_partition { column(b, super::PARTITION_PATH) } else { None }).collect();
+        batches.iter().map(|b| if by_partition { string_column(b, super::PARTITION_PATH) } else { None }).collect();
     let key_of = |r: RowRef| -> Option<(&str, &str)> {
         let (b, i) = (r.batch as usize, r.row as usize);
         let k = keys[b].as_ref()?;

@@ -397,6 +397,22 @@ pub fn parquet_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(Re
     Ok(())
 }
 
+/// The content of an Avro data block (also a CDC block): content version 3, the record count,
+/// then each record's length and Avro datum, as `write(i, datum)` writes record `i`.
+pub fn avro_data_content(count: usize, mut write: impl FnMut(usize, &mut Vec<u8>)) -> Vec<u8> {
+    let mut content = Vec::new();
+    content.extend_from_slice(&3i32.to_be_bytes());
+    content.extend_from_slice(&(count as i32).to_be_bytes());
+    let mut datum = Vec::new();
+    for i in 0..count {
+        datum.clear();
+        write(i, &mut datum);
+        content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
+        content.extend_from_slice(&datum);
+    }
+    content
+}
+
 /// Encode one block (format version 1, empty footer), as Hudi's writer lays it out.
 pub fn encode_block(block_type: i32, header: &[(i32, &str)], content: &[u8]) -> Vec<u8> {
     let mut inner = Vec::with_capacity(content.len() + 256);

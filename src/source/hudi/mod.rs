@@ -57,14 +57,15 @@ impl HudiSource {
         }
         let partition_fields = table.partition_fields();
         let movable = partition_fields.iter().find(|f| !key_fields.contains(f));
-        if with_partition_path(cfg.key_partition_path, &table, movable) {
+        let by_path = with_partition_path(cfg.key_partition_path, &table, !partition_fields.is_empty(), movable);
+        if by_path {
             key_fields.push(PARTITION_PATH.into());
         }
         // an explicit partition-path key proves rows stay in their partition; `auto` leaves the
         // task scheme as it was decided before the key could carry the partition (a running
         // connector's task generation stays when it keeps its stored key, see the runtime)
         let proof = match movable {
-            _ if cfg.key_partition_path == Some(true) && key_fields.iter().any(|k| k == PARTITION_PATH) => Ok(()),
+            _ if cfg.key_partition_path == Some(true) && by_path => Ok(()),
             None => Ok(()),
             Some(f) => Err(format!("partition field `{f}` is not a record-key field, so a key can change partition")),
         };
@@ -90,6 +91,11 @@ impl HudiSource {
     }
 }
 
+/// A string column of `b` by name (`None`: absent or not a string column).
+pub(crate) fn string_column(b: &arrow_array::RecordBatch, name: &str) -> Option<arrow_array::StringArray> {
+    b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>()).cloned()
+}
+
 /// The meta column naming a row's partition: part of the Kafka key where the index is per partition.
 pub const PARTITION_PATH: &str = "_hoodie_partition_path";
 
@@ -98,8 +104,7 @@ pub const PARTITION_PATH: &str = "_hoodie_partition_path";
 /// the table declares no global index — under Hudi's default per-partition indexes a key written
 /// with a new partition value leaves its old row live, so (partition path, record key) is the
 /// row's identity and a record-key-only Kafka key would merge two live rows into one.
-fn with_partition_path(choice: Option<bool>, table: &TableConfig, movable: Option<&String>) -> bool {
-    let partitioned = !table.partition_fields().is_empty();
+fn with_partition_path(choice: Option<bool>, table: &TableConfig, partitioned: bool, movable: Option<&String>) -> bool {
     let decided = match (choice, movable, table.global_index()) {
         (Some(c), ..) => c && partitioned,
         (None, None, _) => false,

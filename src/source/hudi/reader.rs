@@ -117,9 +117,7 @@ impl HudiSource {
         let reader = self.slice_reader(tl, &cache);
         let at = unit.position.order_key();
         // every split is read (done ones too): keys moving between file groups pair across splits
-        let mut all: Vec<RecordBatch> = Vec::new();
-        let mut per_split: Vec<Vec<ChangeRow>> = Vec::new();
-        let mut files_out: Vec<String> = Vec::new();
+        let mut paired = PairedSplits::default();
         for sp in &unit.splits {
             let files = listings.partition(&sp.partition)?;
             let (base, logs) = files.group(&sp.file_group);
@@ -135,29 +133,15 @@ impl HudiSource {
                 let file = logs.iter().rfind(|l| l.instant <= unit.position.instant).map(|l| join_path(&sp.partition, &l.name));
                 (batches, rows, file.unwrap_or_default())
             };
-            let offset = all.len() as u32;
-            let shift = |r: Option<RowRef>| r.map(|r| RowRef { batch: r.batch + offset, row: r.row });
-            per_split.push(rows.into_iter().map(|c| ChangeRow { op: c.op, before: shift(c.before), after: shift(c.after) }).collect());
-            all.extend(batches);
-            files_out.push(file);
+            paired.push(batches, rows, file, None);
         }
-        // one schema for the unit, so a moved key's before and after share it
-        let Some(newest) = all.last() else { return Ok(()) };
-        let target = nullable(&newest.schema(), &[]);
-        let all: Vec<RecordBatch> = all.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
-        changelog::pair_moves(&all, &mut per_split, self.info.key_fields.iter().any(|k| k == super::PARTITION_PATH));
-        let all = Arc::new(all);
-        for ((sp, rows), file) in unit.splits.iter().zip(per_split).zip(files_out) {
-            if done.contains(&sp.id) {
-                continue;
-            }
-            let rows_read = rows.len() as u64;
-            let (batches, rows) = restrict(&all, rows);
-            let mut sc = SplitChanges::whole(sp.clone(), file, batches, rows);
-            sc.rows_read = rows_read;
-            emit(sc)?;
-        }
-        Ok(())
+        paired.emit(unit, None, self.keyed_by_partition(), done, emit)
+    }
+
+    /// The Kafka key carries the partition path (`key.partition-path`): a key moving to another
+    /// partition is another key.
+    pub(super) fn keyed_by_partition(&self) -> bool {
+        self.info.key_fields.iter().any(|k| k == super::PARTITION_PATH)
     }
 
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
@@ -171,8 +155,7 @@ impl HudiSource {
                     return Err(gone(self.table.path.join(path).display().to_string()));
                 }
             }
-            let prev = w.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null");
-            let (Some(prev), Some(fg)) = (prev, w.file_id.as_deref()) else { continue };
+            let (Some(prev), Some(fg)) = (w.prev_slice(), w.file_id.as_deref()) else { continue };
             if optional.contains(&(p.to_string(), fg.to_string())) {
                 continue;
             }
@@ -292,6 +275,59 @@ pub(super) struct UnitRead<'a> {
 impl UnitRead<'_> {
     pub fn is_replaced(&self, sp: &SplitSpec) -> bool {
         self.replaced.contains(&(sp.partition.clone(), sp.file_group.clone()))
+    }
+}
+
+/// The change rows of a unit's splits over one list of batches, so that keys moving between
+/// file groups pair into one update before the splits are emitted (changelog mode, CDC files).
+#[derive(Default)]
+pub(super) struct PairedSplits {
+    batches: Vec<RecordBatch>,
+    rows: Vec<Vec<ChangeRow>>,
+    files: Vec<String>,
+    /// Rows each split read (`None`: its change rows as emitted).
+    rows_read: Vec<Option<u64>>,
+}
+
+impl PairedSplits {
+    /// The next split of the unit: its batches, its change rows (indexing those batches), the
+    /// file it names, the rows it read.
+    pub fn push(&mut self, batches: Vec<RecordBatch>, rows: Vec<ChangeRow>, file: String, rows_read: Option<u64>) {
+        let offset = self.batches.len() as u32;
+        let shift = |r: Option<RowRef>| r.map(|r| RowRef { batch: r.batch + offset, row: r.row });
+        self.rows.push(rows.into_iter().map(|c| ChangeRow { op: c.op, before: shift(c.before), after: shift(c.after) }).collect());
+        self.batches.extend(batches);
+        self.files.push(file);
+        self.rows_read.push(rows_read);
+    }
+
+    /// Conform every batch to one schema (`target`, else the newest batch's), so a moved key's
+    /// before and after share it; pair moves; emit the unit's splits in order, skipping `done`.
+    pub fn emit(
+        mut self,
+        unit: &Unit,
+        target: Option<SchemaRef>,
+        by_partition: bool,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let Some(target) = target.or_else(|| self.batches.last().map(|b| b.schema())) else { return Ok(()) };
+        let target = nullable(&target, &[]);
+        let all: Vec<RecordBatch> = self.batches.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
+        changelog::pair_moves(&all, &mut self.rows, by_partition);
+        let all = Arc::new(all);
+        let splits = unit.splits.iter().zip(self.rows).zip(self.files).zip(self.rows_read);
+        for (((sp, rows), file), rows_read) in splits {
+            if done.contains(&sp.id) {
+                continue;
+            }
+            let rows_read = rows_read.unwrap_or(rows.len() as u64);
+            let (batches, rows) = restrict(&all, rows);
+            let mut sc = SplitChanges::whole(sp.clone(), file, batches, rows);
+            sc.rows_read = rows_read;
+            emit(sc)?;
+        }
+        Ok(())
     }
 }
 

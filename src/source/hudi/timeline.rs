@@ -279,9 +279,9 @@ impl WriteStat {
         map.keys().cloned().collect()
     }
 
-    /// A write to an existing file group (it has a previous slice).
-    pub fn updates_a_slice(&self) -> bool {
-        self.prev_commit.as_deref().is_some_and(|c| !c.is_empty() && c != "null")
+    /// The base instant of the file group's previous slice (`None`: a new file group).
+    pub fn prev_slice(&self) -> Option<&str> {
+        self.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null")
     }
 }
 
