@@ -72,7 +72,7 @@ fn main() {
     // the two must write the same bytes, or the comparison means nothing
     {
         let b = &batches[0];
-        let ours = RowEncoder::new(b, &all).expect("encoder");
+        let ours = RowEncoder::new(b, &all, &Default::default()).expect("encoder");
         let mut theirs = WriterBuilder::new((*b.schema()).clone()).build_encoder::<AvroBinaryFormat>().expect("arrow-avro encoder");
         theirs.encode(b).expect("encode");
         for (r, row) in theirs.flush().iter().enumerate() {
@@ -87,7 +87,7 @@ fn main() {
         let mut out = Vec::with_capacity(512);
         let mut bytes = 0;
         for b in &batches {
-            let enc = RowEncoder::new(b, &all).expect("encoder");
+            let enc = RowEncoder::new(b, &all, &Default::default()).expect("encoder");
             for r in 0..b.num_rows() {
                 out.clear();
                 enc.write(r, &mut out);

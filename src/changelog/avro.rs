@@ -17,6 +17,27 @@ use arrow_schema::{DataType, Field, TimeUnit};
 use serde_json::{json, Value};
 
 use super::ChangelogError;
+pub use crate::config::TimeMode;
+
+/// How a table's columns become Avro: temporal types (`time.precision.mode`), and the
+/// top-level columns written without a null branch (`schema.nullability=table`).
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    pub time: TimeMode,
+    /// Columns the table's schema declares required.
+    pub required: Vec<String>,
+}
+
+impl Shape {
+    /// A top-level field as the events carry it.
+    pub fn field(&self, f: &Field) -> Field {
+        if f.is_nullable() && self.required.iter().any(|r| r == f.name()) {
+            f.clone().with_nullable(false)
+        } else {
+            f.clone()
+        }
+    }
+}
 
 /// A valid Avro name from an arbitrary column name.
 pub fn avro_name(s: &str) -> String {
@@ -28,18 +49,18 @@ pub fn avro_name(s: &str) -> String {
 }
 
 /// The Avro schema of a field (a `["null", T]` union when nullable). `path` names nested records.
-pub fn field_type(f: &Field, path: &str) -> Result<Value, ChangelogError> {
-    let t = data_type(f.data_type(), path)?;
+pub fn field_type(f: &Field, path: &str, time: TimeMode) -> Result<Value, ChangelogError> {
+    let t = data_type(f.data_type(), path, time)?;
     Ok(if f.is_nullable() && t != json!("null") { json!(["null", t]) } else { t })
 }
 
-pub fn record(name: &str, fields: &[impl AsRef<Field>], path: &str) -> Result<Value, ChangelogError> {
+pub fn record(name: &str, fields: &[impl AsRef<Field>], path: &str, time: TimeMode) -> Result<Value, ChangelogError> {
     let fs = fields
         .iter()
         .map(|f| {
             let f = f.as_ref();
             let p = format!("{path}_{}", avro_name(f.name()));
-            let t = field_type(f, &p)?;
+            let t = field_type(f, &p, time)?;
             // nullable fields default to null, so a column added later is a backward-compatible
             // schema change under the registry's default compatibility
             Ok(if t.is_array() {
@@ -52,7 +73,10 @@ pub fn record(name: &str, fields: &[impl AsRef<Field>], path: &str) -> Result<Va
     Ok(json!({"type": "record", "name": name, "fields": fs}))
 }
 
-fn data_type(dt: &DataType, path: &str) -> Result<Value, ChangelogError> {
+fn data_type(dt: &DataType, path: &str, time: TimeMode) -> Result<Value, ChangelogError> {
+    if let Some((schema, _)) = temporal(dt, time) {
+        return Ok(schema);
+    }
     Ok(match dt {
         DataType::Null => json!("null"),
         DataType::Boolean => json!("boolean"),
@@ -62,37 +86,128 @@ fn data_type(dt: &DataType, path: &str) -> Result<Value, ChangelogError> {
         DataType::Float64 => json!("double"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => json!("string"),
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => json!("bytes"),
-        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
-            json!({"type": "bytes", "logicalType": "decimal", "precision": p, "scale": s})
-        }
-        DataType::Date32 | DataType::Date64 => json!({"type": "int", "logicalType": "date"}),
-        DataType::Time32(_) => json!({"type": "int", "logicalType": "time-millis"}),
-        DataType::Time64(_) => json!({"type": "long", "logicalType": "time-micros"}),
-        DataType::Timestamp(unit, tz) => {
-            let local = if tz.is_some() { "" } else { "local-" };
-            let u = match unit {
-                TimeUnit::Second | TimeUnit::Millisecond => "millis",
-                TimeUnit::Microsecond => "micros",
-                TimeUnit::Nanosecond => "nanos",
-            };
-            json!({"type": "long", "logicalType": format!("{local}timestamp-{u}")})
-        }
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => decimal(*p, *s, time),
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            json!({"type": "array", "items": field_type(f, &format!("{path}_item"))?})
+            json!({"type": "array", "items": field_type(f, &format!("{path}_item"), time)?})
         }
-        DataType::Struct(fields) => record(&avro_name(path), fields, path)?,
+        DataType::Struct(fields) => record(&avro_name(path), fields, path, time)?,
         DataType::Map(entries, _) => {
             let DataType::Struct(kv) = entries.data_type() else {
                 return Err(ChangelogError::Unsupported(format!("map at {path} without key/value struct")));
             };
             if is_string(kv[0].data_type()) {
-                json!({"type": "map", "values": field_type(&kv[1], &format!("{path}_value"))?})
+                json!({"type": "map", "values": field_type(&kv[1], &format!("{path}_value"), time)?})
             } else {
-                json!({"type": "array", "items": record(&avro_name(&format!("{path}_entry")), kv, path)?})
+                json!({"type": "array", "items": record(&avro_name(&format!("{path}_entry")), kv, path, time)?})
             }
         }
-        DataType::Dictionary(_, v) => data_type(v, path)?,
+        DataType::Dictionary(_, v) => data_type(v, path, time)?,
         other => return Err(ChangelogError::Unsupported(format!("column type {other} at {path}"))),
+    })
+}
+
+/// Avro's decimal; under the Kafka Connect modes also Connect's `Decimal` (what Confluent's
+/// AvroConverter writes, so a Connect sink reads it back as a decimal of that scale).
+fn decimal(precision: u8, scale: i8, time: TimeMode) -> Value {
+    let mut v = json!({"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale});
+    if time != TimeMode::Avro {
+        v["connect.version"] = json!(1);
+        v["connect.name"] = json!("org.apache.kafka.connect.data.Decimal");
+        v["connect.parameters"] = json!({"scale": scale.to_string(), "connect.decimal.precision": precision.to_string()});
+    }
+    v
+}
+
+/// A temporal column's Avro schema and how its values are written, by `time.precision.mode`:
+/// - `avro`: Avro's logical types at the column's precision (`timestamp-micros`,
+///   `local-timestamp-micros`, `date`, `time-micros`, ...);
+/// - `adaptive`: Debezium's semantic types at the column's precision (`io.debezium.time.Date`,
+///   `Time`/`MicroTime`/`NanoTime`, `Timestamp`/`MicroTimestamp`/`NanoTimestamp` for timestamps
+///   without a zone, `ZonedTimestamp` ISO-8601 strings for instants); `adaptive_time_microseconds`:
+///   the same with every time of day in microseconds;
+/// - `connect`: Kafka Connect's logical types (`Date`, `Time`, `Timestamp`), milliseconds, as
+///   JDBC sinks expect (sub-millisecond digits are dropped, rounding down).
+fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, Kind)> {
+    use TimeMode::*;
+    use TimeUnit::*;
+    let t = |avro: &str, logical: Option<&str>, connect: Option<&str>| {
+        let mut v = json!({ "type": avro });
+        if let Some(l) = logical {
+            v["logicalType"] = json!(l);
+        }
+        if let Some(c) = connect {
+            v["connect.version"] = json!(1);
+            v["connect.name"] = json!(c);
+        }
+        v
+    };
+    const DBZ: &str = "io.debezium.time.";
+    const CONNECT: &str = "org.apache.kafka.connect.data.";
+    let dbz = |n: &str| Some(format!("{DBZ}{n}"));
+    let connect = |n: &str| Some(format!("{CONNECT}{n}"));
+    Some(match dt {
+        DataType::Date32 | DataType::Date64 => {
+            let kind = if *dt == DataType::Date32 { Kind::Date32 } else { Kind::Date64 };
+            let schema = match time {
+                Avro => t("int", Some("date"), None),
+                Adaptive | AdaptiveTimeMicroseconds => t("int", None, dbz("Date").as_deref()),
+                Connect => t("int", Some("date"), connect("Date").as_deref()),
+            };
+            (schema, kind)
+        }
+        DataType::Time32(unit) => {
+            let ms = if *unit == Second { 1000 } else { 1 };
+            match time {
+                Avro => (t("int", Some("time-millis"), None), Kind::Time32(ms)),
+                Adaptive => (t("int", None, dbz("Time").as_deref()), Kind::Time32(ms)),
+                AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime").as_deref()), Kind::Time32(ms * 1000)),
+                Connect => (t("int", Some("time-millis"), connect("Time").as_deref()), Kind::Time32(ms)),
+            }
+        }
+        DataType::Time64(unit) => {
+            let nanos = *unit == Nanosecond;
+            match time {
+                Avro => (t("long", Some("time-micros"), None), Kind::Scaled64(1, if nanos { 1000 } else { 1 })),
+                Adaptive | AdaptiveTimeMicroseconds if nanos => (t("long", None, dbz("NanoTime").as_deref()), Kind::Scaled64(1, 1)),
+                Adaptive | AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime").as_deref()), Kind::Scaled64(1, 1)),
+                Connect => (
+                    t("int", Some("time-millis"), connect("Time").as_deref()),
+                    Kind::Scaled64(1, if nanos { 1_000_000 } else { 1000 }),
+                ),
+            }
+        }
+        DataType::Timestamp(unit, tz) => {
+            let (to_millis, precise) = match unit {
+                Second => (Kind::Scaled64(1000, 1), Kind::Scaled64(1000, 1)),
+                Millisecond => (Kind::Scaled64(1, 1), Kind::Scaled64(1, 1)),
+                Microsecond => (Kind::Scaled64(1, 1000), Kind::Scaled64(1, 1)),
+                Nanosecond => (Kind::Scaled64(1, 1_000_000), Kind::Scaled64(1, 1)),
+            };
+            let suffix = match unit {
+                Second | Millisecond => "millis",
+                Microsecond => "micros",
+                Nanosecond => "nanos",
+            };
+            match time {
+                Avro => {
+                    let local = if tz.is_some() { "" } else { "local-" };
+                    (t("long", Some(&format!("{local}timestamp-{suffix}")), None), precise)
+                }
+                Adaptive | AdaptiveTimeMicroseconds if tz.is_some() => {
+                    (t("string", None, dbz("ZonedTimestamp").as_deref()), Kind::Zoned(*unit))
+                }
+                Adaptive | AdaptiveTimeMicroseconds => {
+                    let name = match unit {
+                        Second | Millisecond => "Timestamp",
+                        Microsecond => "MicroTimestamp",
+                        Nanosecond => "NanoTimestamp",
+                    };
+                    (t("long", None, dbz(name).as_deref()), precise)
+                }
+                Connect => (t("long", Some("timestamp-millis"), connect("Timestamp").as_deref()), to_millis),
+            }
+        }
+        _ => return None,
     })
 }
 
@@ -160,6 +275,8 @@ enum Kind {
     Date64,
     /// i64 values scaled by this factor (seconds → millis, time units).
     Scaled64(i64, i64),
+    /// An instant in this unit since the epoch, as an ISO-8601 UTC string (`ZonedTimestamp`).
+    Zoned(TimeUnit),
     Time32(i64),
     List(Box<ColumnEncoder>),
     LargeList(Box<ColumnEncoder>),
@@ -170,7 +287,7 @@ enum Kind {
 }
 
 impl ColumnEncoder {
-    pub fn new(array: &ArrayRef, field: &Field) -> Result<Self, ChangelogError> {
+    pub fn new(array: &ArrayRef, field: &Field, time: TimeMode) -> Result<Self, ChangelogError> {
         let array = match array.data_type() {
             DataType::Dictionary(_, v) => arrow::compute::cast(array, v)
                 .map_err(|e| ChangelogError::Unsupported(format!("dictionary column {}: {e}", field.name())))?,
@@ -183,6 +300,12 @@ impl ColumnEncoder {
             DataType::Dictionary(_, v) => v.as_ref().clone(),
             d => d.clone(),
         };
+        if let Some((_, kind)) = temporal(&dt, time) {
+            if let Kind::Zoned(unit) = kind {
+                zoned_in_range(&array, unit, field.name())?;
+            }
+            return Ok(Self { nullable: field.is_nullable(), array, kind });
+        }
         let kind = match &dt {
             DataType::Null => Kind::Null,
             DataType::Boolean => Kind::Bool,
@@ -207,18 +330,10 @@ impl ColumnEncoder {
             DataType::Decimal32(_, _) => Kind::Dec32,
             DataType::Decimal64(_, _) => Kind::Dec64,
             DataType::Decimal128(_, _) => Kind::Dec128,
-            DataType::Date32 => Kind::Date32,
-            DataType::Date64 => Kind::Date64,
-            DataType::Timestamp(TimeUnit::Second, _) => Kind::Scaled64(1000, 1),
-            DataType::Timestamp(_, _) => Kind::Scaled64(1, 1),
-            DataType::Time32(TimeUnit::Second) => Kind::Time32(1000),
-            DataType::Time32(_) => Kind::Time32(1),
-            DataType::Time64(TimeUnit::Nanosecond) => Kind::Scaled64(1, 1000),
-            DataType::Time64(_) => Kind::Scaled64(1, 1),
-            DataType::List(f) => Kind::List(Box::new(Self::new(array.as_list::<i32>().values(), f)?)),
-            DataType::LargeList(f) => Kind::LargeList(Box::new(Self::new(array.as_list::<i64>().values(), f)?)),
+            DataType::List(f) => Kind::List(Box::new(Self::new(array.as_list::<i32>().values(), f, time)?)),
+            DataType::LargeList(f) => Kind::LargeList(Box::new(Self::new(array.as_list::<i64>().values(), f, time)?)),
             DataType::FixedSizeList(f, n) => {
-                Kind::FixedList(Box::new(Self::new(array.as_fixed_size_list().values(), f)?), *n as usize)
+                Kind::FixedList(Box::new(Self::new(array.as_fixed_size_list().values(), f, time)?), *n as usize)
             }
             DataType::Struct(fields) => Kind::Struct(
                 array
@@ -226,15 +341,15 @@ impl ColumnEncoder {
                     .columns()
                     .iter()
                     .zip(fields.iter())
-                    .map(|(c, f)| Self::new(c, f))
+                    .map(|(c, f)| Self::new(c, f, time))
                     .collect::<Result<_, _>>()?,
             ),
             DataType::Map(_, _) => {
                 let m = array.as_map();
                 let DataType::Struct(kv) = m.entries().data_type().clone() else { unreachable!("map entries") };
                 Kind::Map(
-                    Box::new(Self::new(m.keys(), &kv[0])?),
-                    Box::new(Self::new(m.values(), &kv[1])?),
+                    Box::new(Self::new(m.keys(), &kv[0], time)?),
+                    Box::new(Self::new(m.values(), &kv[1], time)?),
                     is_string(kv[0].data_type()),
                 )
             }
@@ -281,6 +396,7 @@ impl ColumnEncoder {
             Kind::Scaled64(mul, div) => {
                 write_long(out, (a.as_primitive::<Int64Type>().value(i) * mul).div_euclid(*div))
             }
+            Kind::Zoned(unit) => write_bytes(out, zoned(a.as_primitive::<Int64Type>().value(i), *unit).as_bytes()),
             Kind::Time32(mul) => write_long(out, a.as_primitive::<Int32Type>().value(i) as i64 * mul),
             Kind::List(items) => {
                 let off = a.as_list::<i32>().value_offsets();
@@ -322,6 +438,50 @@ impl ColumnEncoder {
     }
 }
 
+/// Nanoseconds in one `unit`.
+fn unit_nanos(unit: TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Second => 1_000_000_000,
+        TimeUnit::Millisecond => 1_000_000,
+        TimeUnit::Microsecond => 1_000,
+        TimeUnit::Nanosecond => 1,
+    }
+}
+
+fn instant(v: i64, unit: TimeUnit) -> Option<chrono::DateTime<chrono::Utc>> {
+    let per_second = 1_000_000_000 / unit_nanos(unit);
+    let nanos = v.rem_euclid(per_second) * unit_nanos(unit);
+    chrono::DateTime::from_timestamp(v.div_euclid(per_second), nanos as u32)
+}
+
+/// `2024-05-01T12:30:00.123456Z`: as many fraction digits as the unit has.
+fn zoned(v: i64, unit: TimeUnit) -> String {
+    use chrono::SecondsFormat::*;
+    let digits = match unit {
+        TimeUnit::Second => Secs,
+        TimeUnit::Millisecond => Millis,
+        TimeUnit::Microsecond => Micros,
+        TimeUnit::Nanosecond => Nanos,
+    };
+    // checked in range by `zoned_in_range` before any row is written
+    instant(v, unit).map(|t| t.to_rfc3339_opts(digits, true)).unwrap_or_default()
+}
+
+/// Every value of a column written as an ISO-8601 string must be a date chrono can print
+/// (years -262143 to 262142): refuse the column rather than write a wrong one.
+fn zoned_in_range(array: &ArrayRef, unit: TimeUnit, name: &str) -> Result<(), ChangelogError> {
+    let values = array.as_primitive::<Int64Type>();
+    for v in [arrow::compute::min(values), arrow::compute::max(values)].into_iter().flatten() {
+        if instant(v, unit).is_none() {
+            return Err(ChangelogError::Unsupported(format!(
+                "column `{name}` holds {v} ({unit:?}s since the epoch), beyond the years an ISO-8601 ZonedTimestamp can \
+                 print; use time.precision.mode=avro for this table"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ChangelogError> {
     arrow::compute::cast(array, to).map_err(|e| ChangelogError::Unsupported(format!("cast to {to}: {e}")))
 }
@@ -342,11 +502,25 @@ pub struct RowEncoder {
 }
 
 impl RowEncoder {
-    pub fn new(batch: &RecordBatch, columns: &[usize]) -> Result<Self, ChangelogError> {
+    /// `shape` says how: a column it makes required must hold no nulls in the batch.
+    pub fn new(batch: &RecordBatch, columns: &[usize], shape: &Shape) -> Result<Self, ChangelogError> {
         let schema = batch.schema();
         let cols = columns
             .iter()
-            .map(|&c| ColumnEncoder::new(batch.column(c), schema.field(c)))
+            .map(|&c| {
+                let field = shape.field(schema.field(c));
+                let array = batch.column(c);
+                if !field.is_nullable() && array.null_count() > 0 {
+                    return Err(ChangelogError::Schema(format!(
+                        "column `{}` is required by the table's schema but {} of this split's rows have no value in it \
+                         (a file written before the column became required?); schema.nullability=optional writes every \
+                         column as nullable",
+                        field.name(),
+                        array.null_count()
+                    )));
+                }
+                ColumnEncoder::new(array, &field, shape.time)
+            })
             .collect::<Result<_, _>>()?;
         Ok(Self { cols })
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow_schema::{Field, SchemaRef};
 use serde_json::{json, Value};
 
-use self::avro::{avro_name, record, write_bytes, write_long, RowEncoder};
+use self::avro::{avro_name, record, write_bytes, write_long, RowEncoder, Shape};
 use self::registry::{RegistryClient, RegistryOptions};
 use crate::source::{ChangeRow, Op, SplitChanges, TableInfo, Unit};
 
@@ -56,6 +56,8 @@ pub struct ChangelogEncoder {
     markers: Option<Arc<transaction::Markers>>,
     /// `column.exclude.list`: value columns left out of `before`/`after`.
     exclude: Option<regex::Regex>,
+    /// `time.precision.mode` and the required columns (`schema.nullability=table`).
+    shape: Shape,
 }
 
 const SOURCE_FIELDS: &[(&str, &str)] = &[
@@ -64,6 +66,7 @@ const SOURCE_FIELDS: &[(&str, &str)] = &[
     ("name", "string"),
     ("ts_ms", "long"),
     ("snapshot", "string"),
+    ("db", "string"),
     ("table", "string"),
     ("instant", "string"),
     ("commit_time", "nullable"),
@@ -77,14 +80,21 @@ impl ChangelogEncoder {
             connector: connector.into(),
             topic: topic.into(),
             namespace: format!("lakestream.{}", avro_name(&table.name)),
-            table,
             tombstones,
             registry: RegistryClient::new(registry, connector)?,
             registered: HashMap::new(),
             txn_topic: None,
             markers: None,
             exclude: None,
+            shape: Shape { time: Default::default(), required: table.required.clone() },
+            table,
         })
+    }
+
+    /// How temporal columns are typed (`time.precision.mode`).
+    pub fn with_time_mode(mut self, time: crate::config::TimeMode) -> Self {
+        self.shape.time = time;
+        self
     }
 
     /// Leave the value columns `exclude` matches (by `<column>` or `<table>.<column>`) out of
@@ -118,7 +128,7 @@ impl ChangelogEncoder {
         let (key, value) = (transaction::key_schema(&self.namespace), transaction::value_schema(&self.namespace));
         let key_id = self.registry.register(&format!("{subject}-key"), &key.to_string()).await?;
         let value_id = self.registry.register(&format!("{subject}-value"), &value.to_string()).await?;
-        let m = Arc::new(transaction::Markers { key_id, value_id, collection: self.table.name.clone() });
+        let m = Arc::new(transaction::Markers { key_id, value_id, collection: self.table.qualified_name() });
         self.markers = Some(m.clone());
         Ok(m)
     }
@@ -131,16 +141,18 @@ impl ChangelogEncoder {
             .iter()
             .map(|k| value.index_of(k).map_err(|_| ChangelogError::Schema(format!("key field `{k}` is not a column"))))
             .collect::<Result<Vec<_>, _>>()?;
-        let key_fields: Vec<Field> = key_cols.iter().map(|i| value.field(*i).clone()).collect();
-        let mut key = record("Key", &key_fields, "Key")?;
+        let key_fields: Vec<Field> = key_cols.iter().map(|i| self.shape.field(value.field(*i))).collect();
+        let mut key = record("Key", &key_fields, "Key", self.shape.time)?;
         key["namespace"] = json!(self.namespace);
-        let kept: Vec<Field> = self.value_columns(value).into_iter().map(|i| value.field(i).clone()).collect();
-        let value_rec = record("Value", &kept, "Value")?;
+        let kept: Vec<Field> = self.value_columns(value).into_iter().map(|i| self.shape.field(value.field(i))).collect();
+        let value_rec = record("Value", &kept, "Value", self.shape.time)?;
         let source = json!({
             "type": "record", "name": "Source",
-            "fields": SOURCE_FIELDS.iter().map(|(n, t)| {
-                let t = if *t == "nullable" { json!(["null", "string"]) } else { json!(t) };
-                json!({"name": n, "type": t})
+            "fields": SOURCE_FIELDS.iter().map(|(n, t)| match *t {
+                "nullable" => json!({"name": n, "type": ["null", "string"]}),
+                // added after the first release: a default keeps the schema backward compatible
+                _ if *n == "db" => json!({"name": n, "type": t, "default": ""}),
+                _ => json!({"name": n, "type": t}),
             }).collect::<Vec<_>>()
         });
         let mut envelope = json!({
@@ -192,8 +204,8 @@ impl ChangelogEncoder {
         let mut values = Vec::with_capacity(split.batches.len());
         let mut keys = Vec::with_capacity(split.batches.len());
         for b in split.batches.iter() {
-            values.push(RowEncoder::new(b, &all)?);
-            keys.push(RowEncoder::new(b, &reg.key_cols)?);
+            values.push(RowEncoder::new(b, &all, &self.shape)?);
+            keys.push(RowEncoder::new(b, &reg.key_cols, &self.shape)?);
         }
         let mut source = Vec::with_capacity(128);
         write_bytes(&mut source, env!("CARGO_PKG_VERSION").as_bytes());
@@ -201,6 +213,7 @@ impl ChangelogEncoder {
         write_bytes(&mut source, self.connector.as_bytes());
         write_long(&mut source, unit.ts_ms);
         write_bytes(&mut source, if unit.snapshot { b"true" as &[u8] } else { b"false" });
+        write_bytes(&mut source, self.table.db.as_bytes());
         write_bytes(&mut source, self.table.name.as_bytes());
         write_bytes(&mut source, unit.position.instant.as_bytes());
         match &unit.position.completed {

@@ -44,7 +44,7 @@ fn batch() -> RecordBatch {
 #[test]
 fn nullable_fields_default_to_null_so_added_columns_stay_compatible() {
     let b = batch();
-    let schema_json = record("Value", b.schema().fields(), "Value").unwrap();
+    let schema_json = record("Value", b.schema().fields(), "Value", Default::default()).unwrap();
     for f in schema_json["fields"].as_array().unwrap() {
         assert_eq!(f["default"], serde_json::Value::Null, "{f}");
         assert!(f.get("default").is_some(), "{f}");
@@ -54,9 +54,9 @@ fn nullable_fields_default_to_null_so_added_columns_stay_compatible() {
 #[test]
 fn encoded_rows_decode_with_an_independent_avro_reader() {
     let b = batch();
-    let schema_json = record("Value", b.schema().fields(), "Value").unwrap();
+    let schema_json = record("Value", b.schema().fields(), "Value", Default::default()).unwrap();
     let schema = apache_avro::Schema::parse(&schema_json).unwrap();
-    let enc = RowEncoder::new(&b, &(0..b.num_columns()).collect::<Vec<_>>()).unwrap();
+    let enc = RowEncoder::new(&b, &(0..b.num_columns()).collect::<Vec<_>>(), &Default::default()).unwrap();
     let mut rows = Vec::new();
     for i in 0..b.num_rows() {
         let mut buf = Vec::new();
@@ -99,4 +99,117 @@ fn encoded_rows_decode_with_an_independent_avro_reader() {
         },
         o => panic!("{o:?}"),
     }
+}
+
+/// Temporal columns of every precision, with and without a zone, row 0 a value and row 1 the
+/// epoch's neighbourhood (negative: before 1970).
+fn temporal_batch() -> RecordBatch {
+    use arrow_array::{Time32SecondArray, Time64MicrosecondArray, Time64NanosecondArray, TimestampMillisecondArray, TimestampNanosecondArray};
+    let cols: Vec<(&str, ArrayRef)> = vec![
+        ("day", Arc::new(Date32Array::from(vec![19000, -1]))),
+        ("t_s", Arc::new(Time32SecondArray::from(vec![3_661, 0]))),
+        ("t_us", Arc::new(Time64MicrosecondArray::from(vec![3_661_000_123, 1]))),
+        ("t_ns", Arc::new(Time64NanosecondArray::from(vec![3_661_000_123_456, 1]))),
+        ("utc_us", Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, -1]).with_timezone("UTC"))),
+        ("local_us", Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, -1]))),
+        ("local_ms", Arc::new(TimestampMillisecondArray::from(vec![1_700_000_000_123, -1]))),
+        ("utc_ns", Arc::new(TimestampNanosecondArray::from(vec![1_700_000_000_123_456_789, 0]).with_timezone("+00:00"))),
+    ];
+    let fields: Vec<Field> = cols.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), false)).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols.into_iter().map(|(_, a)| a).collect()).unwrap()
+}
+
+/// (schema JSON, decoded rows as (column, value) lists) of `b` under `shape`.
+fn round_trip(b: &RecordBatch, shape: &super::avro::Shape) -> (serde_json::Value, Vec<Vec<(String, AV)>>) {
+    let fields: Vec<Field> = b.schema().fields().iter().map(|f| shape.field(f)).collect();
+    let schema_json = record("Value", &fields, "Value", shape.time).unwrap();
+    let schema = apache_avro::Schema::parse(&schema_json).unwrap();
+    let enc = RowEncoder::new(b, &(0..b.num_columns()).collect::<Vec<_>>(), shape).unwrap();
+    let rows = (0..b.num_rows())
+        .map(|i| {
+            let mut buf = Vec::new();
+            enc.write(i, &mut buf);
+            let v = apache_avro::from_avro_datum(&schema, &mut &buf[..], None).unwrap();
+            let AV::Record(r) = v else { panic!("{v:?}") };
+            r
+        })
+        .collect();
+    (schema_json, rows)
+}
+
+fn column<'a>(schema: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    &schema["fields"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["type"]
+}
+
+fn value(rows: &[Vec<(String, AV)>], row: usize, name: &str) -> AV {
+    rows[row].iter().find(|(n, _)| n == name).unwrap().1.clone()
+}
+
+#[test]
+fn adaptive_time_mode_writes_debezium_semantic_types() {
+    use crate::config::TimeMode;
+    let b = temporal_batch();
+    let (schema, rows) = round_trip(&b, &super::avro::Shape { time: TimeMode::Adaptive, required: vec![] });
+    let name = |c: &str| column(&schema, c)["connect.name"].as_str().unwrap().to_string();
+    assert_eq!(name("day"), "io.debezium.time.Date");
+    assert_eq!(name("t_s"), "io.debezium.time.Time");
+    assert_eq!(name("t_us"), "io.debezium.time.MicroTime");
+    assert_eq!(name("t_ns"), "io.debezium.time.NanoTime");
+    assert_eq!(name("utc_us"), "io.debezium.time.ZonedTimestamp");
+    assert_eq!(name("local_us"), "io.debezium.time.MicroTimestamp");
+    assert_eq!(name("local_ms"), "io.debezium.time.Timestamp");
+    assert_eq!(column(&schema, "utc_us")["type"], "string");
+    assert!(column(&schema, "local_us").get("logicalType").is_none(), "Debezium types carry no Avro logical type");
+    assert_eq!(value(&rows, 0, "day"), AV::Int(19000));
+    assert_eq!(value(&rows, 0, "t_s"), AV::Int(3_661_000));
+    assert_eq!(value(&rows, 0, "t_us"), AV::Long(3_661_000_123));
+    assert_eq!(value(&rows, 0, "t_ns"), AV::Long(3_661_000_123_456));
+    assert_eq!(value(&rows, 0, "utc_us"), AV::String("2023-11-14T22:13:20.123456Z".into()));
+    assert_eq!(value(&rows, 1, "utc_us"), AV::String("1969-12-31T23:59:59.999999Z".into()));
+    assert_eq!(value(&rows, 0, "utc_ns"), AV::String("2023-11-14T22:13:20.123456789Z".into()));
+    assert_eq!(value(&rows, 0, "local_us"), AV::Long(1_700_000_000_123_456));
+    assert_eq!(value(&rows, 0, "local_ms"), AV::Long(1_700_000_000_123));
+
+    let (schema, rows) = round_trip(&b, &super::avro::Shape { time: TimeMode::AdaptiveTimeMicroseconds, required: vec![] });
+    assert_eq!(column(&schema, "t_s")["connect.name"], "io.debezium.time.MicroTime");
+    assert_eq!(value(&rows, 0, "t_s"), AV::Long(3_661_000_000));
+}
+
+#[test]
+fn connect_time_mode_writes_kafka_connect_logical_types_in_milliseconds() {
+    use crate::config::TimeMode;
+    let b = temporal_batch();
+    let (schema, rows) = round_trip(&b, &super::avro::Shape { time: TimeMode::Connect, required: vec![] });
+    for (c, n) in [("day", "Date"), ("t_us", "Time"), ("utc_us", "Timestamp"), ("local_us", "Timestamp")] {
+        assert_eq!(column(&schema, c)["connect.name"], format!("org.apache.kafka.connect.data.{n}"), "{c}");
+    }
+    assert_eq!(value(&rows, 0, "t_us"), AV::TimeMillis(3_661_000));
+    assert_eq!(value(&rows, 0, "t_ns"), AV::TimeMillis(3_661_000));
+    assert_eq!(value(&rows, 0, "utc_us"), AV::TimestampMillis(1_700_000_000_123));
+    assert_eq!(value(&rows, 0, "utc_ns"), AV::TimestampMillis(1_700_000_000_123));
+    // before the epoch, sub-millisecond digits round down, as Connect's Timestamp (a Date) would
+    assert_eq!(value(&rows, 1, "utc_us"), AV::TimestampMillis(-1));
+    assert_eq!(value(&rows, 0, "day"), AV::Date(19000));
+
+    // the default is Avro's own logical types, as before the option existed
+    let (schema, rows) = round_trip(&b, &Default::default());
+    assert_eq!(column(&schema, "utc_us")["logicalType"], "timestamp-micros");
+    assert_eq!(column(&schema, "local_us")["logicalType"], "local-timestamp-micros");
+    assert!(column(&schema, "utc_us").get("connect.name").is_none());
+    assert_eq!(value(&rows, 0, "utc_us"), AV::TimestampMicros(1_700_000_000_123_456));
+}
+
+#[test]
+fn required_columns_are_plain_types_and_a_null_in_one_is_refused() {
+    let b = batch();
+    let shape = super::avro::Shape { time: Default::default(), required: vec!["id".into(), "ok".into()] };
+    let (schema, rows) = round_trip(&b, &shape);
+    assert_eq!(column(&schema, "id"), &serde_json::json!("long"));
+    assert_eq!(column(&schema, "ok"), &serde_json::json!("boolean"));
+    assert_eq!(column(&schema, "name"), &serde_json::json!(["null", "string"]), "columns not declared required stay optional");
+    assert_eq!(value(&rows, 1, "id"), AV::Long(-70000000000));
+    // `name` holds a null: declaring it required must fail naming it, not write a wrong record
+    let shape = super::avro::Shape { time: Default::default(), required: vec!["name".into()] };
+    let err = RowEncoder::new(&b, &[1], &shape).err().expect("a null in a required column is refused").to_string();
+    assert!(err.contains("`name`") && err.contains("schema.nullability=optional"), "{err}");
 }

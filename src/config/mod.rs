@@ -66,6 +66,21 @@ pub enum TaskOwnership {
     Partition,
 }
 
+/// `time.precision.mode`: how date, time and timestamp columns are typed in the events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TimeMode {
+    /// Avro's logical types at the column's precision (`timestamp-micros`, `date`, ...).
+    #[default]
+    Avro,
+    /// Debezium's `io.debezium.time.*` semantic types at the column's precision; instants as
+    /// `ZonedTimestamp` ISO-8601 strings.
+    Adaptive,
+    /// `Adaptive`, with every time of day in microseconds (`MicroTime`).
+    AdaptiveTimeMicroseconds,
+    /// Kafka Connect's `Date`, `Time`, `Timestamp` (milliseconds), as JDBC sinks expect.
+    Connect,
+}
+
 /// One connector, fully validated.
 #[derive(Clone)]
 pub struct ConnectorConfig {
@@ -103,6 +118,10 @@ pub struct ConnectorConfig {
     pub cdc_from_log: Option<bool>,
     /// `column.exclude.list`: value columns left out of the events.
     pub column_exclude: Option<regex::Regex>,
+    /// `time.precision.mode`: how temporal columns are typed in the events.
+    pub time_mode: TimeMode,
+    /// `schema.nullability=table`: columns the table declares required are non-null in Avro.
+    pub required_columns: bool,
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub transaction_timeout_ms: u64,
@@ -428,6 +447,17 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
                 })?)
             }
         },
+        time_mode: v.one_of(
+            "time.precision.mode",
+            TimeMode::Avro,
+            &[
+                ("avro", TimeMode::Avro),
+                ("adaptive", TimeMode::Adaptive),
+                ("adaptive_time_microseconds", TimeMode::AdaptiveTimeMicroseconds),
+                ("connect", TimeMode::Connect),
+            ],
+        )?,
+        required_columns: v.one_of("schema.nullability", false, &[("optional", false), ("table", true)])?,
         cdc_from_log: match v.get("read.cdc.from-log").as_deref() {
             None | Some("auto") => None,
             Some("true") => Some(true),
@@ -516,6 +546,14 @@ impl Validator<'_> {
             Some("false") => Ok(false),
             Some(s) => Err(self.invalid(key, format!("`{s}` is not one of: true, false"))),
         }
+    }
+    /// One of `choices` (`(value, meaning)`), `default` when the key is absent.
+    fn one_of<T: Copy>(&self, key: &str, default: T, choices: &[(&str, T)]) -> Result<T, ConfigError> {
+        let Some(s) = self.get(key) else { return Ok(default) };
+        choices.iter().find(|(name, _)| *name == s).map(|(_, v)| *v).ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            self.invalid(key, format!("`{s}` is not one of: {}", names.join(", ")))
+        })
     }
     fn u64_or(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
         match self.get(key) {

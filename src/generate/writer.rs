@@ -138,10 +138,10 @@ impl Writer {
         }
         if !changed.is_empty() {
             let batch = self.batch(p, &changed, &name, seq)?;
-            let schema = record("demo_record", batch.schema().fields(), "demo_record")
+            let schema = record("demo_record", batch.schema().fields(), "demo_record", Default::default())
                 .map_err(|e| GenerateError::Input(e.to_string()))?
                 .to_string();
-            let enc = RowEncoder::new(&batch, &(0..batch.num_columns()).collect::<Vec<_>>())
+            let enc = RowEncoder::new(&batch, &(0..batch.num_columns()).collect::<Vec<_>>(), &Default::default())
                 .map_err(|e| GenerateError::Input(e.to_string()))?;
             let content = avro_data_content(batch.num_rows(), |i, datum| enc.write(i, datum));
             out.extend(encode_block(3, &[(INSTANT_TIME, instant), (SCHEMA, &schema)], &content));

@@ -210,7 +210,8 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
         .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()))
-        .with_column_exclude(cfg.column_exclude.clone());
+        .with_column_exclude(cfg.column_exclude.clone())
+        .with_time_mode(cfg.time_mode);
     let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), pending: Default::default(), read: (0, 0), opts, health };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it

@@ -249,12 +249,23 @@ pub struct TableInfo {
     pub key_fields: Vec<String>,
     /// `source.connector` of the events: `hudi` or `iceberg`.
     pub connector: &'static str,
+    /// `source.db` of the events: the Iceberg namespace (`a.b`), Hudi's `hoodie.database.name`;
+    /// empty where the table has none.
+    pub db: String,
+    /// Top-level columns the table's schema declares required (non-null), when asked for
+    /// (`schema.nullability=table`); else empty.
+    pub required: Vec<String>,
 }
 
 impl TableInfo {
     /// No key (`key.mode=none`): null Kafka keys, rows compared whole.
     pub fn keyless(&self) -> bool {
         self.key_fields.is_empty()
+    }
+
+    /// `<db>.<table>`, or the table's name where it has no database (Debezium's data collection).
+    pub fn qualified_name(&self) -> String {
+        if self.db.is_empty() { self.name.clone() } else { format!("{}.{}", self.db, self.name) }
     }
 
     /// The key as stored with a position (the events published under it were keyed so).

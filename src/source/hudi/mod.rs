@@ -72,7 +72,13 @@ impl HudiSource {
         let ownership = super::Ownership::decide(cfg, &table.name, !partition_fields.is_empty(), proof);
         Ok(Self {
             ownership,
-            info: TableInfo { name: table.name.clone(), key_fields, connector: "hudi" },
+            info: TableInfo {
+                name: table.name.clone(),
+                key_fields,
+                connector: "hudi",
+                db: table.props.get("hoodie.database.name").cloned().unwrap_or_default(),
+                required: if cfg.required_columns { timeline::required_columns(&table)? } else { Vec::new() },
+            },
             start: cfg.start.clone(),
             end_commit: cfg.end_commit.clone(),
             commits_limit: cfg.commits_limit,

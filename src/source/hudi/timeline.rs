@@ -250,6 +250,9 @@ pub struct CommitMetadata {
     pub replaced: Option<BTreeMap<String, Option<Vec<String>>>>,
     #[serde(rename = "operationType", default)]
     pub operation: Option<String>,
+    /// Writer-supplied metadata; `schema` is the write's Avro schema.
+    #[serde(rename = "extraMetadata", default)]
+    pub extra: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -285,7 +288,36 @@ impl WriteStat {
     }
 }
 
+/// Top-level columns the table's writer schema declares required (an Avro type that is not a
+/// union with `null`): the newest write's schema (`extraMetadata.schema`), else the schema the
+/// table was created with (`hoodie.table.create.schema`).
+pub fn required_columns(table: &TableConfig) -> Result<Vec<String>, SourceError> {
+    let timeline = Timeline::load(table)?;
+    let newest = match timeline.completed.iter().rev().find(|i| i.is_write()) {
+        Some(i) => CommitMetadata::load(&i.meta)?.writer_schema(),
+        None => None,
+    };
+    let Some(schema) = newest.or_else(|| table.props.get("hoodie.table.create.schema").cloned()) else {
+        return Ok(Vec::new());
+    };
+    let parsed: serde_json::Value = serde_json::from_str(&schema)
+        .map_err(|e| SourceError::format(&table.timeline_dir, format!("the writer schema is not JSON: {e}")))?;
+    let nullable = |t: &serde_json::Value| t.as_array().is_some_and(|u| u.iter().any(|b| b == "null")) || t == "null";
+    Ok(parsed["fields"]
+        .as_array()
+        .map(|fs| fs.iter().filter(|f| !nullable(&f["type"])).filter_map(|f| f["name"].as_str().map(String::from)).collect())
+        .unwrap_or_default())
+}
+
 impl CommitMetadata {
+    /// The write's Avro schema (JSON text), when the writer recorded it.
+    pub fn writer_schema(&self) -> Option<String> {
+        let extra = self.extra.as_ref()?;
+        // Avro-encoded metadata wraps the map in its union branch
+        let map = extra.get("map").filter(|_| extra.as_object().is_some_and(|o| o.len() == 1)).unwrap_or(extra);
+        map.get("schema")?.as_str().filter(|s| !s.is_empty()).map(String::from)
+    }
+
     pub fn load(source: &MetaSource) -> Result<Self, SourceError> {
         match source {
             MetaSource::File(file) => Self::parse(&crate::storage::read(file).map_err(SourceError::io(file))?, file),

@@ -102,7 +102,22 @@ impl IcebergSource {
         let ownership = super::Ownership::decide(cfg, &name, md.partitioned(), md.partition_follows(&key_ids));
         tracing::info!(table = %name, metadata = %file.display(), keys = %key_fields.join(","), "opened Iceberg table");
         Ok(Self {
-            info: TableInfo { name, key_fields, connector: "iceberg" },
+            info: TableInfo {
+                name,
+                key_fields,
+                connector: "iceberg",
+                db: match &opts.location {
+                    crate::config::TableLocation::Path(_) => String::new(),
+                    crate::config::TableLocation::Sql { namespace, .. } | crate::config::TableLocation::Rest { namespace, .. } => {
+                        namespace.join(".")
+                    }
+                },
+                required: if cfg.required_columns {
+                    schema.fields.iter().filter(|f| f.required).map(|f| f.name.clone()).collect()
+                } else {
+                    Vec::new()
+                },
+            },
             opts,
             manifests: ManifestCache::default(),
             currents: Default::default(),
