@@ -7,6 +7,7 @@ import subprocess
 import uuid
 
 import pytest
+import requests
 
 import testkit
 
@@ -138,3 +139,41 @@ def test_sink_options_time_precision_required_columns_and_namespace(env, registr
             # Confluent's deserializer turns timestamp-millis into a datetime: the micros are cut
             assert after["ts"] == w["ts"].replace(microsecond=123000), (after["ts"], w["ts"])
             assert after["day"] == w["day"]
+
+
+def test_hudi_required_columns_follow_the_writer_schema(env, registry, tmp_path):
+    """`schema.nullability=table` on Hudi: the newest write's Avro schema (`extraMetadata.schema`)
+    says which columns are required; those are plain types in key and value, the rest unions;
+    `source.db` is `hoodie.database.name`. (The generator's schema has no required column, so the
+    test declares two, as a writer with NOT NULL columns would.)"""
+    import json
+    table = tmp_path / "t"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--path", str(table), "--rows", "50", "--partitions", "1",
+                        "--commits", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for f in (table / ".hoodie").glob("*.commit"):
+        md = json.loads(f.read_text())
+        schema = json.loads(md["extraMetadata"]["schema"])
+        for field in schema["fields"]:
+            if field["name"] in ("id", "ts"):
+                field["type"] = field["type"][1]
+                field.pop("default", None)
+        md["extraMetadata"]["schema"] = json.dumps(schema)
+        f.write_text(json.dumps(md))
+    with open(table / ".hoodie" / "hoodie.properties", "a") as p:
+        p.write("hoodie.database.name=lake\n")
+    topic = "req-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"schema.nullability": "table"})
+    testkit.run_once(props)
+    events = testkit.consume_all(env, topic)
+    assert events, "no events"
+    latest = lambda subject: requests.get(f"{env.registry}/subjects/{subject}/versions/latest", timeout=10).json()
+    key_schema = json.loads(latest(f"{topic}-key")["schema"])
+    envelope = json.loads(latest(f"{topic}-value")["schema"])
+    value_rec = next(f for f in envelope["fields"] if f["name"] == "before")["type"][1]
+    col = {f["name"]: f["type"] for f in value_rec["fields"]}
+    assert col["id"] == "string" and col["ts"] == "long", col
+    assert col["v1"] == ["null", "long"] and col["_hoodie_record_key"] == ["null", "string"], col
+    assert {f["name"]: f["type"] for f in key_schema["fields"]}["id"] == "string", key_schema
+    decoded = [registry.decode(m[3]) for m in events if m[3] is not None]
+    assert decoded and all(e["source"]["db"] == "lake" for e in decoded), decoded[0]["source"]
