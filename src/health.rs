@@ -9,7 +9,10 @@
 //!
 //! Served on `metrics.port`: `/metrics`, `/healthz`, `/ready`, `/connectors` (names),
 //! `/connectors?expand=status` and `/connectors/<name>/status` (Connect's shapes, with
-//! `position` and `lag_seconds` per task).
+//! `position` and `lag_seconds` per task). For Kubernetes probes of one connector,
+//! `/connectors/<name>/status?probe=ready` answers 503 unless every task of it runs connected,
+//! `?probe=live` 503 while one is stalled (the body is the status either way). Every state change
+//! is also the gauge `lakestream_task_state{connector,task,state}` (1 for the current state).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -89,6 +92,7 @@ impl Health {
             lag_seconds: 0.0,
         };
         self.lock().insert(key.clone(), t);
+        crate::metrics::task_state(connector, task, state_label(TaskState::Running));
         TaskHealthHandle { health: self.clone(), key }
     }
 
@@ -98,9 +102,14 @@ impl Health {
 
     /// The stalled tasks, each with how long it has not moved.
     pub fn stalled(&self) -> Vec<String> {
+        self.stalled_of(None)
+    }
+
+    /// The stalled tasks of `connector` (all connectors: `None`).
+    fn stalled_of(&self, connector: Option<&str>) -> Vec<String> {
         self.lock()
             .iter()
-            .filter(|(_, t)| t.live() && t.last_progress.elapsed() > t.allowed)
+            .filter(|((c, _), t)| connector.is_none_or(|n| n == c) && t.live() && t.last_progress.elapsed() > t.allowed)
             .map(|((c, k), t)| {
                 format!("{c}/{k}: no progress for {} s (allowed {} s)", t.last_progress.elapsed().as_secs(), t.allowed.as_secs())
             })
@@ -149,7 +158,11 @@ pub struct TaskHealthHandle {
 impl TaskHealthHandle {
     fn with(&self, f: impl FnOnce(&mut TaskHealth)) {
         if let Some(t) = self.health.lock().get_mut(&self.key) {
+            let before = t.state;
             f(t);
+            if t.state != before {
+                crate::metrics::task_state(&self.key.0, self.key.1, state_label(t.state));
+            }
         }
     }
 
@@ -200,6 +213,23 @@ impl TaskHealthHandle {
     }
 }
 
+fn state_label(s: TaskState) -> &'static str {
+    match s {
+        TaskState::Stopped => "stopped",
+        TaskState::Running => "running",
+        TaskState::Recovering => "recovering",
+        TaskState::Failed => "failed",
+    }
+}
+
+/// `?probe=ready`: every task of the connector runs, connected; `?probe=live`: none is stalled.
+fn probe_passes(health: &Health, status: &ConnectorStatus, probe: &str) -> bool {
+    match probe {
+        "ready" => status.tasks.iter().all(|t| t.state == TaskState::Running && t.ready),
+        _ => health.stalled_of(Some(&status.name)).is_empty(),
+    }
+}
+
 /// Serve `/metrics`, `/healthz` (503 naming the stalled tasks), `/ready` and the status API
 /// until the process ends.
 pub async fn serve(port: u16, health: Arc<Health>) -> std::io::Result<()> {
@@ -242,9 +272,12 @@ pub async fn serve(port: u16, health: Arc<Health>) -> std::io::Result<()> {
         )
         .route(
             "/connectors/{name}/status",
-            get(move |Path(name): Path<String>| async move {
+            get(move |Path(name): Path<String>, Query(q): Query<BTreeMap<String, String>>| async move {
                 match one.status(&name) {
-                    Some(s) => (StatusCode::OK, Json(serde_json::json!(s))),
+                    Some(s) => {
+                        let ok = q.get("probe").is_none_or(|p| probe_passes(&one, &s, p));
+                        (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(serde_json::json!(s)))
+                    }
                     None => (StatusCode::NOT_FOUND, Json(serde_json::json!({"error_code": 404, "message": format!("Connector {name} not found")}))),
                 }
             }),
@@ -280,6 +313,27 @@ mod tests {
         assert!(h.ready(), "a stopped task no longer counts");
         a.stopped(None);
         assert!(!h.ready());
+    }
+
+    #[test]
+    fn probes_of_one_connector_follow_its_tasks_and_the_state_gauge_follows_them_too() {
+        let h = Health::new();
+        let (a, other) = (h.task("probe-c", 0, Duration::from_secs(60)), h.task("probe-d", 0, Duration::from_secs(60)));
+        let st = |c: &str| h.status(c).expect("known");
+        assert!(!probe_passes(&h, &st("probe-c"), "ready"), "not connected yet");
+        assert!(probe_passes(&h, &st("probe-c"), "live"));
+        a.set_ready(true);
+        other.stopped(Some("boom"));
+        assert!(probe_passes(&h, &st("probe-c"), "ready"), "another connector's failure is not this one's");
+        assert!(!probe_passes(&h, &st("probe-d"), "ready"));
+        a.recovering("sink: broker down");
+        assert!(!probe_passes(&h, &st("probe-c"), "ready"));
+        let text = crate::metrics::render();
+        for (c, state) in [("probe-c", "recovering"), ("probe-d", "failed")] {
+            let line = format!("lakestream_task_state{{connector=\"{c}\",state=\"{state}\",task=\"0\"}} 1");
+            assert!(text.contains(&line), "{line} missing");
+        }
+        assert!(text.contains("lakestream_task_state{connector=\"probe-c\",state=\"running\",task=\"0\"} 0"));
     }
 
     #[test]

@@ -51,6 +51,8 @@ metric!(SKIPPED, IntCounterVec, register_int_counter_vec_with_registry!(
     "lakestream_source_skipped_units_total", "Units that emit nothing, by reason", &["connector", "reason"], REGISTRY));
 metric!(TASK_RUNNING, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_task_running", "1 while a task runs, 0 once it stopped or failed", &["connector", "task"], REGISTRY));
+metric!(TASK_STATE, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_task_state", "1 for the task's current state (running, recovering, failed, stopped; as /connectors/<name>/status), 0 for the others", &["connector", "task", "state"], REGISTRY));
 metric!(PRODUCER_QUEUE, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_kafka_producer_queue_messages", "Messages in the producer queue (librdkafka msg_cnt)", &["connector", "task"], REGISTRY));
 metric!(BROKER_RTT, GaugeVec, register_gauge_vec_with_registry!(
@@ -123,6 +125,16 @@ pub fn init_task(connector: &str, task: &str) {
     }
     LAG_SECONDS.with_label_values(&[c, task]).set(0.0);
     PENDING_UNITS.with_label_values(&[c]).set(0.0);
+}
+
+pub const TASK_STATES: &[&str] = &["running", "recovering", "failed", "stopped"];
+
+/// Task `task` of `connector` is now in `state` (one of [`TASK_STATES`]).
+pub fn task_state(connector: &str, task: u32, state: &str) {
+    let task = task.to_string();
+    for s in TASK_STATES {
+        TASK_STATE.with_label_values(&[connector, &task, s]).set(if *s == state { 1.0 } else { 0.0 });
+    }
 }
 
 pub fn render() -> String {

@@ -106,7 +106,10 @@ def test_statefulset_runs_tasks_by_pod_index_safely(helm, tmp_path):
     assert env["TASK_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
     assert env["LAKESTREAM_REPLICAS"]["value"] == "4"
     assert env["KAFKA_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka", "key": "password"}
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/ready"
+    # the probes ask the status API about this StatefulSet's connector only
+    name = PROD["connectors"]["orders"]["name"]
+    assert c["livenessProbe"]["httpGet"]["path"] == f"/connectors/{name}/status?probe=live", c["livenessProbe"]
+    assert c["readinessProbe"]["httpGet"]["path"] == f"/connectors/{name}/status?probe=ready", c["readinessProbe"]
     assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["terminationGracePeriodSeconds"] >= 60
     # each connector's pods run only that connector, from its own ConfigMap
@@ -128,6 +131,8 @@ def test_one_statefulset_for_all_connectors_when_asked(helm, tmp_path):
     c = sts["spec"]["template"]["spec"]["containers"][0]
     assert sts["spec"]["replicas"] == 1
     assert {"/etc/lakestream/connectors/orders.properties", "/etc/lakestream/connectors/events.properties"} <= set(c["args"])
+    # one pod of every connector: the probes cover every task of the process
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/ready"
 
 
 def test_editing_one_connector_rolls_only_its_pods(helm, tmp_path):

@@ -116,6 +116,14 @@ def test_status_api_reports_each_connector_like_kafka_connect(env, registry, tmp
         assert st["tasks"][0]["state"] == "FAILED" and "not a Hudi table" in st["tasks"][0]["trace"], st
         assert requests.get(f"{url}/connectors/nope/status", timeout=5).status_code == 404
         assert requests.get(f"{url}/ready", timeout=5).status_code == 200, "a failed connector leaves the running one ready"
+        # the chart's probes: one connector's readiness and liveness, whatever the others do
+        assert requests.get(f"{url}/connectors/{good}/status?probe=ready", timeout=5).status_code == 200
+        assert requests.get(f"{url}/connectors/{good}/status?probe=live", timeout=5).status_code == 200
+        r = requests.get(f"{url}/connectors/{bad}/status?probe=ready", timeout=5)
+        assert r.status_code == 503 and r.json()["tasks"][0]["state"] == "FAILED", r.text
+        text = requests.get(f"{url}/metrics", timeout=5).text
+        assert f'lakestream_task_state{{connector="{bad}",state="failed",task="0"}} 1' in text
+        assert f'lakestream_task_state{{connector="{good}",state="running",task="0"}} 1' in text
     finally:
         proc.terminate()
         proc.wait(timeout=60)
