@@ -24,7 +24,7 @@ fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
         let tasks = o.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
         Some((tasks, o.get("task")?.as_u64()? as u32, o.get("by").and_then(|b| b.as_str()) == Some("partition")))
     };
-    let found = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| shape(k).is_some())?;
+    let found = read_offsets_matching(cfg, &|k| shape(k).is_some())?;
     Ok(found
         .into_iter()
         .filter_map(|(k, o)| {

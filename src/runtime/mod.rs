@@ -599,7 +599,7 @@ impl Task {
 /// The task's record under either ownership scheme (the newer generation's when both exist).
 pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
     let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
-    let mut found = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| {
+    let mut found = read_offsets_matching(cfg, &|k| {
         keys.iter().any(|key| key.as_bytes() == k)
     })?;
     Ok(keys.iter().filter_map(|k| found.remove(k.as_bytes())).max_by_key(|o| o.epoch))

@@ -44,7 +44,7 @@ fn read_generations(cfg: &ConnectorConfig) -> Result<Records, SinkError> {
         let tasks = part.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
         Some((tasks, task))
     };
-    let all = read_offsets_matching(&cfg.bootstrap_servers, &cfg.offsets_topic, &cfg.producer_overrides, &|k| parse(k).is_some())?;
+    let all = read_offsets_matching(cfg, &|k| parse(k).is_some())?;
     Ok(all
         .into_iter()
         .filter_map(|(k, o)| parse(&k).map(|(tasks, task)| ((Shape { tasks, ownership: o.ownership }, task), o)))

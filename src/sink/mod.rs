@@ -6,6 +6,8 @@
 
 pub mod offsets;
 mod quiet;
+
+pub use quiet::QuietContext;
 mod reach;
 
 pub use reach::{describe_topics, reach};
@@ -14,9 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::client::ClientContext;
 use rdkafka::statistics::Statistics;
 use rdkafka::ClientConfig;
@@ -148,8 +149,9 @@ fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
 /// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
 /// whose `init_transactions` fences any producer still holding it (`offsets reset` / `set`).
 pub async fn write_offsets_records(cfg: &ConnectorConfig, transactional_id: &str, records: Vec<(String, Option<Vec<u8>>)>) -> Result<(), SinkError> {
-    let p: ThreadedProducer<DefaultProducerContext> =
-        producer_config(cfg, transactional_id, &[]).create().map_err(|e| SinkError::kafka("creating offsets producer", e))?;
+    let p: ThreadedProducer<QuietContext> = producer_config(cfg, transactional_id, &[])
+        .create_with_context(QuietContext::new(&cfg.name, "offsets writer"))
+        .map_err(|e| SinkError::kafka("creating offsets producer", e))?;
     let timeout = txn_call_timeout(cfg);
     let topic = cfg.offsets_topic.clone();
     blocking(move || -> Result<(), SinkError> {
@@ -175,8 +177,9 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
     let timeout = txn_call_timeout(cfg);
     let mut attempt = 0;
     loop {
-        let producer: ThreadedProducer<DefaultProducerContext> =
-            pc.create().map_err(|e| SinkError::kafka("creating fencing producer", e))?;
+        let producer: ThreadedProducer<QuietContext> = pc
+            .create_with_context(QuietContext::new(&cfg.name, "fencing producer"))
+            .map_err(|e| SinkError::kafka("creating fencing producer", e))?;
         match blocking(move || producer.init_transactions(timeout)).await {
             Ok(()) => break,
             // another task of the new generation fenced the same id at the same moment: done
@@ -205,11 +208,11 @@ pub struct StatsContext {
 
 impl ClientContext for StatsContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        self.quiet.error(&self.connector, &self.task, &error, reason);
+        self.quiet.error(&self.connector, &format!("task {}", self.task), &error, reason);
     }
 
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.quiet.log(&self.connector, &self.task, level, fac, log_message);
+        self.quiet.log(&self.connector, &format!("task {}", self.task), level, fac, log_message);
     }
 
     fn stats(&self, s: Statistics) {
@@ -404,7 +407,8 @@ impl TxnSink {
 }
 
 async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
-    let admin: AdminClient<DefaultClientContext> = client_config(cfg).create().map_err(|e| SinkError::kafka("admin client", e))?;
+    let admin: AdminClient<QuietContext> =
+        client_config(cfg).create_with_context(QuietContext::new(&cfg.name, "admin")).map_err(|e| SinkError::kafka("admin client", e))?;
     let compact = [("cleanup.policy", "compact")];
     let txn_topic = cfg.transaction_topic();
     let mut topics = vec![

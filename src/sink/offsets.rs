@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -174,54 +173,29 @@ impl Handoff {
     }
 }
 
-/// Reaching the end of a partition is how the reader knows it is done, not an error to log.
-struct EofIsFine;
-
-impl ClientContext for EofIsFine {
-    fn error(&self, error: KafkaError, reason: &str) {
-        let eof = matches!(error, KafkaError::PartitionEOF(_))
-            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
-        if !eof {
-            tracing::error!(%error, reason, "offsets reader: kafka client error");
-        }
-    }
-}
-
-impl ConsumerContext for EofIsFine {}
-
-/// Read the latest committed offsets of `key` from `topic` (read_committed, to the end).
-/// Must run after the task's producer has fenced/aborted any transaction it left open.
-pub fn read_offsets(
-    bootstrap: &str,
-    topic: &str,
-    key: &str,
-    extra: &BTreeMap<String, String>,
-) -> Result<Option<Offsets>, SinkError> {
-    let mut all = read_offsets_matching(bootstrap, topic, extra, &|k| k == key.as_bytes())?;
-    Ok(all.remove(key.as_bytes()))
-}
-
-/// The latest committed offsets of every key `want` accepts.
+/// The latest committed offsets of every key `want` accepts in the connector's offsets topic
+/// (read_committed, to the end). Must run after the task's producer has fenced/aborted any
+/// transaction it left open.
 pub fn read_offsets_matching(
-    bootstrap: &str,
-    topic: &str,
-    extra: &BTreeMap<String, String>,
+    connector: &crate::config::ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
 ) -> Result<std::collections::HashMap<Vec<u8>, Offsets>, SinkError> {
+    let topic = connector.offsets_topic.as_str();
     let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", bootstrap)
+    cfg.set("bootstrap.servers", &connector.bootstrap_servers)
         .set("group.id", "lakestream-offsets-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
-    for (k, v) in extra {
+    for (k, v) in &connector.producer_overrides {
         if is_client_security_key(k) {
             cfg.set(k, v);
         }
     }
-    let consumer: BaseConsumer<EofIsFine> =
-        cfg.create_with_context(EofIsFine).map_err(|e| SinkError::kafka("offsets consumer", e))?;
+    let consumer: BaseConsumer<super::QuietContext> = cfg
+        .create_with_context(super::QuietContext::new(&connector.name, "offsets reader"))
+        .map_err(|e| SinkError::kafka("offsets consumer", e))?;
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .map_err(|e| SinkError::kafka("offsets topic metadata", e))?;

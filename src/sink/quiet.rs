@@ -1,13 +1,18 @@
 //! librdkafka's own errors and log lines, each distinct one logged once per interval: a broker
 //! outage otherwise repeats the same line hundreds of times a minute (every connection attempt
-//! to every broker, once as an error callback and once as a log line).
+//! to every broker, once as an error callback and once as a log line). Every client the
+//! connector makes goes through one: the task's producer (`StatsContext`), and the short-lived
+//! ones (admin, fencing and offsets producers, offsets reader, bootstrap probe: [`QuietContext`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
+use rdkafka::producer::ProducerContext;
+use rdkafka::ClientContext;
 
 /// How long a distinct librdkafka message stays quiet after it was logged.
 const QUIET: Duration = Duration::from_secs(30);
@@ -43,26 +48,62 @@ impl Throttle {
         }
     }
 
-    pub fn error(&self, connector: &str, task: &str, error: &KafkaError, reason: &str) {
+    /// `client`: which of the connector's clients (`task 0`, `admin`, `offsets reader`, ...).
+    pub fn error(&self, connector: &str, client: &str, error: &KafkaError, reason: &str) {
         let text = format!("{error}: {reason}");
         if let Some(repeated) = self.due(&text) {
-            tracing::warn!(connector, task, kafka_error = %error, reason, repeated, "kafka client error");
+            tracing::warn!(connector, client, kafka_error = %error, reason, repeated, "kafka client error");
         }
     }
 
-    pub fn log(&self, connector: &str, task: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
+    pub fn log(&self, connector: &str, client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
         let serious = matches!(level, RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error);
         if !serious && !matches!(level, RDKafkaLogLevel::Warning) {
             return;
         }
         if let Some(repeated) = self.due(&format!("{fac}|{message}")) {
             if serious {
-                tracing::error!(connector, task, facility = fac, repeated, "librdkafka: {message}");
+                tracing::error!(connector, client, facility = fac, repeated, "librdkafka: {message}");
             } else {
-                tracing::warn!(connector, task, facility = fac, repeated, "librdkafka: {message}");
+                tracing::warn!(connector, client, facility = fac, repeated, "librdkafka: {message}");
             }
         }
     }
+}
+
+/// The context of a short-lived client: its librdkafka errors and log lines throttled and
+/// labelled with the connector and the client's role; a reader's end of partition is no error.
+pub struct QuietContext {
+    connector: String,
+    client: &'static str,
+    throttle: Throttle,
+}
+
+impl QuietContext {
+    pub fn new(connector: &str, client: &'static str) -> Self {
+        Self { connector: connector.to_string(), client, throttle: Throttle::default() }
+    }
+}
+
+impl ClientContext for QuietContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let eof = matches!(error, KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
+        if !eof {
+            self.throttle.error(&self.connector, self.client, &error, reason);
+        }
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        self.throttle.log(&self.connector, self.client, level, fac, message);
+    }
+}
+
+impl ConsumerContext for QuietContext {}
+
+impl ProducerContext for QuietContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
 }
 
 #[cfg(test)]

@@ -77,7 +77,9 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     // a listener answers: now Kafka itself, with the connector's security settings
-    let client: BaseProducer = super::client_config(cfg).create().map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
+    let client: BaseProducer<super::QuietContext> = super::client_config(cfg)
+        .create_with_context(super::QuietContext::new(&cfg.name, "bootstrap probe"))
+        .map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
     let res = tokio::task::spawn_blocking(move || client.client().fetch_metadata(None, left).map(drop))
         .await
@@ -96,8 +98,9 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
 /// absent (created at the first run), for `validate --online`.
 pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = super::client_config(cfg).create().map_err(|e| SinkError::kafka("admin client", e))?;
+    let admin: AdminClient<super::QuietContext> = super::client_config(cfg)
+        .create_with_context(super::QuietContext::new(&cfg.name, "admin"))
+        .map_err(|e| SinkError::kafka("admin client", e))?;
     let mut names = vec![cfg.topic.clone(), cfg.offsets_topic.clone()];
     if cfg.txn_metadata {
         names.push(cfg.transaction_topic());
