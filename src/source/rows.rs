@@ -268,7 +268,9 @@ mod tests {
         .unwrap()
     }
 
-    fn ops(rows: &[ChangeRow]) -> Vec<(Op, Option<(u32, u32)>, Option<(u32, u32)>)> {
+    type At = Option<(u32, u32)>;
+
+    fn ops(rows: &[ChangeRow]) -> Vec<(Op, At, At)> {
         rows.iter().map(|r| (r.op, r.before.map(|x| (x.batch, x.row)), r.after.map(|x| (x.batch, x.row)))).collect()
     }
 

@@ -24,6 +24,9 @@ use self::timeline::{Instant, TableConfig};
 use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, StartCommit};
 
+/// The archived timeline as last read: (its history version, its instants).
+type ArchivedInstants = (Option<String>, Arc<Vec<Instant>>);
+
 pub struct HudiSource {
     table: TableConfig,
     info: TableInfo,
@@ -45,7 +48,7 @@ pub struct HudiSource {
     threads: usize,
     ownership: super::Ownership,
     /// Archived instants by history version.
-    archived: std::sync::Mutex<Option<(Option<String>, Arc<Vec<Instant>>)>>,
+    archived: std::sync::Mutex<Option<ArchivedInstants>>,
 }
 
 impl HudiSource {

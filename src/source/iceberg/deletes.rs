@@ -68,11 +68,14 @@ impl DeleteSet {
     }
 }
 
+/// Equality-delete sets by (file, equality field ids).
+type EqualityCache = HashMap<(String, Vec<i32>), Arc<EqualitySet>>;
+
 /// Reads delete files once per unit (a position-delete file may cover many data files).
 #[derive(Default)]
 pub struct DeleteReader {
     positions: Mutex<HashMap<String, Arc<HashMap<String, RoaringTreemap>>>>,
-    equality: Mutex<HashMap<(String, Vec<i32>), Arc<EqualitySet>>>,
+    equality: Mutex<EqualityCache>,
 }
 
 impl DeleteReader {

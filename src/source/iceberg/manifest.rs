@@ -104,7 +104,10 @@ fn display(v: &Value) -> String {
     }
 }
 
-fn records(path: &str) -> Result<(Vec<Vec<(String, Value)>>, HashMap<String, Vec<u8>>), SourceError> {
+/// An Avro file's records (fields by name) and its header metadata.
+type AvroFile = (Vec<Vec<(String, Value)>>, HashMap<String, Vec<u8>>);
+
+fn records(path: &str) -> Result<AvroFile, SourceError> {
     let p = local(path)?;
     let bytes = crate::storage::read(&p).map_err(SourceError::io(&p))?;
     let reader = apache_avro::Reader::new(&bytes[..])

@@ -44,6 +44,9 @@ pub struct IcebergSource {
 }
 
 
+/// (batches, (partition, file) of each batch, bytes read).
+type LabelledBatches = (Vec<RecordBatch>, Vec<(String, String)>, u64);
+
 impl IcebergSource {
     pub fn open(cfg: &ConnectorConfig) -> Result<Self, SourceError> {
         let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported { message: "not an Iceberg connector".into() })?;
@@ -141,7 +144,7 @@ impl IcebergSource {
     }
 
     /// Live rows of tasks (a split), labelled per batch with their partition and file.
-    fn read_tasks(&self, plan: &Plan, tasks: &[Task]) -> Result<(Vec<RecordBatch>, Vec<(String, String)>, u64), SourceError> {
+    fn read_tasks(&self, plan: &Plan, tasks: &[Task]) -> Result<LabelledBatches, SourceError> {
         let (mut batches, mut labels, mut bytes) = (Vec::new(), Vec::new(), 0);
         for (range, dels) in tasks {
             let refs: Vec<_> = dels.iter().collect();
