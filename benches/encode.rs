@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow_avro::writer::format::AvroBinaryFormat;
 use arrow_avro::writer::WriterBuilder;
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
@@ -31,21 +33,49 @@ fn batch(start: usize) -> RecordBatch {
         Field::new("ts", DataType::Int64, false),
         Field::new("price", DataType::Float64, true),
         Field::new("score", DataType::Float64, true),
-        Field::new("at", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+        Field::new(
+            "at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
         Field::new("flag", DataType::Boolean, true),
     ]));
     let ids = start..start + n;
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(ids.clone().map(|i| format!("key-{i:012}")))),
-        Arc::new(StringArray::from_iter_values(ids.clone().map(|i| format!("p{}", i % 10)))),
-        Arc::new(StringArray::from_iter(ids.clone().map(|i| opt(i).then(|| format!("name number {i}"))))),
-        Arc::new(StringArray::from_iter(ids.clone().map(|i| opt(i + 1).then(|| ["Lisbon", "Osaka", "Quito", "Tallinn"][i % 4].to_string())))),
-        Arc::new(StringArray::from_iter(ids.clone().map(|i| opt(i + 2).then(|| "x".repeat(20 + i % 40))))),
-        Arc::new(Int64Array::from_iter(ids.clone().map(|i| opt(i).then_some(i as i64 * 7)))),
-        Arc::new(Int64Array::from_iter_values(ids.clone().map(|i| 1_700_000_000_000 + i as i64))),
-        Arc::new(Float64Array::from_iter(ids.clone().map(|i| opt(i + 3).then_some(i as f64 * 0.25)))),
-        Arc::new(Float64Array::from_iter(ids.clone().map(|i| opt(i + 4).then_some(1.0 / (i + 1) as f64)))),
-        Arc::new(TimestampMicrosecondArray::from_iter(ids.clone().map(|i| opt(i + 5).then_some(1_700_000_000_000_000 + i as i64))).with_timezone("UTC")),
+        Arc::new(StringArray::from_iter_values(
+            ids.clone().map(|i| format!("key-{i:012}")),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            ids.clone().map(|i| format!("p{}", i % 10)),
+        )),
+        Arc::new(StringArray::from_iter(
+            ids.clone().map(|i| opt(i).then(|| format!("name number {i}"))),
+        )),
+        Arc::new(StringArray::from_iter(ids.clone().map(|i| {
+            opt(i + 1).then(|| ["Lisbon", "Osaka", "Quito", "Tallinn"][i % 4].to_string())
+        }))),
+        Arc::new(StringArray::from_iter(
+            ids.clone().map(|i| opt(i + 2).then(|| "x".repeat(20 + i % 40))),
+        )),
+        Arc::new(Int64Array::from_iter(
+            ids.clone().map(|i| opt(i).then_some(i as i64 * 7)),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            ids.clone().map(|i| 1_700_000_000_000 + i as i64),
+        )),
+        Arc::new(Float64Array::from_iter(
+            ids.clone().map(|i| opt(i + 3).then_some(i as f64 * 0.25)),
+        )),
+        Arc::new(Float64Array::from_iter(
+            ids.clone().map(|i| opt(i + 4).then_some(1.0 / (i + 1) as f64)),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(
+                ids.clone()
+                    .map(|i| opt(i + 5).then_some(1_700_000_000_000_000 + i as i64)),
+            )
+            .with_timezone("UTC"),
+        ),
         Arc::new(BooleanArray::from_iter(ids.map(|i| opt(i + 6).then_some(i % 2 == 0)))),
     ];
     RecordBatch::try_new(schema, cols).expect("bench batch")
@@ -63,8 +93,14 @@ fn best<F: FnMut() -> usize>(rounds: usize, mut f: F) -> (f64, usize) {
 }
 
 fn main() {
-    let rows: usize = std::env::var("BENCH_ROWS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let rows: usize = std::env::var("BENCH_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     let batches: Vec<RecordBatch> = (0..rows.div_ceil(BATCH)).map(|b| batch(b * BATCH)).collect();
     let n: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let all: Vec<usize> = (0..batches[0].num_columns()).collect();
@@ -73,7 +109,9 @@ fn main() {
     {
         let b = &batches[0];
         let ours = RowEncoder::new(b, &all, &Default::default()).expect("encoder");
-        let mut theirs = WriterBuilder::new((*b.schema()).clone()).build_encoder::<AvroBinaryFormat>().expect("arrow-avro encoder");
+        let mut theirs = WriterBuilder::new((*b.schema()).clone())
+            .build_encoder::<AvroBinaryFormat>()
+            .expect("arrow-avro encoder");
         theirs.encode(b).expect("encode");
         for (r, row) in theirs.flush().iter().enumerate() {
             let mut out = Vec::new();
@@ -99,7 +137,9 @@ fn main() {
     });
     // arrow-avro: a whole batch at a time into one buffer, rows sliced by offsets
     let (theirs, theirs_bytes) = best(rounds, || {
-        let mut enc = WriterBuilder::new((*batches[0].schema()).clone()).build_encoder::<AvroBinaryFormat>().expect("arrow-avro encoder");
+        let mut enc = WriterBuilder::new((*batches[0].schema()).clone())
+            .build_encoder::<AvroBinaryFormat>()
+            .expect("arrow-avro encoder");
         let mut bytes = 0;
         for b in &batches {
             enc.encode(b).expect("encode");
@@ -111,8 +151,14 @@ fn main() {
         }
         bytes
     });
-    println!("Avro encoding of {n} rows, {} columns, best of {rounds} rounds:", all.len());
-    for (label, secs, bytes) in [("lakestream RowEncoder", ours, ours_bytes), ("arrow-avro Encoder", theirs, theirs_bytes)] {
+    println!(
+        "Avro encoding of {n} rows, {} columns, best of {rounds} rounds:",
+        all.len()
+    );
+    for (label, secs, bytes) in [
+        ("lakestream RowEncoder", ours, ours_bytes),
+        ("arrow-avro Encoder", theirs, theirs_bytes),
+    ] {
         println!(
             "  {label:<22} {:>8.1} ms  {:>6.2} M rows/s  {:>6.1} ns/row  {:>5.1} bytes/row",
             secs * 1e3,

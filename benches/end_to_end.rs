@@ -30,7 +30,13 @@ use lakestream::metrics;
 use lakestream::runtime::{run_connector, RunOptions};
 
 fn counter_sum(c: &prometheus::IntCounterVec, ops: &[&str]) -> u64 {
-    ops.iter().map(|op| c.get_metric_with_label_values(&["bench", op]).map(|c| c.get()).unwrap_or(0)).sum()
+    ops.iter()
+        .map(|op| {
+            c.get_metric_with_label_values(&["bench", op])
+                .map(|c| c.get())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// User + system CPU seconds of this process (/proc/self/stat, 100 ticks a second).
@@ -48,7 +54,11 @@ fn cpu_seconds() -> f64 {
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
 }
@@ -80,11 +90,25 @@ fn run_case(label: &str, table: &Path, extra: &str) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let t = Instant::now();
-    rt.block_on(run_connector(cfg, RunOptions { once: true, shutdown: rx, health: lakestream::health::Health::new() })).expect("run");
+    rt.block_on(run_connector(
+        cfg,
+        RunOptions {
+            once: true,
+            shutdown: rx,
+            health: lakestream::health::Health::new(),
+        },
+    ))
+    .expect("run");
     let secs = t.elapsed().as_secs_f64();
     let events = counter_sum(&metrics::RECORDS_POLLED, &["r", "c", "u", "d"]);
-    let rows = metrics::ROWS_READ.get_metric_with_label_values(&["bench", "0"]).map(|c| c.get()).unwrap_or(0);
-    let spilled = metrics::SPILLED_BYTES.get_metric_with_label_values(&["bench"]).map(|c| c.get()).unwrap_or(0);
+    let rows = metrics::ROWS_READ
+        .get_metric_with_label_values(&["bench", "0"])
+        .map(|c| c.get())
+        .unwrap_or(0);
+    let spilled = metrics::SPILLED_BYTES
+        .get_metric_with_label_values(&["bench"])
+        .map(|c| c.get())
+        .unwrap_or(0);
     println!(
         "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB",
         events as f64 / secs,
@@ -111,7 +135,10 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::Message;
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"))
+        .set(
+            "bootstrap.servers",
+            std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"),
+        )
         .set("group.id", format!("bench-raw-{}", std::process::id()))
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "earliest")
@@ -124,23 +151,34 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
     while samples.len() < 4096 && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
             if let (Some(k), Some(v)) = (m.key(), m.payload()) {
-                samples.push(KafkaRecord { key: k.to_vec(), value: Some(v.to_vec()) });
+                samples.push(KafkaRecord {
+                    key: k.to_vec(),
+                    value: Some(v.to_vec()),
+                });
             }
         }
     }
     drop(consumer);
     assert!(!samples.is_empty(), "no records to sample in {from}");
-    let avg = samples.iter().map(|r| r.key.len() + r.value.as_ref().map_or(0, Vec::len)).sum::<usize>() / samples.len();
+    let avg = samples
+        .iter()
+        .map(|r| r.key.len() + r.value.as_ref().map_or(0, Vec::len))
+        .sum::<usize>()
+        / samples.len();
     let dir = tempfile::tempdir().expect("tempdir");
     let topic = std::env::var("BENCH_TOPIC").expect("BENCH_TOPIC");
     let cfg = load_connector(&write_props(dir.path(), table, &topic, extra), 0).expect("config");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let t = Instant::now();
     rt.block_on(async {
-        let mut sink = lakestream::sink::TxnSink::start(&cfg, lakestream::health::Health::new().task("bench", 0, Duration::MAX)).await.expect("producer");
+        let mut sink =
+            lakestream::sink::TxnSink::start(&cfg, lakestream::health::Health::new().task("bench", 0, Duration::MAX))
+                .await
+                .expect("producer");
         let offsets = lakestream::sink::offsets::Offsets::default();
         for i in 0..count as usize {
-            sink.send(std::slice::from_ref(&samples[i % samples.len()])).expect("send");
+            sink.send(std::slice::from_ref(&samples[i % samples.len()]))
+                .expect("send");
             if sink.txn_records() >= cfg.max_txn_records as u64 {
                 sink.commit(&offsets).await.expect("commit");
             }
@@ -165,7 +203,11 @@ fn child(label: &str, table: &Path, extra: &str) {
 /// A case in its own process; its topic is left for the caller to delete. Returns the topic and
 /// the case's (events, seconds).
 fn child_keeping(label: &str, table: &Path, extra: &str, env: &[(&str, String)]) -> (String, (f64, f64)) {
-    let topic = format!("bench-{}-{}", std::process::id(), label.replace(|c: char| !c.is_ascii_alphanumeric(), ""));
+    let topic = format!(
+        "bench-{}-{}",
+        std::process::id(),
+        label.replace(|c: char| !c.is_ascii_alphanumeric(), "")
+    );
     let result = tempfile::NamedTempFile::new().expect("result file");
     let status = Command::new(std::env::current_exe().expect("current exe"))
         .env("BENCH_CASE", label)
@@ -182,18 +224,39 @@ fn child_keeping(label: &str, table: &Path, extra: &str, env: &[(&str, String)])
     }
     let text = std::fs::read_to_string(result.path()).unwrap_or_default();
     let f: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    (topic, (f.first().copied().unwrap_or(0.0), f.get(1).copied().unwrap_or(1.0)))
+    (
+        topic,
+        (f.first().copied().unwrap_or(0.0), f.get(1).copied().unwrap_or(1.0)),
+    )
 }
 
 /// An end-to-end case, then the raw produce limit measured right after it with the same producer
 /// settings and payloads sampled from its topic; prints the ratio of the two rates.
 fn child_with_produce_limit(label: &str, table: &Path, extra: &str, count: u64) {
     let (topic, (events, secs)) = child_keeping(label, table, extra, &[]);
-    let env = [("BENCH_RAW_FROM", topic.clone()), ("BENCH_RAW_COUNT", count.to_string())];
-    let (raw_topic, (n, raw_secs)) = child_keeping("  raw produce limit (same producer, payloads sampled above)", table, extra, &env);
-    delete_topics(&[topic.clone(), format!("{topic}-offsets"), raw_topic.clone(), format!("{raw_topic}-offsets")]);
+    let env = [
+        ("BENCH_RAW_FROM", topic.clone()),
+        ("BENCH_RAW_COUNT", count.to_string()),
+    ];
+    let (raw_topic, (n, raw_secs)) = child_keeping(
+        "  raw produce limit (same producer, payloads sampled above)",
+        table,
+        extra,
+        &env,
+    );
+    delete_topics(&[
+        topic.clone(),
+        format!("{topic}-offsets"),
+        raw_topic.clone(),
+        format!("{raw_topic}-offsets"),
+    ]);
     let (rate, limit) = (events / secs, n / raw_secs);
-    println!("  end to end / raw produce limit: {:.0} / {:.0} events/s = {:.2}x", rate, limit, rate / limit);
+    println!(
+        "  end to end / raw produce limit: {:.0} / {:.0} events/s = {:.2}x",
+        rate,
+        limit,
+        rate / limit
+    );
 }
 
 /// The broker keeps every byte in RAM: drop a case's topics once it is measured.
@@ -201,7 +264,10 @@ fn delete_topics(topics: &[String]) {
     use rdkafka::admin::{AdminClient, AdminOptions};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"))
+        .set(
+            "bootstrap.servers",
+            std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"),
+        )
         .create()
         .expect("admin client");
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -252,7 +318,11 @@ fn instants(table: &Path) -> Vec<String> {
 
 /// Generated COW and MOR tables of `rows` rows: full scan and the upsert instant alone.
 fn generated_cases(dir: &Path, rows: usize) {
-    let m = if rows % 1_000_000 == 0 { format!("{}M", rows / 1_000_000) } else { rows.to_string() };
+    let m = if rows % 1_000_000 == 0 {
+        format!("{}M", rows / 1_000_000)
+    } else {
+        rows.to_string()
+    };
     for table_type in [TableType::Cow, TableType::Mor] {
         let kind = if table_type == TableType::Cow { "COW" } else { "MOR" };
         let path = dir.join(format!("gen_{kind}_{rows}"));
@@ -276,15 +346,27 @@ fn generated_cases(dir: &Path, rows: usize) {
             cdc: None,
         })
         .expect("generate");
-        println!("generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s", t.elapsed().as_secs_f64());
+        println!(
+            "generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
         // the broker's own limit does not depend on the table: measured next to the smaller
         // cases only (sampling a 16M-record topic read_committed took noida-db over a minute)
         if rows <= 4_000_000 {
-            child_with_produce_limit(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n", rows as u64);
+            child_with_produce_limit(
+                &format!("{kind} {m} full scan"),
+                &path,
+                "read.start-commit=earliest\n",
+                rows as u64,
+            );
         } else {
             child(&format!("{kind} {m} full scan"), &path, "read.start-commit=earliest\n");
         }
-        child(&format!("{kind} {m} upsert instant (every file group)"), &path, &format!("read.start-commit={}\n", second_instant(&path)));
+        child(
+            &format!("{kind} {m} upsert instant (every file group)"),
+            &path,
+            &format!("read.start-commit={}\n", second_instant(&path)),
+        );
         if table_type == TableType::Mor {
             hudi_rs(&format!("hudi-rs {kind} {m} read (same table)"), &path);
         }
@@ -296,7 +378,13 @@ fn main() {
     if let (Ok(label), Ok(table)) = (std::env::var("BENCH_CASE"), std::env::var("BENCH_TABLE")) {
         let extra = std::env::var("BENCH_EXTRA").unwrap_or_default();
         if let (Ok(from), Ok(n)) = (std::env::var("BENCH_RAW_FROM"), std::env::var("BENCH_RAW_COUNT")) {
-            return run_raw(&label, Path::new(&table), &extra, &from, n.parse().expect("BENCH_RAW_COUNT"));
+            return run_raw(
+                &label,
+                Path::new(&table),
+                &extra,
+                &from,
+                n.parse().expect("BENCH_RAW_COUNT"),
+            );
         }
         return run_case(&label, Path::new(&table), &extra);
     }
@@ -327,35 +415,73 @@ fn main() {
 fn perf_mor_cases(dir: &Path) {
     let zip = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/hudi/generated/perf_mor_v8.zip");
     if !zip.exists() {
-        println!("(perf_mor_v8 fixture not found at {}: MOR fixture cases skipped)", zip.display());
+        println!(
+            "(perf_mor_v8 fixture not found at {}: MOR fixture cases skipped)",
+            zip.display()
+        );
         return;
     }
-    let ok = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&zip).arg(dir).status().is_ok_and(|s| s.success());
+    let ok = Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(&zip)
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
     assert!(ok, "cannot extract {}", zip.display());
     let mor = dir.join("perf_mor_v8");
     let mut names = instants(&mor);
     names.sort();
     let start = format!("read.start-commit={}\n", names[0]);
     hudi_rs("hudi-rs perf_mor_v8 read (same table)", &mor);
-    child("MOR perf_mor_v8 full scan (earliest)", &mor, "read.start-commit=earliest\n");
+    child(
+        "MOR perf_mor_v8 full scan (earliest)",
+        &mor,
+        "read.start-commit=earliest\n",
+    );
     hudi_rs("hudi-rs perf_mor_v8 read (same table, again)", &mor);
-    child("MOR perf_mor_v8 changes, read.memory.budget=1GiB", &mor, &format!("{start}read.memory.budget=1GiB\n"));
-    child("MOR perf_mor_v8 changes, read.memory.budget=4MiB", &mor, &format!("{start}read.memory.budget=4MiB\n"));
+    child(
+        "MOR perf_mor_v8 changes, read.memory.budget=1GiB",
+        &mor,
+        &format!("{start}read.memory.budget=1GiB\n"),
+    );
+    child(
+        "MOR perf_mor_v8 changes, read.memory.budget=4MiB",
+        &mor,
+        &format!("{start}read.memory.budget=4MiB\n"),
+    );
 }
 
 fn iceberg_cases(dir: &Path, rows: usize) {
     let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/gen_iceberg.py");
     let t = Instant::now();
-    let out = Command::new(&python).arg(&script).arg(dir.join("iceberg")).arg(rows.to_string()).output();
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(dir.join("iceberg"))
+        .arg(rows.to_string())
+        .output();
     let table = match out {
         Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
         _ => {
-            println!("(pyiceberg not available to {python}: Iceberg cases skipped; scripts/bench.sh sets BENCH_PYTHON)");
+            println!(
+                "(pyiceberg not available to {python}: Iceberg cases skipped; scripts/bench.sh sets BENCH_PYTHON)"
+            );
             return;
         }
     };
-    println!("generated {rows}-row Iceberg table with pyiceberg (append + copy-on-write delete of ~1%) in {:.1} s", t.elapsed().as_secs_f64());
-    child_with_produce_limit("Iceberg full scan (TABLE_SCAN_THEN_INCREMENTAL)", &table, "starting-strategy=TABLE_SCAN_THEN_INCREMENTAL\n", rows as u64);
-    child("Iceberg changes: append + CoW delete diffed", &table, "starting-strategy=INCREMENTAL_FROM_EARLIEST_SNAPSHOT\n");
+    println!(
+        "generated {rows}-row Iceberg table with pyiceberg (append + copy-on-write delete of ~1%) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    child_with_produce_limit(
+        "Iceberg full scan (TABLE_SCAN_THEN_INCREMENTAL)",
+        &table,
+        "starting-strategy=TABLE_SCAN_THEN_INCREMENTAL\n",
+        rows as u64,
+    );
+    child(
+        "Iceberg changes: append + CoW delete diffed",
+        &table,
+        "starting-strategy=INCREMENTAL_FROM_EARLIEST_SNAPSHOT\n",
+    );
 }

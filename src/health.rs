@@ -93,7 +93,10 @@ impl Health {
         };
         self.lock().insert(key.clone(), t);
         crate::metrics::task_state(connector, task, state_label(TaskState::Running));
-        TaskHealthHandle { health: self.clone(), key }
+        TaskHealthHandle {
+            health: self.clone(),
+            key,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), TaskHealth>> {
@@ -111,7 +114,11 @@ impl Health {
             .iter()
             .filter(|((c, _), t)| connector.is_none_or(|n| n == c) && t.live() && t.last_progress.elapsed() > t.allowed)
             .map(|((c, k), t)| {
-                format!("{c}/{k}: no progress for {} s (allowed {} s)", t.last_progress.elapsed().as_secs(), t.allowed.as_secs())
+                format!(
+                    "{c}/{k}: no progress for {} s (allowed {} s)",
+                    t.last_progress.elapsed().as_secs(),
+                    t.allowed.as_secs()
+                )
             })
             .collect()
     }
@@ -144,7 +151,12 @@ impl Health {
             })
             .collect();
         let worst = tasks.iter().map(|t| t.state).max()?;
-        Some(ConnectorStatus { name: connector.to_string(), connector: serde_json::json!({ "state": worst }), tasks, kind: "source" })
+        Some(ConnectorStatus {
+            name: connector.to_string(),
+            connector: serde_json::json!({ "state": worst }),
+            tasks,
+            kind: "source",
+        })
     }
 }
 
@@ -205,7 +217,11 @@ impl TaskHealthHandle {
     pub fn stopped(&self, error: Option<&str>) {
         self.with(|t| {
             t.ready = false;
-            t.state = if error.is_some() { TaskState::Failed } else { TaskState::Stopped };
+            t.state = if error.is_some() {
+                TaskState::Failed
+            } else {
+                TaskState::Stopped
+            };
             if let Some(e) = error {
                 t.last_error = Some(e.to_string());
             }
@@ -295,7 +311,10 @@ mod tests {
     fn a_task_without_progress_for_longer_than_allowed_is_stalled() {
         let h = Health::new();
         assert!(!h.ready(), "no task: not ready");
-        let (a, b) = (h.task("c", 0, Duration::from_secs(60)), h.task("c", 1, Duration::from_millis(20)));
+        let (a, b) = (
+            h.task("c", 0, Duration::from_secs(60)),
+            h.task("c", 1, Duration::from_millis(20)),
+        );
         a.set_ready(true);
         assert!(h.stalled().is_empty());
         assert!(!h.ready(), "c/1 not connected yet");
@@ -318,13 +337,19 @@ mod tests {
     #[test]
     fn probes_of_one_connector_follow_its_tasks_and_the_state_gauge_follows_them_too() {
         let h = Health::new();
-        let (a, other) = (h.task("probe-c", 0, Duration::from_secs(60)), h.task("probe-d", 0, Duration::from_secs(60)));
+        let (a, other) = (
+            h.task("probe-c", 0, Duration::from_secs(60)),
+            h.task("probe-d", 0, Duration::from_secs(60)),
+        );
         let st = |c: &str| h.status(c).expect("known");
         assert!(!probe_passes(&h, &st("probe-c"), "ready"), "not connected yet");
         assert!(probe_passes(&h, &st("probe-c"), "live"));
         a.set_ready(true);
         other.stopped(Some("boom"));
-        assert!(probe_passes(&h, &st("probe-c"), "ready"), "another connector's failure is not this one's");
+        assert!(
+            probe_passes(&h, &st("probe-c"), "ready"),
+            "another connector's failure is not this one's"
+        );
         assert!(!probe_passes(&h, &st("probe-d"), "ready"));
         a.recovering("sink: broker down");
         assert!(!probe_passes(&h, &st("probe-c"), "ready"));
@@ -339,7 +364,10 @@ mod tests {
     #[test]
     fn status_follows_outages_and_failures_worst_task_first() {
         let h = Health::new();
-        let (a, b) = (h.task("c", 0, Duration::from_secs(60)), h.task("c", 1, Duration::from_secs(60)));
+        let (a, b) = (
+            h.task("c", 0, Duration::from_secs(60)),
+            h.task("c", 1, Duration::from_secs(60)),
+        );
         a.set_ready(true);
         b.set_ready(true);
         a.position(Some("20261201000000000"), 0.0);
@@ -348,7 +376,10 @@ mod tests {
         assert_eq!(s.tasks[0].position.as_deref(), Some("20261201000000000"));
         b.recovering("sink: broker down");
         let s = h.status("c").expect("known");
-        assert_eq!((s.connector["state"].as_str(), s.tasks[1].state), (Some("RECOVERING"), TaskState::Recovering));
+        assert_eq!(
+            (s.connector["state"].as_str(), s.tasks[1].state),
+            (Some("RECOVERING"), TaskState::Recovering)
+        );
         assert_eq!(s.tasks[1].trace.as_deref(), Some("sink: broker down"));
         b.set_ready(true);
         assert_eq!(h.status("c").expect("known").connector["state"], "RUNNING");

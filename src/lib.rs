@@ -13,5 +13,5 @@ pub mod health;
 pub mod metrics;
 pub mod runtime;
 pub mod sink;
-pub mod storage;
 pub mod source;
+pub mod storage;

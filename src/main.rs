@@ -9,10 +9,20 @@ use lakestream::generate::{self, GenerateOptions};
 use lakestream::runtime::{run_connector, show_offsets, RunOptions};
 
 #[derive(Parser)]
-#[command(name = "lakestream", version, about = "Stream Hudi table changes into Kafka as Avro changelog events, exactly once")]
+#[command(
+    name = "lakestream",
+    version,
+    about = "Stream Hudi table changes into Kafka as Avro changelog events, exactly once"
+)]
 struct Cli {
     /// Log format.
-    #[arg(long, global = true, value_enum, default_value = "text", env = "LAKESTREAM_LOG_FORMAT")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "LAKESTREAM_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -113,7 +123,10 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
     // colours only for a person at a terminal: a log file or collector gets plain text
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
@@ -140,7 +153,11 @@ fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, Exi
     let mut names = std::collections::HashSet::new();
     for c in &out {
         if !names.insert(c.name.clone()) {
-            eprintln!("error: {}: connector name `{}` is used by two files", c.file.display(), c.name);
+            eprintln!(
+                "error: {}: connector name `{}` is used by two files",
+                c.file.display(),
+                c.name
+            );
             return Err(ExitCode::from(2));
         }
     }
@@ -179,7 +196,13 @@ fn main() -> ExitCode {
                     match lakestream::runtime::open_source(&c) {
                         Ok(source) => {
                             let info = source.info();
-                            println!("# {}: ok (table {}, key {:?})\n{}", c.file.display(), info.name, info.key_fields, c.describe());
+                            println!(
+                                "# {}: ok (table {}, key {:?})\n{}",
+                                c.file.display(),
+                                info.name,
+                                info.key_fields,
+                                c.describe()
+                            );
                         }
                         Err(e) => {
                             let e = lakestream::runtime::RuntimeError::from(e);
@@ -193,7 +216,9 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Offsets { action: OffsetsCommand::Show { file, task_id } } => {
+        Command::Offsets {
+            action: OffsetsCommand::Show { file, task_id },
+        } => {
             let cfg = match load_all(&[file], task_id) {
                 Ok(mut c) => c.remove(0),
                 Err(code) => return code,
@@ -209,23 +234,39 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Offsets { action: OffsetsCommand::Reset { file, force } } => offsets_admin(&rt, file, |c| {
+        Command::Offsets {
+            action: OffsetsCommand::Reset { file, force },
+        } => offsets_admin(&rt, file, |c| {
             Box::pin(async move { lakestream::runtime::admin::reset(&c, force).await })
         }),
-        Command::Offsets { action: OffsetsCommand::Set { file, instant, snapshot, force } } => offsets_admin(&rt, file, |c| {
+        Command::Offsets {
+            action:
+                OffsetsCommand::Set {
+                    file,
+                    instant,
+                    snapshot,
+                    force,
+                },
+        } => offsets_admin(&rt, file, |c| {
             let id = instant.or(snapshot).unwrap_or_default();
             Box::pin(async move { lakestream::runtime::admin::set(&c, &id, force).await })
         }),
-        Command::Generate { format: GenerateCommand::Hudi(opts) } => {
-            match generate::hudi(&opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
+        Command::Generate {
+            format: GenerateCommand::Hudi(opts),
+        } => match generate::hudi(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(e.exit_code())
             }
-        }
-        Command::Run { once, task_id, replicas, metrics_port, files } => {
+        },
+        Command::Run {
+            once,
+            task_id,
+            replicas,
+            metrics_port,
+            files,
+        } => {
             let cfgs = match load_all(&files, 0) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -283,7 +324,11 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     }
     let mut set = tokio::task::JoinSet::new();
     for cfg in cfgs {
-        let opts = RunOptions { once, shutdown: rx.clone(), health: health.clone() };
+        let opts = RunOptions {
+            once,
+            shutdown: rx.clone(),
+            health: health.clone(),
+        };
         set.spawn(async move {
             let name = cfg.name.clone();
             (name, run_connector(cfg, opts).await)
@@ -308,10 +353,15 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     ExitCode::from(code)
 }
 
-type AdminFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, lakestream::runtime::RuntimeError>>>>;
+type AdminFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, lakestream::runtime::RuntimeError>>>>;
 
 /// `offsets reset|set`: load the file, run the command, print what it did.
-fn offsets_admin(rt: &tokio::runtime::Runtime, file: PathBuf, f: impl FnOnce(lakestream::config::ConnectorConfig) -> AdminFuture) -> ExitCode {
+fn offsets_admin(
+    rt: &tokio::runtime::Runtime,
+    file: PathBuf,
+    f: impl FnOnce(lakestream::config::ConnectorConfig) -> AdminFuture,
+) -> ExitCode {
     let cfg = match load_all(&[file], 0) {
         Ok(mut c) => c.remove(0),
         Err(code) => return code,

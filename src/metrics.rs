@@ -16,75 +16,314 @@ macro_rules! metric {
     };
 }
 
-metric!(RECORDS_POLLED, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_records_polled_total", "Change events read from the table, by op", &["connector", "op"], REGISTRY));
-metric!(RECORDS_WRITTEN, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_records_written_total", "Kafka records committed (events and tombstones), by op", &["connector", "op"], REGISTRY));
-metric!(RECORD_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_sink_record_bytes_total", "Key and value bytes of the Kafka records produced (before compression)", &["connector"], REGISTRY));
-metric!(ROWS_READ, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_rows_read_total", "Rows read from data files", &["connector", "task"], REGISTRY));
-metric!(BYTES_READ, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_bytes_read_total", "Bytes of data files read", &["connector", "task"], REGISTRY));
-metric!(UNITS, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_units_total", "Instants processed, by outcome (emitted, skipped, snapshot)", &["connector", "outcome"], REGISTRY));
-metric!(TXN_COMMITTED, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_sink_transactions_committed_total", "Kafka transactions committed", &["connector", "task"], REGISTRY));
-metric!(TXN_ABORTED, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_sink_transactions_aborted_total", "Kafka transactions aborted", &["connector", "task"], REGISTRY));
-metric!(TXN_RECORDS, HistogramVec, register_histogram_vec_with_registry!(
-    "lakestream_sink_transaction_records", "Records per committed transaction", &["connector", "task"],
-    vec![1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0, 1000000.0], REGISTRY));
-metric!(TXN_SECONDS, HistogramVec, register_histogram_vec_with_registry!(
-    "lakestream_sink_transaction_duration_seconds", "Time from begin to commit of a transaction", &["connector", "task"], REGISTRY));
-metric!(OFFSET_COMMIT_SECONDS, HistogramVec, register_histogram_vec_with_registry!(
-    "lakestream_sink_offset_commit_duration_seconds", "Duration of commit_transaction (records + offsets)", &["connector", "task"], REGISTRY));
-metric!(POLL_SECONDS, HistogramVec, register_histogram_vec_with_registry!(
-    "lakestream_source_poll_duration_seconds", "Duration of one timeline poll", &["connector", "task"], REGISTRY));
+metric!(
+    RECORDS_POLLED,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_records_polled_total",
+        "Change events read from the table, by op",
+        &["connector", "op"],
+        REGISTRY
+    )
+);
+metric!(
+    RECORDS_WRITTEN,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_records_written_total",
+        "Kafka records committed (events and tombstones), by op",
+        &["connector", "op"],
+        REGISTRY
+    )
+);
+metric!(
+    RECORD_BYTES,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_sink_record_bytes_total",
+        "Key and value bytes of the Kafka records produced (before compression)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    ROWS_READ,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_rows_read_total",
+        "Rows read from data files",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    BYTES_READ,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_bytes_read_total",
+        "Bytes of data files read",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    UNITS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_units_total",
+        "Instants processed, by outcome (emitted, skipped, snapshot)",
+        &["connector", "outcome"],
+        REGISTRY
+    )
+);
+metric!(
+    TXN_COMMITTED,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_sink_transactions_committed_total",
+        "Kafka transactions committed",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    TXN_ABORTED,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_sink_transactions_aborted_total",
+        "Kafka transactions aborted",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    TXN_RECORDS,
+    HistogramVec,
+    register_histogram_vec_with_registry!(
+        "lakestream_sink_transaction_records",
+        "Records per committed transaction",
+        &["connector", "task"],
+        vec![1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0, 1000000.0],
+        REGISTRY
+    )
+);
+metric!(
+    TXN_SECONDS,
+    HistogramVec,
+    register_histogram_vec_with_registry!(
+        "lakestream_sink_transaction_duration_seconds",
+        "Time from begin to commit of a transaction",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    OFFSET_COMMIT_SECONDS,
+    HistogramVec,
+    register_histogram_vec_with_registry!(
+        "lakestream_sink_offset_commit_duration_seconds",
+        "Duration of commit_transaction (records + offsets)",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    POLL_SECONDS,
+    HistogramVec,
+    register_histogram_vec_with_registry!(
+        "lakestream_source_poll_duration_seconds",
+        "Duration of one timeline poll",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
 metric!(LAG_SECONDS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_lag_seconds", "0 when every committed instant / snapshot is emitted, else now minus the commit time of the oldest one not yet emitted", &["connector", "task"], REGISTRY));
-metric!(PENDING_UNITS, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_pending_units", "Committed instants / snapshots not yet emitted (as of the last poll)", &["connector"], REGISTRY));
-metric!(SPLITS_IN_FLIGHT, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_splits_in_flight", "Splits of the unit being emitted not yet done", &["connector", "task"], REGISTRY));
-metric!(SKIPPED, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_skipped_units_total", "Units that emit nothing, by reason", &["connector", "reason"], REGISTRY));
-metric!(TASK_RUNNING, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_task_running", "1 while a task runs, 0 once it stopped or failed", &["connector", "task"], REGISTRY));
+metric!(
+    PENDING_UNITS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_source_pending_units",
+        "Committed instants / snapshots not yet emitted (as of the last poll)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    SPLITS_IN_FLIGHT,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_source_splits_in_flight",
+        "Splits of the unit being emitted not yet done",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    SKIPPED,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_skipped_units_total",
+        "Units that emit nothing, by reason",
+        &["connector", "reason"],
+        REGISTRY
+    )
+);
+metric!(
+    TASK_RUNNING,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_task_running",
+        "1 while a task runs, 0 once it stopped or failed",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
 metric!(TASK_STATE, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_task_state", "1 for the task's current state (running, recovering, failed, stopped; as /connectors/<name>/status), 0 for the others", &["connector", "task", "state"], REGISTRY));
-metric!(PRODUCER_QUEUE, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_kafka_producer_queue_messages", "Messages in the producer queue (librdkafka msg_cnt)", &["connector", "task"], REGISTRY));
-metric!(BROKER_RTT, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_kafka_broker_rtt_avg_seconds", "Average broker round-trip time (librdkafka)", &["connector", "broker"], REGISTRY));
-metric!(PRODUCER_TX_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_kafka_producer_tx_bytes_total", "Message bytes sent to brokers by the producers (librdkafka txmsg_bytes, summed over producer restarts)", &["connector", "task"], REGISTRY));
-metric!(PRODUCER_TX_MESSAGES, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_kafka_producer_tx_messages_total", "Messages sent to brokers by the producers (librdkafka txmsgs, summed over producer restarts)", &["connector", "task"], REGISTRY));
-metric!(SNAPSHOT_PROGRESS, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_snapshot_splits_remaining", "Splits of the running full scan not yet emitted", &["connector"], REGISTRY));
-metric!(SNAPSHOT_EVENTS, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_snapshot_events", "Events emitted so far by the running full scan (this run)", &["connector"], REGISTRY));
-metric!(SNAPSHOT_ETA, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_source_snapshot_eta_seconds", "Estimated seconds left in the running full scan (-1 until its first split is done, 0 once done)", &["connector"], REGISTRY));
-metric!(CORRUPT_LOG_BLOCKS, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_corrupt_log_blocks_total", "Damaged log blocks skipped (logged with file and offset)", &["connector"], REGISTRY));
-metric!(SPILLED_BYTES, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_source_spilled_bytes_total", "Bytes written to disk under read.memory.budget (key buckets, key-hash runs)", &["connector"], REGISTRY));
-metric!(ERRORS, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_errors_total", "Errors by kind", &["connector", "kind"], REGISTRY));
-metric!(RETRIES, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_outage_retries_total", "Task restarts from the committed position after a broker outage", &["connector"], REGISTRY));
-metric!(REGISTRY_REQUESTS, IntCounterVec, register_int_counter_vec_with_registry!(
-    "lakestream_schema_registry_requests_total", "Schema Registry requests by result (ok, rejected, error)", &["connector", "result"], REGISTRY));
-metric!(BUILD_INFO, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_build_info", "1, labelled with the running build's version", &["version"], REGISTRY));
+metric!(
+    PRODUCER_QUEUE,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_kafka_producer_queue_messages",
+        "Messages in the producer queue (librdkafka msg_cnt)",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    BROKER_RTT,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_kafka_broker_rtt_avg_seconds",
+        "Average broker round-trip time (librdkafka)",
+        &["connector", "broker"],
+        REGISTRY
+    )
+);
+metric!(
+    PRODUCER_TX_BYTES,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_kafka_producer_tx_bytes_total",
+        "Message bytes sent to brokers by the producers (librdkafka txmsg_bytes, summed over producer restarts)",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    PRODUCER_TX_MESSAGES,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_kafka_producer_tx_messages_total",
+        "Messages sent to brokers by the producers (librdkafka txmsgs, summed over producer restarts)",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
+    SNAPSHOT_PROGRESS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_source_snapshot_splits_remaining",
+        "Splits of the running full scan not yet emitted",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    SNAPSHOT_EVENTS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_source_snapshot_events",
+        "Events emitted so far by the running full scan (this run)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    SNAPSHOT_ETA,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_source_snapshot_eta_seconds",
+        "Estimated seconds left in the running full scan (-1 until its first split is done, 0 once done)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    CORRUPT_LOG_BLOCKS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_corrupt_log_blocks_total",
+        "Damaged log blocks skipped (logged with file and offset)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    SPILLED_BYTES,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_spilled_bytes_total",
+        "Bytes written to disk under read.memory.budget (key buckets, key-hash runs)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    ERRORS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_errors_total",
+        "Errors by kind",
+        &["connector", "kind"],
+        REGISTRY
+    )
+);
+metric!(
+    RETRIES,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_outage_retries_total",
+        "Task restarts from the committed position after a broker outage",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    REGISTRY_REQUESTS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_schema_registry_requests_total",
+        "Schema Registry requests by result (ok, rejected, error)",
+        &["connector", "result"],
+        REGISTRY
+    )
+);
+metric!(
+    BUILD_INFO,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_build_info",
+        "1, labelled with the running build's version",
+        &["version"],
+        REGISTRY
+    )
+);
 
 /// Label values known up front (counters exist at 0 from a task's start, so `increase()` and
 /// `absent()` alerts see the first event).
 pub const OPS: &[&str] = &["r", "c", "u", "d", "tombstone"];
 pub const UNIT_OUTCOMES: &[&str] = &["emitted", "skipped", "snapshot"];
-pub const SKIP_REASONS: &[&str] = &["no_data_change", "compaction", "clustering", "start_at_latest", "empty_table", "rewrite"];
+pub const SKIP_REASONS: &[&str] = &[
+    "no_data_change",
+    "compaction",
+    "clustering",
+    "start_at_latest",
+    "empty_table",
+    "rewrite",
+];
 pub const ERROR_KINDS: &[&str] = &["config", "source", "changelog", "sink", "position"];
 pub const REGISTRY_RESULTS: &[&str] = &["ok", "rejected", "error"];
 
@@ -117,7 +356,14 @@ pub fn init_task(connector: &str, task: &str) {
     for m in [&*RECORD_BYTES, &*CORRUPT_LOG_BLOCKS, &*SPILLED_BYTES, &*RETRIES] {
         m.with_label_values(&[c]);
     }
-    for m in [&*ROWS_READ, &*BYTES_READ, &*TXN_COMMITTED, &*TXN_ABORTED, &*PRODUCER_TX_BYTES, &*PRODUCER_TX_MESSAGES] {
+    for m in [
+        &*ROWS_READ,
+        &*BYTES_READ,
+        &*TXN_COMMITTED,
+        &*TXN_ABORTED,
+        &*PRODUCER_TX_BYTES,
+        &*PRODUCER_TX_MESSAGES,
+    ] {
         m.with_label_values(&[c, task]);
     }
     for m in [&*TXN_RECORDS, &*TXN_SECONDS, &*OFFSET_COMMIT_SECONDS, &*POLL_SECONDS] {
@@ -133,12 +379,16 @@ pub const TASK_STATES: &[&str] = &["running", "recovering", "failed", "stopped"]
 pub fn task_state(connector: &str, task: u32, state: &str) {
     let task = task.to_string();
     for s in TASK_STATES {
-        TASK_STATE.with_label_values(&[connector, &task, s]).set(if *s == state { 1.0 } else { 0.0 });
+        TASK_STATE
+            .with_label_values(&[connector, &task, s])
+            .set(if *s == state { 1.0 } else { 0.0 });
     }
 }
 
 pub fn render() -> String {
     let mut buf = Vec::new();
-    TextEncoder::new().encode(&REGISTRY.gather(), &mut buf).expect("text encoding");
+    TextEncoder::new()
+        .encode(&REGISTRY.gather(), &mut buf)
+        .expect("text encoding");
     String::from_utf8(buf).expect("utf-8 metrics")
 }

@@ -59,7 +59,9 @@ pub fn path_of(location: &str) -> PathBuf {
 pub fn parse_location(location: &str) -> Result<PathBuf, String> {
     let p = path_of(location);
     if location.contains("://") && !location.starts_with("file:") && !is_remote(&p) {
-        return Err(format!("`{location}`: unsupported scheme (local paths, file://, s3://, s3a://, gs://, az://, abfs[s]://)"));
+        return Err(format!(
+            "`{location}`: unsupported scheme (local paths, file://, s3://, s3a://, gs://, az://, abfs[s]://)"
+        ));
     }
     Ok(p)
 }
@@ -100,16 +102,37 @@ impl IoClass {
             K::NotFound => return IoClass::NotFound,
             K::PermissionDenied => return IoClass::PermissionDenied,
             K::InvalidData | K::UnexpectedEof => return IoClass::Corrupt,
-            K::TimedOut | K::ConnectionRefused | K::ConnectionReset | K::ConnectionAborted | K::NotConnected
-            | K::BrokenPipe | K::HostUnreachable | K::NetworkUnreachable | K::NetworkDown => return IoClass::Unreachable,
+            K::TimedOut
+            | K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::BrokenPipe
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::NetworkDown => return IoClass::Unreachable,
             _ => {}
         }
         // object-store errors arrive as text (after the client's own retries)
         let text = e.to_string();
         let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
-        if has(&["429", "Too Many Requests", "SlowDown", "503 Service Unavailable", "Throttl", "RequestLimitExceeded"]) {
+        if has(&[
+            "429",
+            "Too Many Requests",
+            "SlowDown",
+            "503 Service Unavailable",
+            "Throttl",
+            "RequestLimitExceeded",
+        ]) {
             IoClass::Throttled
-        } else if has(&["error sending request", "connection refused", "Connection refused", "timed out", "dns error", "connection reset"]) {
+        } else if has(&[
+            "error sending request",
+            "connection refused",
+            "Connection refused",
+            "timed out",
+            "dns error",
+            "connection reset",
+        ]) {
             IoClass::Unreachable
         } else {
             IoClass::Other
@@ -126,7 +149,9 @@ impl IoClass {
         match self {
             IoClass::NotFound => "not found",
             IoClass::PermissionDenied => "permission denied (check the credentials, role or ACL lakestream reads with)",
-            IoClass::Throttled => "throttled by the store beyond its client's retries (retried from the committed position)",
+            IoClass::Throttled => {
+                "throttled by the store beyond its client's retries (retried from the committed position)"
+            }
             IoClass::Unreachable => "storage unreachable (retried from the committed position)",
             IoClass::Corrupt => "corrupt or truncated",
             IoClass::Other => "I/O error",
@@ -178,14 +203,22 @@ fn store(p: &Path) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
                     if let Some(t) = &opts.s3_session_token {
                         b = b.with_token(t);
                     }
-                    b = b.with_allow_http(opts.s3_allow_http).with_virtual_hosted_style_request(!opts.s3_path_style);
+                    b = b
+                        .with_allow_http(opts.s3_allow_http)
+                        .with_virtual_hosted_style_request(!opts.s3_path_style);
                     Arc::new(b.build().map_err(other)?)
                 }
                 "gs" => Arc::new(
-                    object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket).build().map_err(other)?,
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                        .with_bucket_name(bucket)
+                        .build()
+                        .map_err(other)?,
                 ),
                 _ => Arc::new(
-                    object_store::azure::MicrosoftAzureBuilder::from_env().with_url(format!("{scheme}://{bucket}")).build().map_err(other)?,
+                    object_store::azure::MicrosoftAzureBuilder::from_env()
+                        .with_url(format!("{scheme}://{bucket}"))
+                        .build()
+                        .map_err(other)?,
                 ),
             };
             map.insert(id, st.clone());
@@ -237,7 +270,9 @@ pub fn size(p: &Path) -> io::Result<u64> {
         return std::fs::metadata(p).map(|m| m.len());
     }
     let (st, key) = store(p)?;
-    block_on(async move { st.head(&key).await }).map(|m| m.size).map_err(map_err)
+    block_on(async move { st.head(&key).await })
+        .map(|m| m.size)
+        .map_err(map_err)
 }
 
 pub fn exists(p: &Path) -> bool {
@@ -270,8 +305,17 @@ pub fn list(dir: &Path) -> io::Result<Vec<Entry>> {
         for e in std::fs::read_dir(dir)? {
             let e = e?;
             let ft = e.file_type()?;
-            let size = if ft.is_file() { e.metadata().map(|m| m.len()).unwrap_or(0) } else { 0 };
-            out.push(Entry { name: e.file_name().to_string_lossy().into_owned(), path: e.path(), is_dir: ft.is_dir(), size });
+            let size = if ft.is_file() {
+                e.metadata().map(|m| m.len()).unwrap_or(0)
+            } else {
+                0
+            };
+            out.push(Entry {
+                name: e.file_name().to_string_lossy().into_owned(),
+                path: e.path(),
+                is_dir: ft.is_dir(),
+                size,
+            });
         }
         return Ok(out);
     }
@@ -281,11 +325,21 @@ pub fn list(dir: &Path) -> io::Result<Vec<Entry>> {
     let mut out = Vec::new();
     for d in listing.common_prefixes {
         let name = d.filename().unwrap_or_default().to_string();
-        out.push(Entry { path: dir.join(&name), name, is_dir: true, size: 0 });
+        out.push(Entry {
+            path: dir.join(&name),
+            name,
+            is_dir: true,
+            size: 0,
+        });
     }
     for o in listing.objects {
         let name = o.location.filename().unwrap_or_default().to_string();
-        out.push(Entry { path: dir.join(&name), name, is_dir: false, size: o.size });
+        out.push(Entry {
+            path: dir.join(&name),
+            name,
+            is_dir: false,
+            size: o.size,
+        });
     }
     Ok(out)
 }
@@ -297,7 +351,11 @@ pub enum Input {
 }
 
 pub fn open(p: &Path) -> io::Result<Input> {
-    if is_remote(p) { read(p).map(Input::Bytes) } else { std::fs::File::open(p).map(Input::File) }
+    if is_remote(p) {
+        read(p).map(Input::Bytes)
+    } else {
+        std::fs::File::open(p).map(Input::File)
+    }
 }
 
 impl parquet::file::reader::Length for Input {
@@ -328,10 +386,16 @@ impl parquet::file::reader::ChunkReader for Input {
 }
 
 /// Open and parse a local or remote path's Parquet footer.
-pub fn parquet(p: &Path) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<Input>, crate::source::SourceError> {
+pub fn parquet(
+    p: &Path,
+) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<Input>, crate::source::SourceError> {
     let input = open(p).map_err(crate::source::SourceError::io(p))?;
-    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input)
-        .map_err(|source| crate::source::SourceError::Parquet { path: p.to_path_buf(), source })
+    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input).map_err(|source| {
+        crate::source::SourceError::Parquet {
+            path: p.to_path_buf(),
+            source,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -357,6 +421,10 @@ mod tests {
             assert_eq!(IoClass::of(&e), want, "{e}");
         }
         assert!(IoClass::Throttled.is_transient() && IoClass::Unreachable.is_transient());
-        assert!(!IoClass::NotFound.is_transient() && !IoClass::PermissionDenied.is_transient() && !IoClass::Corrupt.is_transient());
+        assert!(
+            !IoClass::NotFound.is_transient()
+                && !IoClass::PermissionDenied.is_transient()
+                && !IoClass::Corrupt.is_transient()
+        );
     }
 }

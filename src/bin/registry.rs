@@ -27,7 +27,10 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 #[derive(Parser)]
-#[command(name = "lakestream-registry", about = "Minimal Confluent-compatible Schema Registry backed by a Kafka topic")]
+#[command(
+    name = "lakestream-registry",
+    about = "Minimal Confluent-compatible Schema Registry backed by a Kafka topic"
+)]
 struct Args {
     #[arg(long, default_value = "127.0.0.1:8081")]
     listen: String,
@@ -50,7 +53,8 @@ struct Store {
 
 impl Store {
     fn apply(&mut self, v: &Value) {
-        let (Some(subject), Some(id), Some(schema)) = (v["subject"].as_str(), v["id"].as_u64(), v["schema"].as_str()) else {
+        let (Some(subject), Some(id), Some(schema)) = (v["subject"].as_str(), v["id"].as_u64(), v["schema"].as_str())
+        else {
             return;
         };
         self.by_id.insert(id as u32, schema.to_string());
@@ -75,7 +79,11 @@ struct Writer {
 }
 
 fn producer(bootstrap: &str) -> anyhow::Result<FutureProducer> {
-    Ok(ClientConfig::new().set("bootstrap.servers", bootstrap).set("acks", "all").set("message.timeout.ms", "10000").create()?)
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("message.timeout.ms", "10000")
+        .create()?)
 }
 
 /// Write a schema record, recreating the producer between attempts (about 30 s in all).
@@ -92,7 +100,14 @@ async fn write(app: &App, w: &mut Writer, key: &str, payload: &str) -> Result<()
                 }
             }
         }
-        match w.producer.send(FutureRecord::to(&app.topic).key(key).payload(payload), Duration::from_secs(10)).await {
+        match w
+            .producer
+            .send(
+                FutureRecord::to(&app.topic).key(key).payload(payload),
+                Duration::from_secs(10),
+            )
+            .await
+        {
             Ok(_) => return Ok(()),
             Err((e, _)) => {
                 tracing::warn!(error = %e, attempt, "writing a schema failed; retrying with a new producer");
@@ -131,8 +146,20 @@ async fn register(State(app): State<Shared>, Path(subject): Path<String>, Json(b
                 *app.store.lock().await = fresh;
                 w.stale = false;
             }
-            Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, 50001, format!("cannot re-read schemas: {e}")),
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, 50001, format!("cannot re-read schemas: {e}")),
+            Ok(Err(e)) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    50001,
+                    format!("cannot re-read schemas: {e}"),
+                )
+            }
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    50001,
+                    format!("cannot re-read schemas: {e}"),
+                )
+            }
         }
     }
     let store = app.store.lock().await;
@@ -153,7 +180,11 @@ async fn register(State(app): State<Shared>, Path(subject): Path<String>, Json(b
     let payload = value.to_string();
     drop(store); // readers go on while the record is written
     if let Err(e) = write(&app, &mut w, &key, &payload).await {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, 50001, format!("cannot store schema: {e}"));
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            50001,
+            format!("cannot store schema: {e}"),
+        );
     }
     app.store.lock().await.apply(&value);
     Json(json!({"id": id})).into_response()
@@ -196,9 +227,15 @@ async fn version(State(app): State<Shared>, Path((subject, version)): Path<(Stri
     let Some(ids) = store.subjects.get(&subject) else {
         return error(StatusCode::NOT_FOUND, 40401, "Subject not found");
     };
-    let idx = if version == "latest" { ids.len().checked_sub(1) } else { version.parse::<usize>().ok().and_then(|v| v.checked_sub(1)) };
+    let idx = if version == "latest" {
+        ids.len().checked_sub(1)
+    } else {
+        version.parse::<usize>().ok().and_then(|v| v.checked_sub(1))
+    };
     match idx.and_then(|i| ids.get(i).map(|id| (i, *id))) {
-        Some((i, id)) => Json(json!({"subject": subject, "version": i + 1, "id": id, "schema": store.by_id[&id]})).into_response(),
+        Some((i, id)) => {
+            Json(json!({"subject": subject, "version": i + 1, "id": id, "schema": store.by_id[&id]})).into_response()
+        }
         None => error(StatusCode::NOT_FOUND, 40402, "Version not found"),
     }
 }
@@ -236,14 +273,18 @@ fn load(bootstrap: &str, topic: &str) -> anyhow::Result<Store> {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let args = Args::parse();
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &args.bootstrap_servers).create()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.bootstrap_servers)
+        .create()?;
     let topic = NewTopic::new(&args.topic, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
     let _ = admin.create_topics(&[topic], &AdminOptions::new()).await?;
     let (b, t) = (args.bootstrap_servers.clone(), args.topic.clone());
     let store = tokio::task::spawn_blocking(move || load(&b, &t)).await??;
     tracing::info!(schemas = store.by_id.len(), "schemas loaded");
-    let writer = Writer { producer: producer(&args.bootstrap_servers)?, stale: false };
+    let writer = Writer {
+        producer: producer(&args.bootstrap_servers)?,
+        stale: false,
+    };
     let app = Arc::new(App {
         store: Mutex::new(store),
         writer: Mutex::new(writer),
@@ -264,17 +305,23 @@ async fn main() -> anyhow::Result<()> {
         Some(creds) => {
             use base64::Engine;
             let want = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(creds));
-            router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-                let ok = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(want.as_str());
-                async move {
-                    if ok {
-                        next.run(req).await
-                    } else {
-                        use axum::response::IntoResponse;
-                        (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({"error_code": 401, "message": "Unauthorized"}))).into_response()
+            router.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let ok = req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(want.as_str());
+                    async move {
+                        if ok {
+                            next.run(req).await
+                        } else {
+                            use axum::response::IntoResponse;
+                            (
+                                axum::http::StatusCode::UNAUTHORIZED,
+                                axum::Json(json!({"error_code": 401, "message": "Unauthorized"})),
+                            )
+                                .into_response()
+                        }
                     }
-                }
-            }))
+                },
+            ))
         }
     };
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;

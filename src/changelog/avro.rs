@@ -41,7 +41,10 @@ impl Shape {
 
 /// A valid Avro name from an arbitrary column name.
 pub fn avro_name(s: &str) -> String {
-    let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect();
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }
@@ -51,7 +54,11 @@ pub fn avro_name(s: &str) -> String {
 /// The Avro schema of a field (a `["null", T]` union when nullable). `path` names nested records.
 pub fn field_type(f: &Field, path: &str, time: TimeMode) -> Result<Value, ChangelogError> {
     let t = data_type(f.data_type(), path, time)?;
-    Ok(if f.is_nullable() && t != json!("null") { json!(["null", t]) } else { t })
+    Ok(if f.is_nullable() && t != json!("null") {
+        json!(["null", t])
+    } else {
+        t
+    })
 }
 
 pub fn record(name: &str, fields: &[impl AsRef<Field>], path: &str, time: TimeMode) -> Result<Value, ChangelogError> {
@@ -85,7 +92,9 @@ fn data_type(dt: &DataType, path: &str, time: TimeMode) -> Result<Value, Changel
         DataType::Float16 | DataType::Float32 => json!("float"),
         DataType::Float64 => json!("double"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => json!("string"),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => json!("bytes"),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+            json!("bytes")
+        }
         DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => decimal(*p, *s, time),
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             json!({"type": "array", "items": field_type(f, &format!("{path}_item"), time)?})
@@ -93,7 +102,9 @@ fn data_type(dt: &DataType, path: &str, time: TimeMode) -> Result<Value, Changel
         DataType::Struct(fields) => record(&avro_name(path), fields, path, time)?,
         DataType::Map(entries, _) => {
             let DataType::Struct(kv) = entries.data_type() else {
-                return Err(ChangelogError::Unsupported(format!("map at {path} without key/value struct")));
+                return Err(ChangelogError::Unsupported(format!(
+                    "map at {path} without key/value struct"
+                )));
             };
             if is_string(kv[0].data_type()) {
                 json!({"type": "map", "values": field_type(&kv[1], &format!("{path}_value"), time)?})
@@ -113,7 +124,8 @@ fn decimal(precision: u8, scale: i8, time: TimeMode) -> Value {
     if time != TimeMode::Avro {
         v["connect.version"] = json!(1);
         v["connect.name"] = json!("org.apache.kafka.connect.data.Decimal");
-        v["connect.parameters"] = json!({"scale": scale.to_string(), "connect.decimal.precision": precision.to_string()});
+        v["connect.parameters"] =
+            json!({"scale": scale.to_string(), "connect.decimal.precision": precision.to_string()});
     }
     v
 }
@@ -147,7 +159,11 @@ fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, Kind)> {
     let connect = |n: &str| Some(format!("{CONNECT}{n}"));
     Some(match dt {
         DataType::Date32 | DataType::Date64 => {
-            let kind = if *dt == DataType::Date32 { Kind::Date32 } else { Kind::Date64 };
+            let kind = if *dt == DataType::Date32 {
+                Kind::Date32
+            } else {
+                Kind::Date64
+            };
             let schema = match time {
                 Avro => t("int", Some("date"), None),
                 Adaptive | AdaptiveTimeMicroseconds => t("int", None, dbz("Date").as_deref()),
@@ -161,15 +177,25 @@ fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, Kind)> {
                 Avro => (t("int", Some("time-millis"), None), Kind::Time32(ms)),
                 Adaptive => (t("int", None, dbz("Time").as_deref()), Kind::Time32(ms)),
                 AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime").as_deref()), Kind::Time32(ms * 1000)),
-                Connect => (t("int", Some("time-millis"), connect("Time").as_deref()), Kind::Time32(ms)),
+                Connect => (
+                    t("int", Some("time-millis"), connect("Time").as_deref()),
+                    Kind::Time32(ms),
+                ),
             }
         }
         DataType::Time64(unit) => {
             let nanos = *unit == Nanosecond;
             match time {
-                Avro => (t("long", Some("time-micros"), None), Kind::Scaled64(1, if nanos { 1000 } else { 1 })),
-                Adaptive | AdaptiveTimeMicroseconds if nanos => (t("long", None, dbz("NanoTime").as_deref()), Kind::Scaled64(1, 1)),
-                Adaptive | AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime").as_deref()), Kind::Scaled64(1, 1)),
+                Avro => (
+                    t("long", Some("time-micros"), None),
+                    Kind::Scaled64(1, if nanos { 1000 } else { 1 }),
+                ),
+                Adaptive | AdaptiveTimeMicroseconds if nanos => {
+                    (t("long", None, dbz("NanoTime").as_deref()), Kind::Scaled64(1, 1))
+                }
+                Adaptive | AdaptiveTimeMicroseconds => {
+                    (t("long", None, dbz("MicroTime").as_deref()), Kind::Scaled64(1, 1))
+                }
                 Connect => (
                     t("int", Some("time-millis"), connect("Time").as_deref()),
                     Kind::Scaled64(1, if nanos { 1_000_000 } else { 1000 }),
@@ -204,7 +230,10 @@ fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, Kind)> {
                     };
                     (t("long", None, dbz(name).as_deref()), precise)
                 }
-                Connect => (t("long", Some("timestamp-millis"), connect("Timestamp").as_deref()), to_millis),
+                Connect => (
+                    t("long", Some("timestamp-millis"), connect("Timestamp").as_deref()),
+                    to_millis,
+                ),
             }
         }
         _ => return None,
@@ -304,7 +333,11 @@ impl ColumnEncoder {
             if let Kind::Zoned(unit) = kind {
                 zoned_in_range(&array, unit, field.name())?;
             }
-            return Ok(Self { nullable: field.is_nullable(), array, kind });
+            return Ok(Self {
+                nullable: field.is_nullable(),
+                array,
+                kind,
+            });
         }
         let kind = match &dt {
             DataType::Null => Kind::Null,
@@ -332,9 +365,10 @@ impl ColumnEncoder {
             DataType::Decimal128(_, _) => Kind::Dec128,
             DataType::List(f) => Kind::List(Box::new(Self::new(array.as_list::<i32>().values(), f, time)?)),
             DataType::LargeList(f) => Kind::LargeList(Box::new(Self::new(array.as_list::<i64>().values(), f, time)?)),
-            DataType::FixedSizeList(f, n) => {
-                Kind::FixedList(Box::new(Self::new(array.as_fixed_size_list().values(), f, time)?), *n as usize)
-            }
+            DataType::FixedSizeList(f, n) => Kind::FixedList(
+                Box::new(Self::new(array.as_fixed_size_list().values(), f, time)?),
+                *n as usize,
+            ),
             DataType::Struct(fields) => Kind::Struct(
                 array
                     .as_struct()
@@ -346,16 +380,27 @@ impl ColumnEncoder {
             ),
             DataType::Map(_, _) => {
                 let m = array.as_map();
-                let DataType::Struct(kv) = m.entries().data_type().clone() else { unreachable!("map entries") };
+                let DataType::Struct(kv) = m.entries().data_type().clone() else {
+                    unreachable!("map entries")
+                };
                 Kind::Map(
                     Box::new(Self::new(m.keys(), &kv[0], time)?),
                     Box::new(Self::new(m.values(), &kv[1], time)?),
                     is_string(kv[0].data_type()),
                 )
             }
-            other => return Err(ChangelogError::Unsupported(format!("column `{}` of type {other}", field.name()))),
+            other => {
+                return Err(ChangelogError::Unsupported(format!(
+                    "column `{}` of type {other}",
+                    field.name()
+                )))
+            }
         };
-        Ok(Self { nullable: field.is_nullable() && !matches!(kind, Kind::Null), array, kind })
+        Ok(Self {
+            nullable: field.is_nullable() && !matches!(kind, Kind::Null),
+            array,
+            kind,
+        })
     }
 
     pub fn write(&self, i: usize, out: &mut Vec<u8>) {
@@ -429,7 +474,11 @@ impl ColumnEncoder {
 
     /// Map keys are plain strings in Avro even when Arrow marks them nullable.
     fn write_unwrapped(&self, i: usize, out: &mut Vec<u8>) {
-        let plain = ColumnEncoder { nullable: false, array: self.array.clone(), kind: Kind::Utf8 };
+        let plain = ColumnEncoder {
+            nullable: false,
+            array: self.array.clone(),
+            kind: Kind::Utf8,
+        };
         match self.array.data_type() {
             DataType::Utf8 => plain.write(i, out),
             DataType::LargeUtf8 => write_bytes(out, self.array.as_string::<i64>().value(i).as_bytes()),
@@ -464,14 +513,19 @@ fn zoned(v: i64, unit: TimeUnit) -> String {
         TimeUnit::Nanosecond => Nanos,
     };
     // checked in range by `zoned_in_range` before any row is written
-    instant(v, unit).map(|t| t.to_rfc3339_opts(digits, true)).unwrap_or_default()
+    instant(v, unit)
+        .map(|t| t.to_rfc3339_opts(digits, true))
+        .unwrap_or_default()
 }
 
 /// Every value of a column written as an ISO-8601 string must be a date chrono can print
 /// (years -262143 to 262142): refuse the column rather than write a wrong one.
 fn zoned_in_range(array: &ArrayRef, unit: TimeUnit, name: &str) -> Result<(), ChangelogError> {
     let values = array.as_primitive::<Int64Type>();
-    for v in [arrow::compute::min(values), arrow::compute::max(values)].into_iter().flatten() {
+    for v in [arrow::compute::min(values), arrow::compute::max(values)]
+        .into_iter()
+        .flatten()
+    {
         if instant(v, unit).is_none() {
             return Err(ChangelogError::Unsupported(format!(
                 "column `{name}` holds {v} ({unit:?}s since the epoch), beyond the years an ISO-8601 ZonedTimestamp can \

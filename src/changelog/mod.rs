@@ -75,7 +75,13 @@ const SOURCE_FIELDS: &[(&str, &str)] = &[
 ];
 
 impl ChangelogEncoder {
-    pub fn new(connector: &str, topic: &str, table: TableInfo, tombstones: bool, registry: &RegistryOptions) -> Result<Self, ChangelogError> {
+    pub fn new(
+        connector: &str,
+        topic: &str,
+        table: TableInfo,
+        tombstones: bool,
+        registry: &RegistryOptions,
+    ) -> Result<Self, ChangelogError> {
         Ok(Self {
             connector: connector.into(),
             topic: topic.into(),
@@ -86,7 +92,10 @@ impl ChangelogEncoder {
             txn_topic: None,
             markers: None,
             exclude: None,
-            shape: Shape { time: Default::default(), required: table.required.clone() },
+            shape: Shape {
+                time: Default::default(),
+                required: table.required.clone(),
+            },
             table,
         })
     }
@@ -107,9 +116,13 @@ impl ChangelogEncoder {
     /// The columns of `schema` the events' values carry.
     fn value_columns(&self, schema: &SchemaRef) -> Vec<usize> {
         let kept = |name: &str| {
-            self.exclude.as_ref().is_none_or(|re| !re.is_match(name) && !re.is_match(&format!("{}.{name}", self.table.name)))
+            self.exclude
+                .as_ref()
+                .is_none_or(|re| !re.is_match(name) && !re.is_match(&format!("{}.{name}", self.table.name)))
         };
-        (0..schema.fields().len()).filter(|i| kept(schema.field(*i).name())).collect()
+        (0..schema.fields().len())
+            .filter(|i| kept(schema.field(*i).name()))
+            .collect()
     }
 
     /// With a topic for BEGIN/END records, events carry their lake commit (`transaction`), and
@@ -124,11 +137,27 @@ impl ChangelogEncoder {
         if let Some(m) = &self.markers {
             return Ok(m.clone());
         }
-        let subject = self.txn_topic.clone().ok_or_else(|| ChangelogError::Schema("no transaction topic".into()))?;
-        let (key, value) = (transaction::key_schema(&self.namespace), transaction::value_schema(&self.namespace));
-        let key_id = self.registry.register(&format!("{subject}-key"), &key.to_string()).await?;
-        let value_id = self.registry.register(&format!("{subject}-value"), &value.to_string()).await?;
-        let m = Arc::new(transaction::Markers { key_id, value_id, collection: self.table.qualified_name() });
+        let subject = self
+            .txn_topic
+            .clone()
+            .ok_or_else(|| ChangelogError::Schema("no transaction topic".into()))?;
+        let (key, value) = (
+            transaction::key_schema(&self.namespace),
+            transaction::value_schema(&self.namespace),
+        );
+        let key_id = self
+            .registry
+            .register(&format!("{subject}-key"), &key.to_string())
+            .await?;
+        let value_id = self
+            .registry
+            .register(&format!("{subject}-value"), &value.to_string())
+            .await?;
+        let m = Arc::new(transaction::Markers {
+            key_id,
+            value_id,
+            collection: self.table.qualified_name(),
+        });
         self.markers = Some(m.clone());
         Ok(m)
     }
@@ -139,12 +168,20 @@ impl ChangelogEncoder {
             .table
             .key_fields
             .iter()
-            .map(|k| value.index_of(k).map_err(|_| ChangelogError::Schema(format!("key field `{k}` is not a column"))))
+            .map(|k| {
+                value
+                    .index_of(k)
+                    .map_err(|_| ChangelogError::Schema(format!("key field `{k}` is not a column")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let key_fields: Vec<Field> = key_cols.iter().map(|i| self.shape.field(value.field(*i))).collect();
         let mut key = record("Key", &key_fields, "Key", self.shape.time)?;
         key["namespace"] = json!(self.namespace);
-        let kept: Vec<Field> = self.value_columns(value).into_iter().map(|i| self.shape.field(value.field(i))).collect();
+        let kept: Vec<Field> = self
+            .value_columns(value)
+            .into_iter()
+            .map(|i| self.shape.field(value.field(i)))
+            .collect();
         let value_rec = record("Value", &kept, "Value", self.shape.time)?;
         let source = json!({
             "type": "record", "name": "Source",
@@ -166,7 +203,10 @@ impl ChangelogEncoder {
             ]
         });
         if self.txn_topic.is_some() {
-            envelope["fields"].as_array_mut().expect("fields").push(transaction::block_field(&self.namespace));
+            envelope["fields"]
+                .as_array_mut()
+                .expect("fields")
+                .push(transaction::block_field(&self.namespace));
         }
         Ok((key, envelope, key_cols))
     }
@@ -178,13 +218,27 @@ impl ChangelogEncoder {
         let (key, envelope, key_cols) = self.schemas(schema)?;
         // every generated schema must parse as Avro before it reaches the registry
         for s in [&key, &envelope] {
-            apache_avro::Schema::parse(s).map_err(|e| ChangelogError::Schema(format!("generated schema invalid: {e}: {s}")))?;
+            apache_avro::Schema::parse(s)
+                .map_err(|e| ChangelogError::Schema(format!("generated schema invalid: {e}: {s}")))?;
         }
         // a keyless table's records have null keys: no key schema
-        let key_id = if self.keyless() { 0 } else { self.registry.register(&format!("{}-key", self.topic), &key.to_string()).await? };
-        let value_id = self.registry.register(&format!("{}-value", self.topic), &envelope.to_string()).await?;
+        let key_id = if self.keyless() {
+            0
+        } else {
+            self.registry
+                .register(&format!("{}-key", self.topic), &key.to_string())
+                .await?
+        };
+        let value_id = self
+            .registry
+            .register(&format!("{}-value", self.topic), &envelope.to_string())
+            .await?;
         tracing::info!(topic = %self.topic, key_id, value_id, "schemas registered");
-        let r = Arc::new(Registered { key_id, value_id, key_cols });
+        let r = Arc::new(Registered {
+            key_id,
+            value_id,
+            key_cols,
+        });
         self.registered.insert(schema.clone(), r.clone());
         Ok(r)
     }
@@ -196,7 +250,11 @@ impl ChangelogEncoder {
     /// Prepare the encoder of one split (registers its schemas on first sight).
     pub async fn split(&mut self, unit: &Unit, split: &SplitChanges) -> Result<SplitEncoder, ChangelogError> {
         let Some(first) = split.batches.first() else {
-            return Ok(SplitEncoder { inner: None, tombstones: self.tombstones && !self.keyless(), txn_field: self.txn_topic.is_some() });
+            return Ok(SplitEncoder {
+                inner: None,
+                tombstones: self.tombstones && !self.keyless(),
+                txn_field: self.txn_topic.is_some(),
+            });
         };
         let schema = first.schema();
         let reg = self.register(&schema).await?;
@@ -233,10 +291,21 @@ impl ChangelogEncoder {
         let sources: Vec<Vec<u8>> = if split.batch_files.is_empty() {
             vec![[source.as_slice(), &suffix(&split.split.partition, &split.file)].concat()]
         } else {
-            split.batch_files.iter().map(|(p, f)| [source.as_slice(), &suffix(p, f)].concat()).collect()
+            split
+                .batch_files
+                .iter()
+                .map(|(p, f)| [source.as_slice(), &suffix(p, f)].concat())
+                .collect()
         };
         Ok(SplitEncoder {
-            inner: Some(Inner { key_id: reg.key_id, value_id: reg.value_id, values, keys, sources, keyless: self.keyless() }),
+            inner: Some(Inner {
+                key_id: reg.key_id,
+                value_id: reg.value_id,
+                values,
+                keys,
+                sources,
+                keyless: self.keyless(),
+            }),
             // a tombstone needs a key to delete
             tombstones: self.tombstones && !self.keyless(),
             txn_field: self.txn_topic.is_some(),
@@ -314,10 +383,16 @@ impl SplitEncoder {
         }
         let tombstone = self.tombstones && row.op == Op::Delete;
         if tombstone {
-            out.push(KafkaRecord { key: key.clone(), value: Some(value) });
+            out.push(KafkaRecord {
+                key: key.clone(),
+                value: Some(value),
+            });
             out.push(KafkaRecord { key, value: None });
         } else {
-            out.push(KafkaRecord { key, value: Some(value) });
+            out.push(KafkaRecord {
+                key,
+                value: Some(value),
+            });
         }
     }
 }

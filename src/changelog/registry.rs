@@ -40,14 +40,20 @@ impl RegistryClient {
         let bad = |what: &str, e: &dyn std::fmt::Display| ChangelogError::Registry(format!("{what}: {e}"));
         let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
         if let Some(ca) = &opts.ca_location {
-            let pem = std::fs::read(ca).map_err(|e| bad(&format!("schema.registry.ssl.ca.location {}", ca.display()), &e))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad("schema.registry.ssl.ca.location", &e))? {
+            let pem =
+                std::fs::read(ca).map_err(|e| bad(&format!("schema.registry.ssl.ca.location {}", ca.display()), &e))?;
+            for cert in
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad("schema.registry.ssl.ca.location", &e))?
+            {
                 b = b.add_root_certificate(cert);
             }
         }
         if let (Some(c), Some(k)) = (&opts.certificate_location, &opts.key_location) {
-            let mut pem = std::fs::read(c).map_err(|e| bad(&format!("schema.registry.ssl.certificate.location {}", c.display()), &e))?;
-            pem.extend(std::fs::read(k).map_err(|e| bad(&format!("schema.registry.ssl.key.location {}", k.display()), &e))?);
+            let mut pem = std::fs::read(c)
+                .map_err(|e| bad(&format!("schema.registry.ssl.certificate.location {}", c.display()), &e))?;
+            pem.extend(
+                std::fs::read(k).map_err(|e| bad(&format!("schema.registry.ssl.key.location {}", k.display()), &e))?,
+            );
             b = b.identity(reqwest::Identity::from_pem(&pem).map_err(|e| bad("client certificate", &e))?);
         }
         let http = b.build().map_err(|e| bad("http client", &e))?;
@@ -76,14 +82,20 @@ impl RegistryClient {
             Some(Auth::Bearer(t)) => self.http.get(&url).bearer_auth(t),
             None => self.http.get(&url),
         };
-        let res = req.send().await.map_err(|e| ChangelogError::RegistryUnavailable(format!("{url}: {}", crate::causes::with_causes(&e))))?;
+        let res = req
+            .send()
+            .await
+            .map_err(|e| ChangelogError::RegistryUnavailable(format!("{url}: {}", crate::causes::with_causes(&e))))?;
         if res.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !res.status().is_success() {
             return Err(ChangelogError::Registry(format!("{url}: HTTP {}", res.status())));
         }
-        res.json().await.map(Some).map_err(|e| ChangelogError::Registry(format!("{url}: bad response: {e}")))
+        res.json()
+            .await
+            .map(Some)
+            .map_err(|e| ChangelogError::Registry(format!("{url}: bad response: {e}")))
     }
 
     /// Register `schema` under `subject` (idempotent in the registry) and return its global id.
@@ -117,12 +129,16 @@ impl RegistryClient {
                     let id = v["id"]
                         .as_u64()
                         .ok_or_else(|| ChangelogError::Registry(format!("{url}: response without id: {v}")))?;
-                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "ok"]).inc();
+                    metrics::REGISTRY_REQUESTS
+                        .with_label_values(&[&self.connector, "ok"])
+                        .inc();
                     self.cache.lock().await.insert(key, id as u32);
                     return Ok(id as u32);
                 }
                 Ok(r) if r.status().is_client_error() => {
-                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "rejected"]).inc();
+                    metrics::REGISTRY_REQUESTS
+                        .with_label_values(&[&self.connector, "rejected"])
+                        .inc();
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
                     return Err(ChangelogError::Registry(format!(
@@ -131,12 +147,16 @@ impl RegistryClient {
                     )));
                 }
                 Ok(r) => {
-                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "error"]).inc();
+                    metrics::REGISTRY_REQUESTS
+                        .with_label_values(&[&self.connector, "error"])
+                        .inc();
                     tracing::warn!(%url, status = %r.status(), attempt, "schema registry error, retrying");
                     last_error = format!("HTTP {}", r.status());
                 }
                 Err(e) => {
-                    metrics::REGISTRY_REQUESTS.with_label_values(&[&self.connector, "error"]).inc();
+                    metrics::REGISTRY_REQUESTS
+                        .with_label_values(&[&self.connector, "error"])
+                        .inc();
                     tracing::warn!(%url, error = %crate::causes::with_causes(&e), attempt, "schema registry unreachable, retrying");
                     last_error = crate::causes::with_causes(&e);
                 }
@@ -144,6 +164,8 @@ impl RegistryClient {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        Err(ChangelogError::RegistryUnavailable(format!("{url}: no answer after 6 attempts (last: {last_error})")))
+        Err(ChangelogError::RegistryUnavailable(format!(
+            "{url}: no answer after 6 attempts (last: {last_error})"
+        )))
     }
 }

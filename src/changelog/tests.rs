@@ -1,12 +1,12 @@
 use std::sync::Arc;
 
 use apache_avro::types::Value as AV;
-use arrow_array::builder::{MapBuilder, StringBuilder, Int32Builder};
+use arrow_array::builder::{Int32Builder, MapBuilder, StringBuilder};
+use arrow_array::types::Int32Type;
 use arrow_array::{
     ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float32Array, Int64Array, ListArray,
     RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
 };
-use arrow_array::types::Int32Type;
 use arrow_schema::{DataType, Field, Schema};
 
 use super::avro::{record, RowEncoder};
@@ -23,22 +23,42 @@ fn batch() -> RecordBatch {
         Some(vec![]),
     ]));
     let inner: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), None]));
-    let st: ArrayRef = Arc::new(StructArray::from(vec![(Arc::new(Field::new("f", DataType::Utf8, true)), inner)]));
+    let st: ArrayRef = Arc::new(StructArray::from(vec![(
+        Arc::new(Field::new("f", DataType::Utf8, true)),
+        inner,
+    )]));
     let cols: Vec<(&str, ArrayRef)> = vec![
         ("id", Arc::new(Int64Array::from(vec![1, -70000000000]))),
         ("name", Arc::new(StringArray::from(vec![Some("alice"), None]))),
         ("ok", Arc::new(BooleanArray::from(vec![true, false]))),
         ("f", Arc::new(Float32Array::from(vec![1.1f32, -0.5]))),
-        ("amount", Arc::new(Decimal128Array::from(vec![1234567, -1]).with_precision_and_scale(10, 2).unwrap())),
+        (
+            "amount",
+            Arc::new(
+                Decimal128Array::from(vec![1234567, -1])
+                    .with_precision_and_scale(10, 2)
+                    .unwrap(),
+            ),
+        ),
         ("day", Arc::new(Date32Array::from(vec![19000, -1]))),
-        ("ts", Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, 0]).with_timezone("UTC"))),
+        (
+            "ts",
+            Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, 0]).with_timezone("UTC")),
+        ),
         ("bin", Arc::new(BinaryArray::from(vec![b"\x00\xff" as &[u8], b""]))),
         ("m", map),
         ("l", list),
         ("s", st),
     ];
-    let fields: Vec<Field> = cols.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), true)).collect();
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols.into_iter().map(|(_, a)| a).collect()).unwrap()
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        cols.into_iter().map(|(_, a)| a).collect(),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -68,7 +88,10 @@ fn encoded_rows_decode_with_an_independent_avro_reader() {
     let get = |r: &Vec<(String, AV)>, k: &str| r.iter().find(|(n, _)| n == k).unwrap().1.clone();
     assert_eq!(get(r0, "id"), AV::Union(1, Box::new(AV::Long(1))));
     assert_eq!(get(r0, "name"), AV::Union(1, Box::new(AV::String("alice".into()))));
-    assert_eq!(get(r0, "ts"), AV::Union(1, Box::new(AV::TimestampMicros(1_700_000_000_123_456))));
+    assert_eq!(
+        get(r0, "ts"),
+        AV::Union(1, Box::new(AV::TimestampMicros(1_700_000_000_123_456)))
+    );
     assert_eq!(get(r0, "day"), AV::Union(1, Box::new(AV::Date(19000))));
     match get(r0, "amount") {
         AV::Union(1, d) => match *d {
@@ -104,19 +127,44 @@ fn encoded_rows_decode_with_an_independent_avro_reader() {
 /// Temporal columns of every precision, with and without a zone, row 0 a value and row 1 the
 /// epoch's neighbourhood (negative: before 1970).
 fn temporal_batch() -> RecordBatch {
-    use arrow_array::{Time32SecondArray, Time64MicrosecondArray, Time64NanosecondArray, TimestampMillisecondArray, TimestampNanosecondArray};
+    use arrow_array::{
+        Time32SecondArray, Time64MicrosecondArray, Time64NanosecondArray, TimestampMillisecondArray,
+        TimestampNanosecondArray,
+    };
     let cols: Vec<(&str, ArrayRef)> = vec![
         ("day", Arc::new(Date32Array::from(vec![19000, -1]))),
         ("t_s", Arc::new(Time32SecondArray::from(vec![3_661, 0]))),
         ("t_us", Arc::new(Time64MicrosecondArray::from(vec![3_661_000_123, 1]))),
-        ("t_ns", Arc::new(Time64NanosecondArray::from(vec![3_661_000_123_456, 1]))),
-        ("utc_us", Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, -1]).with_timezone("UTC"))),
-        ("local_us", Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, -1]))),
-        ("local_ms", Arc::new(TimestampMillisecondArray::from(vec![1_700_000_000_123, -1]))),
-        ("utc_ns", Arc::new(TimestampNanosecondArray::from(vec![1_700_000_000_123_456_789, 0]).with_timezone("+00:00"))),
+        (
+            "t_ns",
+            Arc::new(Time64NanosecondArray::from(vec![3_661_000_123_456, 1])),
+        ),
+        (
+            "utc_us",
+            Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, -1]).with_timezone("UTC")),
+        ),
+        (
+            "local_us",
+            Arc::new(TimestampMicrosecondArray::from(vec![1_700_000_000_123_456, -1])),
+        ),
+        (
+            "local_ms",
+            Arc::new(TimestampMillisecondArray::from(vec![1_700_000_000_123, -1])),
+        ),
+        (
+            "utc_ns",
+            Arc::new(TimestampNanosecondArray::from(vec![1_700_000_000_123_456_789, 0]).with_timezone("+00:00")),
+        ),
     ];
-    let fields: Vec<Field> = cols.iter().map(|(n, a)| Field::new(*n, a.data_type().clone(), false)).collect();
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols.into_iter().map(|(_, a)| a).collect()).unwrap()
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), false))
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        cols.into_iter().map(|(_, a)| a).collect(),
+    )
+    .unwrap()
 }
 
 /// (schema JSON, decoded rows as (column, value) lists) of `b` under `shape`.
@@ -138,7 +186,12 @@ fn round_trip(b: &RecordBatch, shape: &super::avro::Shape) -> (serde_json::Value
 }
 
 fn column<'a>(schema: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    &schema["fields"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["type"]
+    &schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap()["type"]
 }
 
 fn value(rows: &[Vec<(String, AV)>], row: usize, name: &str) -> AV {
@@ -149,7 +202,13 @@ fn value(rows: &[Vec<(String, AV)>], row: usize, name: &str) -> AV {
 fn adaptive_time_mode_writes_debezium_semantic_types() {
     use crate::config::TimeMode;
     let b = temporal_batch();
-    let (schema, rows) = round_trip(&b, &super::avro::Shape { time: TimeMode::Adaptive, required: vec![] });
+    let (schema, rows) = round_trip(
+        &b,
+        &super::avro::Shape {
+            time: TimeMode::Adaptive,
+            required: vec![],
+        },
+    );
     let name = |c: &str| column(&schema, c)["connect.name"].as_str().unwrap().to_string();
     assert_eq!(name("day"), "io.debezium.time.Date");
     assert_eq!(name("t_s"), "io.debezium.time.Time");
@@ -159,18 +218,36 @@ fn adaptive_time_mode_writes_debezium_semantic_types() {
     assert_eq!(name("local_us"), "io.debezium.time.MicroTimestamp");
     assert_eq!(name("local_ms"), "io.debezium.time.Timestamp");
     assert_eq!(column(&schema, "utc_us")["type"], "string");
-    assert!(column(&schema, "local_us").get("logicalType").is_none(), "Debezium types carry no Avro logical type");
+    assert!(
+        column(&schema, "local_us").get("logicalType").is_none(),
+        "Debezium types carry no Avro logical type"
+    );
     assert_eq!(value(&rows, 0, "day"), AV::Int(19000));
     assert_eq!(value(&rows, 0, "t_s"), AV::Int(3_661_000));
     assert_eq!(value(&rows, 0, "t_us"), AV::Long(3_661_000_123));
     assert_eq!(value(&rows, 0, "t_ns"), AV::Long(3_661_000_123_456));
-    assert_eq!(value(&rows, 0, "utc_us"), AV::String("2023-11-14T22:13:20.123456Z".into()));
-    assert_eq!(value(&rows, 1, "utc_us"), AV::String("1969-12-31T23:59:59.999999Z".into()));
-    assert_eq!(value(&rows, 0, "utc_ns"), AV::String("2023-11-14T22:13:20.123456789Z".into()));
+    assert_eq!(
+        value(&rows, 0, "utc_us"),
+        AV::String("2023-11-14T22:13:20.123456Z".into())
+    );
+    assert_eq!(
+        value(&rows, 1, "utc_us"),
+        AV::String("1969-12-31T23:59:59.999999Z".into())
+    );
+    assert_eq!(
+        value(&rows, 0, "utc_ns"),
+        AV::String("2023-11-14T22:13:20.123456789Z".into())
+    );
     assert_eq!(value(&rows, 0, "local_us"), AV::Long(1_700_000_000_123_456));
     assert_eq!(value(&rows, 0, "local_ms"), AV::Long(1_700_000_000_123));
 
-    let (schema, rows) = round_trip(&b, &super::avro::Shape { time: TimeMode::AdaptiveTimeMicroseconds, required: vec![] });
+    let (schema, rows) = round_trip(
+        &b,
+        &super::avro::Shape {
+            time: TimeMode::AdaptiveTimeMicroseconds,
+            required: vec![],
+        },
+    );
     assert_eq!(column(&schema, "t_s")["connect.name"], "io.debezium.time.MicroTime");
     assert_eq!(value(&rows, 0, "t_s"), AV::Long(3_661_000_000));
 }
@@ -179,9 +256,24 @@ fn adaptive_time_mode_writes_debezium_semantic_types() {
 fn connect_time_mode_writes_kafka_connect_logical_types_in_milliseconds() {
     use crate::config::TimeMode;
     let b = temporal_batch();
-    let (schema, rows) = round_trip(&b, &super::avro::Shape { time: TimeMode::Connect, required: vec![] });
-    for (c, n) in [("day", "Date"), ("t_us", "Time"), ("utc_us", "Timestamp"), ("local_us", "Timestamp")] {
-        assert_eq!(column(&schema, c)["connect.name"], format!("org.apache.kafka.connect.data.{n}"), "{c}");
+    let (schema, rows) = round_trip(
+        &b,
+        &super::avro::Shape {
+            time: TimeMode::Connect,
+            required: vec![],
+        },
+    );
+    for (c, n) in [
+        ("day", "Date"),
+        ("t_us", "Time"),
+        ("utc_us", "Timestamp"),
+        ("local_us", "Timestamp"),
+    ] {
+        assert_eq!(
+            column(&schema, c)["connect.name"],
+            format!("org.apache.kafka.connect.data.{n}"),
+            "{c}"
+        );
     }
     assert_eq!(value(&rows, 0, "t_us"), AV::TimeMillis(3_661_000));
     assert_eq!(value(&rows, 0, "t_ns"), AV::TimeMillis(3_661_000));
@@ -202,14 +294,30 @@ fn connect_time_mode_writes_kafka_connect_logical_types_in_milliseconds() {
 #[test]
 fn required_columns_are_plain_types_and_a_null_in_one_is_refused() {
     let b = batch();
-    let shape = super::avro::Shape { time: Default::default(), required: vec!["id".into(), "ok".into()] };
+    let shape = super::avro::Shape {
+        time: Default::default(),
+        required: vec!["id".into(), "ok".into()],
+    };
     let (schema, rows) = round_trip(&b, &shape);
     assert_eq!(column(&schema, "id"), &serde_json::json!("long"));
     assert_eq!(column(&schema, "ok"), &serde_json::json!("boolean"));
-    assert_eq!(column(&schema, "name"), &serde_json::json!(["null", "string"]), "columns not declared required stay optional");
+    assert_eq!(
+        column(&schema, "name"),
+        &serde_json::json!(["null", "string"]),
+        "columns not declared required stay optional"
+    );
     assert_eq!(value(&rows, 1, "id"), AV::Long(-70000000000));
     // `name` holds a null: declaring it required must fail naming it, not write a wrong record
-    let shape = super::avro::Shape { time: Default::default(), required: vec!["name".into()] };
-    let err = RowEncoder::new(&b, &[1], &shape).err().expect("a null in a required column is refused").to_string();
-    assert!(err.contains("`name`") && err.contains("schema.nullability=optional"), "{err}");
+    let shape = super::avro::Shape {
+        time: Default::default(),
+        required: vec!["name".into()],
+    };
+    let err = RowEncoder::new(&b, &[1], &shape)
+        .err()
+        .expect("a null in a required column is refused")
+        .to_string();
+    assert!(
+        err.contains("`name`") && err.contains("schema.nullability=optional"),
+        "{err}"
+    );
 }

@@ -13,11 +13,11 @@ use super::KafkaRecord;
 /// The envelope's `transaction` field: null, or the event's place in its commit.
 pub fn block_field(namespace: &str) -> Value {
     json!({"name": "transaction", "default": null, "type": ["null", {
-        "type": "record", "name": "TransactionBlock", "namespace": namespace, "fields": [
-            {"name": "id", "type": "string"},
-            {"name": "total_order", "type": "long"},
-            {"name": "data_collection_order", "type": "long"},
-        ]}]})
+    "type": "record", "name": "TransactionBlock", "namespace": namespace, "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "total_order", "type": "long"},
+        {"name": "data_collection_order", "type": "long"},
+    ]}]})
 }
 
 /// The `transaction` field's value: `order` counts the commit's events from 1 (one table: the
@@ -82,7 +82,10 @@ impl Markers {
             None => value.extend_from_slice(&[0, 0]),
         }
         write_long(&mut value, ts_ms);
-        KafkaRecord { key, value: Some(value) }
+        KafkaRecord {
+            key,
+            value: Some(value),
+        }
     }
 
     pub fn begin(&self, id: &str, ts_ms: i64) -> KafkaRecord {
@@ -100,13 +103,22 @@ mod tests {
 
     #[test]
     fn markers_decode_with_their_schemas() {
-        let m = Markers { key_id: 7, value_id: 8, collection: "orders".into() };
+        let m = Markers {
+            key_id: 7,
+            value_id: 8,
+            collection: "orders".into(),
+        };
         let schema = apache_avro::Schema::parse(&value_schema("lakestream.orders")).unwrap();
-        for (rec, want) in [(m.begin("42", 5), (None, None)), (m.end("42", 3, 6), (Some(3), Some(1)))] {
+        for (rec, want) in [
+            (m.begin("42", 5), (None, None)),
+            (m.end("42", 3, 6), (Some(3), Some(1))),
+        ] {
             let value = rec.value.unwrap();
             assert_eq!(&value[..5], &[0, 0, 0, 0, 8]);
             let v = apache_avro::from_avro_datum(&schema, &mut &value[5..], None).unwrap();
-            let apache_avro::types::Value::Record(fields) = v else { panic!("record") };
+            let apache_avro::types::Value::Record(fields) = v else {
+                panic!("record")
+            };
             let count = match &fields[2].1 {
                 apache_avro::types::Value::Union(_, b) => match b.as_ref() {
                     apache_avro::types::Value::Long(n) => Some(*n),

@@ -43,15 +43,25 @@ pub(super) fn converters(v: &Validator<'_>) -> Result<(), ConfigError> {
 /// sets from its own keys.
 pub(super) fn producer_overrides(v: &Validator<'_>) -> Result<(), ConfigError> {
     for (k, (val, _)) in &v.props.entries {
-        let Some(setting) = k.strip_prefix("producer.override.") else { continue };
+        let Some(setting) = k.strip_prefix("producer.override.") else {
+            continue;
+        };
         let problem = match setting {
-            "transactional.id" => Some("is derived from `name` and the task id (one per task, stable across restarts)".to_string()),
+            "transactional.id" => {
+                Some("is derived from `name` and the task id (one per task, stable across restarts)".to_string())
+            }
             "transaction.timeout.ms" => Some("set the connector's `transaction.timeout.ms` instead".to_string()),
-            "enable.idempotence" if val != "true" => Some("must stay true: transactions need the idempotent producer".to_string()),
-            "acks" if !matches!(val.as_str(), "all" | "-1") => Some("must be `all` (-1): exactly-once needs every in-sync replica".to_string()),
+            "enable.idempotence" if val != "true" => {
+                Some("must stay true: transactions need the idempotent producer".to_string())
+            }
+            "acks" if !matches!(val.as_str(), "all" | "-1") => {
+                Some("must be `all` (-1): exactly-once needs every in-sync replica".to_string())
+            }
             "max.in.flight.requests.per.connection" | "max.in.flight" => match val.parse::<u32>() {
                 Ok(n) if (1..=5).contains(&n) => None,
-                _ => Some(format!("`{val}`: the idempotent producer keeps order only with 1 to 5 requests in flight")),
+                _ => Some(format!(
+                    "`{val}`: the idempotent producer keeps order only with 1 to 5 requests in flight"
+                )),
             },
             _ => None,
         };

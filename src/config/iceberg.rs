@@ -45,9 +45,20 @@ pub enum TableLocation {
     /// `metadata/*.metadata.json`), or one metadata file (that version only).
     Path(PathBuf),
     /// pyiceberg's / JDBC `SqlCatalog` over sqlite: `iceberg_tables.metadata_location`.
-    Sql { db: PathBuf, catalog: String, namespace: Vec<String>, table: String },
+    Sql {
+        db: PathBuf,
+        catalog: String,
+        namespace: Vec<String>,
+        table: String,
+    },
     /// Iceberg REST catalog: `GET {uri}/v1/{prefix}/namespaces/{ns}/tables/{table}`.
-    Rest { uri: String, warehouse: Option<String>, token: Option<String>, namespace: Vec<String>, table: String },
+    Rest {
+        uri: String,
+        warehouse: Option<String>,
+        token: Option<String>,
+        namespace: Vec<String>,
+        table: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,8 +100,15 @@ impl IcebergOptions {
     pub fn table_id(&self) -> String {
         match &self.location {
             TableLocation::Path(p) => p.display().to_string(),
-            TableLocation::Sql { catalog, namespace, table, .. } => format!("sql:{catalog}.{}.{table}", namespace.join(".")),
-            TableLocation::Rest { uri, namespace, table, .. } => format!("rest:{uri}#{}.{table}", namespace.join(".")),
+            TableLocation::Sql {
+                catalog,
+                namespace,
+                table,
+                ..
+            } => format!("sql:{catalog}.{}.{table}", namespace.join(".")),
+            TableLocation::Rest {
+                uri, namespace, table, ..
+            } => format!("rest:{uri}#{}.{table}", namespace.join(".")),
         }
     }
 }
@@ -106,7 +124,10 @@ fn identifier(v: &Validator<'_>) -> Result<(Vec<String>, String), ConfigError> {
 }
 
 fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
-    let kind = v.get("catalog.type").unwrap_or_else(|| "hadoop".into()).to_ascii_lowercase();
+    let kind = v
+        .get("catalog.type")
+        .unwrap_or_else(|| "hadoop".into())
+        .to_ascii_lowercase();
     match kind.as_str() {
         "hadoop" | "path" => {
             let raw = v.required("table.path", "the table directory or a metadata.json file")?;
@@ -122,13 +143,23 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
             let rest = uri
                 .strip_prefix("jdbc:sqlite:")
                 .or_else(|| uri.strip_prefix("sqlite:///"))
-                .ok_or_else(|| v.invalid("catalog.uri", format!("`{uri}`: only sqlite catalogs (sqlite:///path) are supported")))?;
+                .ok_or_else(|| {
+                    v.invalid(
+                        "catalog.uri",
+                        format!("`{uri}`: only sqlite catalogs (sqlite:///path) are supported"),
+                    )
+                })?;
             let db = PathBuf::from(format!("/{}", rest.trim_start_matches('/')));
             if !db.is_file() {
                 return Err(v.invalid("catalog.uri", format!("`{}` is not a file", db.display())));
             }
             let (namespace, table) = identifier(v)?;
-            Ok(TableLocation::Sql { db, catalog: v.get("catalog.name").unwrap_or_else(|| "default".into()), namespace, table })
+            Ok(TableLocation::Sql {
+                db,
+                catalog: v.get("catalog.name").unwrap_or_else(|| "default".into()),
+                namespace,
+                table,
+            })
         }
         "rest" => {
             let uri = v.required("catalog.uri", "the REST catalog base URL")?;
@@ -150,7 +181,10 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
 
 fn i64_key(v: &Validator<'_>, key: &str) -> Result<Option<i64>, ConfigError> {
     v.get(key)
-        .map(|s| s.parse::<i64>().map_err(|_| v.invalid(key, format!("`{s}` is not an integer"))))
+        .map(|s| {
+            s.parse::<i64>()
+                .map_err(|_| v.invalid(key, format!("`{s}` is not an integer")))
+        })
         .transpose()
 }
 
@@ -181,10 +215,16 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
         Some("INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE") => StartingStrategy::IncrementalFromLatestExclusive,
         Some("INCREMENTAL_FROM_EARLIEST_SNAPSHOT") => StartingStrategy::IncrementalFromEarliest,
         Some("INCREMENTAL_FROM_SNAPSHOT_ID") => StartingStrategy::FromSnapshotId(start_id.ok_or_else(|| {
-            v.invalid("starting-strategy", "INCREMENTAL_FROM_SNAPSHOT_ID needs start-snapshot-id".into())
+            v.invalid(
+                "starting-strategy",
+                "INCREMENTAL_FROM_SNAPSHOT_ID needs start-snapshot-id".into(),
+            )
         })?),
         Some("INCREMENTAL_FROM_SNAPSHOT_TIMESTAMP") => StartingStrategy::FromTimestamp(start_ts.ok_or_else(|| {
-            v.invalid("starting-strategy", "INCREMENTAL_FROM_SNAPSHOT_TIMESTAMP needs start-snapshot-timestamp (epoch ms)".into())
+            v.invalid(
+                "starting-strategy",
+                "INCREMENTAL_FROM_SNAPSHOT_TIMESTAMP needs start-snapshot-timestamp (epoch ms)".into(),
+            )
         })?),
         Some(s) => {
             return Err(v.invalid(
@@ -199,12 +239,20 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
     };
     let key_fields: Vec<String> = v
         .get("key.fields")
-        .map(|s| s.split(',').map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect())
+        .map(|s| {
+            s.split(',')
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .collect()
+        })
         .unwrap_or_default();
     let keyless = match v.get("key.mode").as_deref() {
         None | Some("fields") => false,
         Some("none") if !key_fields.is_empty() => {
-            return Err(v.invalid("key.mode", "`none` (no key) contradicts key.fields: set one of them".into()));
+            return Err(v.invalid(
+                "key.mode",
+                "`none` (no key) contradicts key.fields: set one of them".into(),
+            ));
         }
         Some("none") => true,
         Some(s) => return Err(v.invalid("key.mode", format!("`{s}` is not one of: fields, none"))),

@@ -87,9 +87,18 @@ pub fn is_known(key: &str) -> bool {
 /// Values of keys like these are never printed.
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    ["password", "secret", "jaas", "token", "credentials", "user.info", "key.pem", "keystore"]
-        .iter()
-        .any(|s| k.contains(s))
+    [
+        "password",
+        "secret",
+        "jaas",
+        "token",
+        "credentials",
+        "user.info",
+        "key.pem",
+        "keystore",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
 }
 
 /// " (did you mean `x`?)" for near misses, and the list of known keys.

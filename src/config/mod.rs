@@ -21,13 +21,31 @@ pub enum ConfigError {
     #[error("{file}: cannot read: {source}")]
     Io { file: PathBuf, source: std::io::Error },
     #[error("{file}:{line}: {message}")]
-    Syntax { file: PathBuf, line: usize, message: String },
+    Syntax {
+        file: PathBuf,
+        line: usize,
+        message: String,
+    },
     #[error("{file}:{line}: unknown key `{key}`{hint}")]
-    UnknownKey { file: PathBuf, line: usize, key: String, hint: String },
+    UnknownKey {
+        file: PathBuf,
+        line: usize,
+        key: String,
+        hint: String,
+    },
     #[error("{file}:{line}: `{key}`: {message}")]
-    Invalid { file: PathBuf, line: usize, key: String, message: String },
+    Invalid {
+        file: PathBuf,
+        line: usize,
+        key: String,
+        message: String,
+    },
     #[error("{file}: missing required key `{key}` ({help})")]
-    Missing { file: PathBuf, key: String, help: &'static str },
+    Missing {
+        file: PathBuf,
+        key: String,
+        help: &'static str,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +213,6 @@ impl ConnectorConfig {
         }
     }
 
-
     /// How long the task may go without progress (a poll, a chunk, a commit) before `/healthz`
     /// calls it stalled: a transaction may take `transaction.timeout.ms`, a quiet table is polled
     /// every check interval.
@@ -210,7 +227,10 @@ impl ConnectorConfig {
 
     /// This connector as task `task`.
     pub fn for_task(&self, task: u32) -> Self {
-        Self { task_id: task, ..self.clone() }
+        Self {
+            task_id: task,
+            ..self.clone()
+        }
     }
 
     /// `key = value` lines with secret values masked, in key order.
@@ -232,7 +252,10 @@ pub struct Properties {
 
 impl Properties {
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let f = std::fs::File::open(file).map_err(|source| ConfigError::Io { file: file.into(), source })?;
+        let f = std::fs::File::open(file).map_err(|source| ConfigError::Io {
+            file: file.into(),
+            source,
+        })?;
         let mut entries = BTreeMap::new();
         for line in java_properties::PropertiesIter::new(std::io::BufReader::new(f)) {
             let line = line.map_err(|e| ConfigError::Syntax {
@@ -259,7 +282,10 @@ impl Properties {
                 entries.insert(k, (v.trim().to_string(), n));
             }
         }
-        Ok(Self { file: file.into(), entries })
+        Ok(Self {
+            file: file.into(),
+            entries,
+        })
     }
 }
 
@@ -270,15 +296,15 @@ fn resolve_placeholders(v: &str) -> Result<String, String> {
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| format!("unterminated placeholder in `{v}`"))?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unterminated placeholder in `{v}`"))?;
         let inner = &after[..end];
         let (provider, arg) = inner
             .split_once(':')
             .ok_or_else(|| format!("placeholder `${{{inner}}}` must be `${{env:VAR}}` or `${{file:PATH}}`"))?;
         match provider {
-            "env" => out.push_str(
-                &std::env::var(arg).map_err(|_| format!("environment variable `{arg}` is not set"))?,
-            ),
+            "env" => out.push_str(&std::env::var(arg).map_err(|_| format!("environment variable `{arg}` is not set"))?),
             "file" => out.push_str(
                 std::fs::read_to_string(arg)
                     .map_err(|e| format!("cannot read `{arg}` for `${{file:...}}`: {e}"))?
@@ -306,7 +332,11 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             });
         }
     }
-    let kind = match v.required("connector.class", "hudi or iceberg")?.to_ascii_lowercase().as_str() {
+    let kind = match v
+        .required("connector.class", "hudi or iceberg")?
+        .to_ascii_lowercase()
+        .as_str()
+    {
         "hudi" | "lakestream.hudi" | "io.lakestream.hudi" => ConnectorKind::Hudi,
         "iceberg" | "lakestream.iceberg" | "io.lakestream.iceberg" => ConnectorKind::Iceberg,
         other => return Err(v.invalid("connector.class", format!("`{other}` is not one of: hudi, iceberg"))),
@@ -319,7 +349,10 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         ConnectorKind::Iceberg => Some(iceberg::load(&v)?),
         ConnectorKind::Hudi => {
             if let Some(k) = iceberg::ICEBERG_KEYS.iter().find(|k| v.get(k).is_some()) {
-                return Err(v.invalid(k, "is an Iceberg option; this connector is `connector.class=hudi`".into()));
+                return Err(v.invalid(
+                    k,
+                    "is an Iceberg option; this connector is `connector.class=hudi`".into(),
+                ));
             }
             None
         }
@@ -336,7 +369,10 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             (p, id)
         }
     };
-    let registry = match v.get("schema.registry.url").or_else(|| v.get("value.converter.schema.registry.url")) {
+    let registry = match v
+        .get("schema.registry.url")
+        .or_else(|| v.get("value.converter.schema.registry.url"))
+    {
         Some(u) => u,
         None => {
             return Err(ConfigError::Missing {
@@ -367,8 +403,17 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
     };
     let boundary = match v.get("transaction.boundary").as_deref() {
         None | Some("instant") => TxnBoundary::Instant,
-        Some("interval") => TxnBoundary::Interval(Duration::from_millis(v.u64_in("transaction.interval.ms", 1000, 1..=3_600_000)?)),
-        Some(s) => return Err(v.invalid("transaction.boundary", format!("`{s}` is not one of: instant, interval"))),
+        Some("interval") => TxnBoundary::Interval(Duration::from_millis(v.u64_in(
+            "transaction.interval.ms",
+            1000,
+            1..=3_600_000,
+        )?)),
+        Some(s) => {
+            return Err(v.invalid(
+                "transaction.boundary",
+                format!("`{s}` is not one of: instant, interval"),
+            ))
+        }
     };
     let tasks = v.u64_in("tasks.max", 1, 1..=256)?;
     // what cannot be divided among tasks
@@ -380,7 +425,10 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         ));
     }
     if tasks > 1 && iceberg.as_ref().is_some_and(|o| o.keyless) {
-        return Err(v.invalid("key.mode", "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into()));
+        return Err(v.invalid(
+            "key.mode",
+            "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into(),
+        ));
     }
     checks::converters(&v)?;
     checks::producer_overrides(&v)?;
@@ -417,7 +465,12 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         topic: checks::topic_name(&v, "topic", v.required("topic", "the Kafka topic for change events")?)?,
         bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
         schema_registry_url: registry.trim_end_matches('/').to_string(),
-        offsets_topic: checks::topic_name(&v, "offsets.storage.topic", v.get("offsets.storage.topic").unwrap_or_else(|| "lakestream-offsets".into()))?,
+        offsets_topic: checks::topic_name(
+            &v,
+            "offsets.storage.topic",
+            v.get("offsets.storage.topic")
+                .unwrap_or_else(|| "lakestream-offsets".into()),
+        )?,
         start,
         end_commit,
         check_interval: if v.get("monitor-interval").is_some() {
@@ -425,7 +478,12 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         } else {
             v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?
         },
-        commits_limit: v.get("read.commits.limit").map(|_| v.u64_or("read.commits.limit", 0)).transpose()?.map(|n| n as usize).filter(|n| *n > 0),
+        commits_limit: v
+            .get("read.commits.limit")
+            .map(|_| v.u64_or("read.commits.limit", 0))
+            .transpose()?
+            .map(|n| n as usize)
+            .filter(|n| *n > 0),
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
         tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
@@ -435,16 +493,26 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             None | Some("payload_combine") => false,
             Some("skip_merge") => true,
             Some(s) => {
-                return Err(v.invalid("hoodie.datasource.merge.type", format!("`{s}` is not one of: payload_combine, skip_merge")))
+                return Err(v.invalid(
+                    "hoodie.datasource.merge.type",
+                    format!("`{s}` is not one of: payload_combine, skip_merge"),
+                ))
             }
         },
         column_exclude: match v.get("column.exclude.list") {
             None => None,
             Some(list) => {
-                let parts: Vec<String> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(|p| format!("(?:{p})")).collect();
-                Some(regex::Regex::new(&format!("^(?:{})$", parts.join("|"))).map_err(|e| {
-                    v.invalid("column.exclude.list", format!("not a list of regular expressions: {e}"))
-                })?)
+                let parts: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!("(?:{p})"))
+                    .collect();
+                Some(
+                    regex::Regex::new(&format!("^(?:{})$", parts.join("|"))).map_err(|e| {
+                        v.invalid("column.exclude.list", format!("not a list of regular expressions: {e}"))
+                    })?,
+                )
             }
         },
         time_mode: v.one_of(
@@ -470,7 +538,11 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         transaction_timeout_ms: v.u64_in("transaction.timeout.ms", 60_000, 1_000..=900_000)?,
         retry_timeout: match v.get("errors.retry.timeout").as_deref() {
             None | Some("-1") => None,
-            Some(_) => Some(Duration::from_millis(v.u64_in("errors.retry.timeout", 0, 0..=u32::MAX as u64)?)),
+            Some(_) => Some(Duration::from_millis(v.u64_in(
+                "errors.retry.timeout",
+                0,
+                0..=u32::MAX as u64,
+            )?)),
         },
         retry_delay_max: Duration::from_millis(v.u64_in("errors.retry.delay.max.ms", 60_000, 1..=3_600_000)?),
         bootstrap_timeout: Duration::from_millis(v.u64_in("bootstrap.timeout.ms", 30_000, 1_000..=3_600_000)?),
@@ -489,18 +561,32 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             Some(s) => return Err(v.invalid("key.partition-path", format!("`{s}` is not one of: auto, true, false"))),
         },
         by_partition: false,
-        metrics_port: v.get("metrics.port").map(|_| v.u64_in("metrics.port", 0, 1..=65_535)).transpose()?.map(|p| p as u16),
+        metrics_port: v
+            .get("metrics.port")
+            .map(|_| v.u64_in("metrics.port", 0, 1..=65_535))
+            .transpose()?
+            .map(|p| p as u16),
         memory_budget: match v.get("read.memory.budget") {
             None => 256 << 20,
             Some(s) => parse_size(&s).ok_or_else(|| {
-                v.invalid("read.memory.budget", format!("`{s}` is not a size (bytes, or a number with KiB/MiB/GiB)"))
+                v.invalid(
+                    "read.memory.budget",
+                    format!("`{s}` is not a size (bytes, or a number with KiB/MiB/GiB)"),
+                )
             })?,
         },
-        spill_dir: v.get("read.spill.dir").map(PathBuf::from).unwrap_or_else(std::env::temp_dir),
+        spill_dir: v
+            .get("read.spill.dir")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir),
         topic_partitions: v.u64_in("topic.creation.default.partitions", 1, 1..=10_000)? as i32,
         replication_factor: v.u64_in("topic.creation.default.replication.factor", 1, 1..=16)? as i32,
         producer_overrides,
-        raw: props.entries.iter().map(|(k, (val, _))| (k.clone(), val.clone())).collect(),
+        raw: props
+            .entries
+            .iter()
+            .map(|(k, (val, _))| (k.clone(), val.clone()))
+            .collect(),
     };
     Ok(cfg)
 }
@@ -531,12 +617,21 @@ impl Validator<'_> {
         self.props.entries.get(key).map(|(_, l)| *l).unwrap_or(0)
     }
     fn invalid(&self, key: &str, message: String) -> ConfigError {
-        ConfigError::Invalid { file: self.props.file.clone(), line: self.line(key), key: key.into(), message }
+        ConfigError::Invalid {
+            file: self.props.file.clone(),
+            line: self.line(key),
+            key: key.into(),
+            message,
+        }
     }
     fn required(&self, key: &str, help: &'static str) -> Result<String, ConfigError> {
         match self.get(key) {
             Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(ConfigError::Missing { file: self.props.file.clone(), key: key.into(), help }),
+            _ => Err(ConfigError::Missing {
+                file: self.props.file.clone(),
+                key: key.into(),
+                help,
+            }),
         }
     }
     fn bool_or(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
@@ -550,15 +645,21 @@ impl Validator<'_> {
     /// One of `choices` (`(value, meaning)`), `default` when the key is absent.
     fn one_of<T: Copy>(&self, key: &str, default: T, choices: &[(&str, T)]) -> Result<T, ConfigError> {
         let Some(s) = self.get(key) else { return Ok(default) };
-        choices.iter().find(|(name, _)| *name == s).map(|(_, v)| *v).ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-            self.invalid(key, format!("`{s}` is not one of: {}", names.join(", ")))
-        })
+        choices
+            .iter()
+            .find(|(name, _)| *name == s)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                self.invalid(key, format!("`{s}` is not one of: {}", names.join(", ")))
+            })
     }
     fn u64_or(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
         match self.get(key) {
             None => Ok(default),
-            Some(s) => s.parse().map_err(|_| self.invalid(key, format!("`{s}` is not a non-negative integer"))),
+            Some(s) => s
+                .parse()
+                .map_err(|_| self.invalid(key, format!("`{s}` is not a non-negative integer"))),
         }
     }
     /// An integer within `range` (a value outside it would misbehave, not fail: a port that
@@ -574,7 +675,10 @@ impl Validator<'_> {
         match self.get(key) {
             None => Ok(default),
             Some(s) => parse_duration(&s).ok_or_else(|| {
-                self.invalid(key, format!("`{s}` is not a duration (seconds, or a number with ms/s/m/h)"))
+                self.invalid(
+                    key,
+                    format!("`{s}` is not a duration (seconds, or a number with ms/s/m/h)"),
+                )
             }),
         }
     }

@@ -20,12 +20,18 @@ fn base(dir: &tempfile::TempDir) -> String {
 #[test]
 fn parses_connect_style_file_with_converter_keys_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(&dir, &(base(&dir) + "read.start-commit=earliest\nproducer.override.linger.ms=5\n"));
+    let p = write(
+        &dir,
+        &(base(&dir) + "read.start-commit=earliest\nproducer.override.linger.ms=5\n"),
+    );
     let c = load_connector(&p, 0).unwrap();
     assert_eq!(c.schema_registry_url, "http://localhost:8081");
     assert_eq!(c.start, StartCommit::Earliest);
     assert_eq!(c.producer_overrides.get("linger.ms").map(String::as_str), Some("5"));
-    assert_eq!(c.raw.get("value.converter.schemas.enable").map(String::as_str), Some("true"));
+    assert_eq!(
+        c.raw.get("value.converter.schemas.enable").map(String::as_str),
+        Some("true")
+    );
     assert_eq!(c.check_interval, Duration::from_secs(60));
     assert_eq!(c.transactional_id(), "c1-0");
 }
@@ -65,7 +71,10 @@ fn env_placeholders_resolve_and_secrets_are_masked() {
     let c = load_connector(&p, 0).unwrap();
     assert_eq!(c.producer_overrides["sasl.password"], "hunter2");
     let shown = c.describe();
-    assert!(!shown.contains("hunter2") && shown.contains("sasl.password = ********"), "{shown}");
+    assert!(
+        !shown.contains("hunter2") && shown.contains("sasl.password = ********"),
+        "{shown}"
+    );
     let p = write(&dir, &(base(&dir) + "topic=${env:LAKESTREAM_TEST_UNSET_VAR}\n"));
     let e = load_connector(&p, 0).unwrap_err().to_string();
     assert!(e.contains("LAKESTREAM_TEST_UNSET_VAR"), "{e}");
@@ -99,7 +108,10 @@ fn settings_that_cannot_be_divided_among_tasks_need_one_task() {
     let iceberg = base(&dir).replace("connector.class=hudi", "connector.class=iceberg");
     let p = write(&dir, &(iceberg + "tasks.max=2\nkey.mode=none\n"));
     let e = load_connector(&p, 0).unwrap_err().to_string();
-    assert!(e.contains("`key.mode`: `none`: the rows of a keyless table cannot be divided among tasks"), "{e}");
+    assert!(
+        e.contains("`key.mode`: `none`: the rows of a keyless table cannot be divided among tasks"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -107,9 +119,17 @@ fn tri_state_hudi_keys_are_auto_true_or_false() {
     let dir = tempfile::tempdir().unwrap();
     let c = load_connector(&write(&dir, &base(&dir)), 0).unwrap();
     assert_eq!((c.key_partition_path, c.cdc_from_log), (None, None));
-    let p = write(&dir, &(base(&dir) + "key.partition-path=false\nread.cdc.from-log=true\n"));
+    let p = write(
+        &dir,
+        &(base(&dir) + "key.partition-path=false\nread.cdc.from-log=true\n"),
+    );
     let c = load_connector(&p, 0).unwrap();
     assert_eq!((c.key_partition_path, c.cdc_from_log), (Some(false), Some(true)));
-    let e = load_connector(&write(&dir, &(base(&dir) + "read.cdc.from-log=yes\n")), 0).unwrap_err().to_string();
-    assert!(e.contains("read.cdc.from-log") && e.contains("auto, true, false"), "{e}");
+    let e = load_connector(&write(&dir, &(base(&dir) + "read.cdc.from-log=yes\n")), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("read.cdc.from-log") && e.contains("auto, true, false"),
+        "{e}"
+    );
 }

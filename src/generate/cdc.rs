@@ -34,7 +34,11 @@ impl CdcMode {
     fn schema(self) -> String {
         let s = |n: &str| format!(r#"{{"name":"{n}","type":["null","string"],"default":null}}"#);
         let image = |n: &str, first: bool| {
-            let t = if first { AVRO_SCHEMA.to_string() } else { "\"hoodie.demo.demo_record\"".to_string() };
+            let t = if first {
+                AVRO_SCHEMA.to_string()
+            } else {
+                "\"hoodie.demo.demo_record\"".to_string()
+            };
             format!(r#"{{"name":"{n}","type":["null",{t}],"default":null}}"#)
         };
         let fields = match self {
@@ -87,7 +91,14 @@ pub struct Change<'a> {
 }
 
 /// The CDC file of one file group's write in `instant`. Returns (relative path, size).
-pub fn write(root: &std::path::Path, mode: CdcMode, p: &Partition, w: Change<'_>, instant: &str, seq: usize) -> Result<(String, u64), GenerateError> {
+pub fn write(
+    root: &std::path::Path,
+    mode: CdcMode,
+    p: &Partition,
+    w: Change<'_>,
+    instant: &str,
+    seq: usize,
+) -> Result<(String, u64), GenerateError> {
     let part = &p.name["part=".len()..];
     let mut records: Vec<(&str, &str, Option<&Row>, Option<&Row>)> = Vec::new();
     for k in w.upserts {

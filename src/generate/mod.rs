@@ -100,12 +100,19 @@ pub enum GenerateError {
 
 impl GenerateError {
     pub fn exit_code(&self) -> u8 {
-        if matches!(self, GenerateError::Input(_)) { 2 } else { 1 }
+        if matches!(self, GenerateError::Input(_)) {
+            2
+        } else {
+            1
+        }
     }
 }
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GenerateError + '_ {
-    move |source| GenerateError::Io { path: path.into(), source }
+    move |source| GenerateError::Io {
+        path: path.into(),
+        source,
+    }
 }
 
 #[derive(Clone)]
@@ -141,15 +148,21 @@ pub(crate) fn schema(operation: bool) -> Arc<Schema> {
     if operation {
         meta.push(s("_hoodie_operation"));
     }
-    Arc::new(Schema::new([meta, vec![
-        s("id"),
-        s("part"),
-        Field::new("ts", DataType::Int64, true),
-        Field::new("round", DataType::Int32, true),
-        Field::new("v1", DataType::Int64, true),
-        Field::new("v2", DataType::Float64, true),
-        s("tag"),
-    ]].concat()))
+    Arc::new(Schema::new(
+        [
+            meta,
+            vec![
+                s("id"),
+                s("part"),
+                Field::new("ts", DataType::Int64, true),
+                Field::new("round", DataType::Int32, true),
+                Field::new("v1", DataType::Int64, true),
+                Field::new("v2", DataType::Float64, true),
+                s("tag"),
+            ],
+        ]
+        .concat(),
+    ))
 }
 
 pub(crate) const AVRO_SCHEMA: &str = r#"{"type":"record","name":"demo_record","namespace":"hoodie.demo","fields":[{"name":"id","type":["null","string"],"default":null},{"name":"part","type":["null","string"],"default":null},{"name":"ts","type":["null","long"],"default":null},{"name":"round","type":["null","int"],"default":null},{"name":"v1","type":["null","long"],"default":null},{"name":"v2","type":["null","double"],"default":null},{"name":"tag","type":["null","string"],"default":null}]}"#;
@@ -167,13 +180,22 @@ fn value(rng: &mut StdRng, round: i32) -> Row {
 
 pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     if o.partitions == 0 || o.rows == 0 {
-        return Err(GenerateError::Input("--rows and --partitions must be at least 1".into()));
+        return Err(GenerateError::Input(
+            "--rows and --partitions must be at least 1".into(),
+        ));
     }
     if o.path.exists() && fs::read_dir(&o.path).map_err(io(&o.path))?.next().is_some() {
-        return Err(GenerateError::Input(format!("{}: exists and is not empty", o.path.display())));
+        return Err(GenerateError::Input(format!(
+            "{}: exists and is not empty",
+            o.path.display()
+        )));
     }
     let mor = o.table_type == TableType::Mor;
-    let name = o.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "demo".into());
+    let name = o
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "demo".into());
     let mut w = Writer::new(o.path.clone(), mor, o.operation_field);
     w.cdc = o.cdc;
     fs::create_dir_all(w.hoodie().join("archived")).map_err(io(&o.path))?;
@@ -189,8 +211,20 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
         if mor { "MERGE_ON_READ" } else { "COPY_ON_WRITE" },
         AVRO_SCHEMA.replace(':', "\\:"),
         o.operation_field,
-        if o.index == IndexKind::Global { "GLOBAL_SIMPLE" } else { "SIMPLE" },
-    ) + &o.cdc.map(|m| format!("hoodie.table.cdc.enabled=true\nhoodie.table.cdc.supplemental.logging.mode={}\n", m.property())).unwrap_or_default();
+        if o.index == IndexKind::Global {
+            "GLOBAL_SIMPLE"
+        } else {
+            "SIMPLE"
+        },
+    ) + &o
+        .cdc
+        .map(|m| {
+            format!(
+                "hoodie.table.cdc.enabled=true\nhoodie.table.cdc.supplemental.logging.mode={}\n",
+                m.property()
+            )
+        })
+        .unwrap_or_default();
     w.write_file(Path::new("hoodie.properties"), props.as_bytes())?;
     let mut rng = StdRng::seed_from_u64(o.seed);
     let mut parts: Vec<Partition> = (0..o.partitions)
@@ -205,11 +239,18 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     for p in &parts {
         let dir = o.path.join(&p.name);
         fs::create_dir_all(&dir).map_err(io(&dir))?;
-        fs::write(dir.join(".hoodie_partition_metadata"), "#partition metadata\npartitionDepth=1\n").map_err(io(&dir))?;
+        fs::write(
+            dir.join(".hoodie_partition_metadata"),
+            "#partition metadata\npartitionDepth=1\n",
+        )
+        .map_err(io(&dir))?;
     }
     let mut next_key = 0usize;
     let mut writes: Vec<GroupWrite> = (0..o.partitions)
-        .map(|i| GroupWrite { partition: i, ..Default::default() })
+        .map(|i| GroupWrite {
+            partition: i,
+            ..Default::default()
+        })
         .collect();
     for _ in 0..o.rows {
         let key = format!("k{next_key:09}");
@@ -224,7 +265,10 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     for round in 1..=o.commits {
         std::thread::sleep(o.interval);
         let mut writes: Vec<GroupWrite> = (0..o.partitions)
-            .map(|i| GroupWrite { partition: i, ..Default::default() })
+            .map(|i| GroupWrite {
+                partition: i,
+                ..Default::default()
+            })
             .collect();
         let mut moves: Vec<(usize, String)> = Vec::new();
         for (pi, p) in parts.iter_mut().enumerate() {
@@ -253,7 +297,9 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
             }
             if o.index == IndexKind::Global {
                 // a global index finds the key's row wherever it is and deletes it there
-                writes[from].before.extend(parts[from].rows.remove(&k).map(|r| (k.clone(), r)));
+                writes[from]
+                    .before
+                    .extend(parts[from].rows.remove(&k).map(|r| (k.clone(), r)));
                 writes[from].deletes.push(k.clone());
             }
             let old = parts[to].rows.insert(k.clone(), value(&mut rng, round as i32));
@@ -268,7 +314,9 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
         for _ in 0..((o.rows as f64 * o.insert_fraction) as usize) {
             let key = format!("k{next_key:09}");
             let w = &mut writes[next_key % o.partitions];
-            parts[w.partition].rows.insert(key.clone(), value(&mut rng, round as i32));
+            parts[w.partition]
+                .rows
+                .insert(key.clone(), value(&mut rng, round as i32));
             w.inserts += 1;
             w.upserts.push(key);
             next_key += 1;

@@ -43,7 +43,13 @@ pub struct GroupWrite {
 
 impl Writer {
     pub fn new(path: PathBuf, mor: bool, operation: bool) -> Self {
-        Self { path, mor, operation, cdc: None, last_instant: String::new() }
+        Self {
+            path,
+            mor,
+            operation,
+            cdc: None,
+            last_instant: String::new(),
+        }
     }
 
     fn next_instant(&mut self) -> String {
@@ -67,28 +73,45 @@ impl Writer {
     }
 
     /// Rows (key, row, `_hoodie_operation`) as an Arrow batch with Hudi's meta columns.
-    fn batch(&self, p: &Partition, rows: &[(&str, &Row, &str)], file_name: &str, seq: usize) -> Result<RecordBatch, GenerateError> {
+    fn batch(
+        &self,
+        p: &Partition,
+        rows: &[(&str, &Row, &str)],
+        file_name: &str,
+        seq: usize,
+    ) -> Result<RecordBatch, GenerateError> {
         let n = rows.len();
         let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r, _)| r.commit_time.as_str()))),
             Arc::new(StringArray::from_iter_values(
-                rows.iter().enumerate().map(|(i, (_, r, _))| format!("{}_{seq}_{i}", r.commit_time)),
+                rows.iter().map(|(_, r, _)| r.commit_time.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, (_, r, _))| format!("{}_{seq}_{i}", r.commit_time)),
             )),
             Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _, _)| *k))),
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(p.name.as_str(), n))),
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(file_name, n))),
         ];
         if self.operation {
-            cols.push(Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, _, op)| *op))));
+            cols.push(Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(_, _, op)| *op),
+            )));
         }
         cols.extend::<Vec<ArrayRef>>(vec![
             Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _, _)| *k))),
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(&p.name["part=".len()..], n))),
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                &p.name["part=".len()..],
+                n,
+            ))),
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r, _)| r.ts))),
             Arc::new(Int32Array::from_iter_values(rows.iter().map(|(_, r, _)| r.round))),
             Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, r, _)| r.v1))),
             Arc::new(Float64Array::from_iter_values(rows.iter().map(|(_, r, _)| r.v2))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|(_, r, _)| r.tag.as_str()))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|(_, r, _)| r.tag.as_str()),
+            )),
         ]);
         Ok(RecordBatch::try_new(schema(self.operation), cols)?)
     }
@@ -110,7 +133,13 @@ impl Writer {
     }
 
     /// A log file with an Avro data block of the changed rows and a delete block of the deleted keys.
-    fn write_log(&self, p: &mut Partition, w: &GroupWrite, instant: &str, seq: usize) -> Result<(String, u64), GenerateError> {
+    fn write_log(
+        &self,
+        p: &mut Partition,
+        w: &GroupWrite,
+        instant: &str,
+        seq: usize,
+    ) -> Result<(String, u64), GenerateError> {
         let base = p.last_commit.clone().unwrap_or_default();
         p.log_version += 1;
         let name = format!(".{}_{base}.log.{}_0-{seq}-{seq}", p.file_id, p.log_version);
@@ -120,7 +149,15 @@ impl Writer {
         let mids: std::collections::HashMap<&String, Row> = w
             .intermediate
             .iter()
-            .map(|(k, r)| (k, Row { commit_time: instant.to_string(), ..r.clone() }))
+            .map(|(k, r)| {
+                (
+                    k,
+                    Row {
+                        commit_time: instant.to_string(),
+                        ..r.clone()
+                    },
+                )
+            })
             .collect();
         let mut changed: Vec<(&str, &Row, &str)> = Vec::new();
         for (k, r) in w.upserts.iter().filter_map(|k| p.rows.get_key_value(k)) {
@@ -138,11 +175,20 @@ impl Writer {
         }
         if !changed.is_empty() {
             let batch = self.batch(p, &changed, &name, seq)?;
-            let schema = record("demo_record", batch.schema().fields(), "demo_record", Default::default())
-                .map_err(|e| GenerateError::Input(e.to_string()))?
-                .to_string();
-            let enc = RowEncoder::new(&batch, &(0..batch.num_columns()).collect::<Vec<_>>(), &Default::default())
-                .map_err(|e| GenerateError::Input(e.to_string()))?;
+            let schema = record(
+                "demo_record",
+                batch.schema().fields(),
+                "demo_record",
+                Default::default(),
+            )
+            .map_err(|e| GenerateError::Input(e.to_string()))?
+            .to_string();
+            let enc = RowEncoder::new(
+                &batch,
+                &(0..batch.num_columns()).collect::<Vec<_>>(),
+                &Default::default(),
+            )
+            .map_err(|e| GenerateError::Input(e.to_string()))?;
             let content = avro_data_content(batch.num_rows(), |i, datum| enc.write(i, datum));
             out.extend(encode_block(3, &[(INSTANT_TIME, instant), (SCHEMA, &schema)], &content));
         }
@@ -170,7 +216,13 @@ impl Writer {
 
     /// One write instant: COW rewrites the touched file groups; MOR appends log files (or, on its
     /// first write, base files).
-    pub fn write(&mut self, parts: &mut [Partition], writes: &[GroupWrite], op: &str, seq: usize) -> Result<String, GenerateError> {
+    pub fn write(
+        &mut self,
+        parts: &mut [Partition],
+        writes: &[GroupWrite],
+        op: &str,
+        seq: usize,
+    ) -> Result<String, GenerateError> {
         let instant = self.next_instant();
         let action = if self.mor { "deltacommit" } else { "commit" };
         self.write_file(Path::new(&format!("{instant}.{action}.requested")), b"")?;
@@ -198,7 +250,18 @@ impl Writer {
                 "totalWriteBytes": size, "totalWriteErrors": 0, "partitionPath": p.name, "fileSizeInBytes": size,
             });
             if let (Some(mode), true) = (self.cdc, existing) {
-                let (cdc, cdc_size) = super::cdc::write(&self.path, mode, p, Change { upserts: &w.upserts, deletes: &w.deletes, before: &w.before }, &instant, seq)?;
+                let (cdc, cdc_size) = super::cdc::write(
+                    &self.path,
+                    mode,
+                    p,
+                    Change {
+                        upserts: &w.upserts,
+                        deletes: &w.deletes,
+                        before: &w.before,
+                    },
+                    &instant,
+                    seq,
+                )?;
                 stat["cdcStats"] = json!({ cdc: cdc_size });
             }
             by_part.insert(p.name.clone(), json!([stat]));
@@ -234,7 +297,13 @@ impl Writer {
         Ok(Some(instant))
     }
 
-    fn complete(&self, instant: &str, action: &str, by_part: &serde_json::Map<String, serde_json::Value>, op: &str) -> Result<(), GenerateError> {
+    fn complete(
+        &self,
+        instant: &str,
+        action: &str,
+        by_part: &serde_json::Map<String, serde_json::Value>,
+        op: &str,
+    ) -> Result<(), GenerateError> {
         let md = json!({
             "partitionToWriteStats": by_part, "compacted": op == "COMPACT",
             "extraMetadata": {"schema": AVRO_SCHEMA}, "operationType": op,

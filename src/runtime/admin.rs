@@ -22,7 +22,11 @@ fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
         let (name, o) = (v.get(0)?.as_str()?, v.get(1)?.as_object()?);
         (name == cfg.name && o.get("table")?.as_str()? == cfg.table_id).then_some(())?;
         let tasks = o.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
-        Some((tasks, o.get("task")?.as_u64()? as u32, o.get("by").and_then(|b| b.as_str()) == Some("partition")))
+        Some((
+            tasks,
+            o.get("task")?.as_u64()? as u32,
+            o.get("by").and_then(|b| b.as_str()) == Some("partition"),
+        ))
     };
     let found = read_offsets_matching(cfg, &|k| shape(k).is_some())?;
     Ok(found
@@ -37,16 +41,26 @@ fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
 /// Replace every record of the connector with `new` (key -> record), fencing every transactional
 /// id of the old records and of the new ones first. Returns what was replaced.
 async fn replace(cfg: &ConnectorConfig, new: Vec<(String, Offsets)>, old: Records) -> Result<usize, RuntimeError> {
-    let mut ids: Vec<String> = old.values().map(|(tasks, task, by, _)| cfg.transactional_id_for(*tasks, *task, *by)).collect();
+    let mut ids: Vec<String> = old
+        .values()
+        .map(|(tasks, task, by, _)| cfg.transactional_id_for(*tasks, *task, *by))
+        .collect();
     ids.extend((0..cfg.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.tasks, t, cfg.by_partition)));
     ids.sort();
     ids.dedup();
     for id in ids.iter().skip(1) {
         crate::sink::fence(cfg, id).await?;
     }
-    let mut records: Vec<(String, Option<Vec<u8>>)> = old.keys().filter(|k| !new.iter().any(|(n, _)| n == *k)).map(|k| (k.clone(), None)).collect();
+    let mut records: Vec<(String, Option<Vec<u8>>)> = old
+        .keys()
+        .filter(|k| !new.iter().any(|(n, _)| n == *k))
+        .map(|k| (k.clone(), None))
+        .collect();
     for (k, o) in &new {
-        records.push((k.clone(), Some(serde_json::to_vec(o).map_err(|e| RuntimeError::Position(e.to_string()))?)));
+        records.push((
+            k.clone(),
+            Some(serde_json::to_vec(o).map_err(|e| RuntimeError::Position(e.to_string()))?),
+        ));
     }
     // written under the first id, which init_transactions fences in the same step
     crate::sink::write_offsets_records(cfg, &ids[0], records).await?;
@@ -67,12 +81,17 @@ fn refuse_without_force(force: bool, what: &str) -> Result<(), RuntimeError> {
 pub async fn reset(cfg: &ConnectorConfig, force: bool) -> Result<String, RuntimeError> {
     refuse_without_force(force, "reset")?;
     let c = cfg.clone();
-    let old = tokio::task::spawn_blocking(move || records_of(&c)).await.expect("offsets reader panicked")?;
+    let old = tokio::task::spawn_blocking(move || records_of(&c))
+        .await
+        .expect("offsets reader panicked")?;
     if old.is_empty() {
         return Ok(format!("connector {}: no stored position; nothing to reset", cfg.name));
     }
     let n = replace(cfg, Vec::new(), old).await?;
-    Ok(format!("connector {}: {n} offsets records removed; the next run applies the start strategy", cfg.name))
+    Ok(format!(
+        "connector {}: {n} offsets records removed; the next run applies the start strategy",
+        cfg.name
+    ))
 }
 
 /// `offsets set --instant/--snapshot ID`: every task of the configured generation at `id`.
@@ -80,12 +99,20 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
     refuse_without_force(force, "set")?;
     let source = open_source_async(cfg).await?;
     let (s, i) = (source.clone(), id.to_string());
-    let position = tokio::task::spawn_blocking(move || s.position_of(&i)).await.expect("position_of panicked")?;
+    let position = tokio::task::spawn_blocking(move || s.position_of(&i))
+        .await
+        .expect("position_of panicked")?;
     let mut cfg = cfg.clone();
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let c = cfg.clone();
-    let old = tokio::task::spawn_blocking(move || records_of(&c)).await.expect("offsets reader panicked")?;
-    let key = old.values().map(|(.., o)| o.key.clone()).find(|k| !k.is_empty()).unwrap_or_else(|| source.info().stored_key());
+    let old = tokio::task::spawn_blocking(move || records_of(&c))
+        .await
+        .expect("offsets reader panicked")?;
+    let key = old
+        .values()
+        .map(|(.., o)| o.key.clone())
+        .find(|k| !k.is_empty())
+        .unwrap_or_else(|| source.info().stored_key());
     let epoch = old.values().map(|(.., o)| o.epoch).max().unwrap_or(0);
     let new: Vec<(String, Offsets)> = (0..cfg.tasks.max(1))
         .map(|t| {
@@ -103,5 +130,8 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
         .collect();
     let tasks = new.len();
     replace(&cfg, new, old).await?;
-    Ok(format!("connector {}: position set to {} for {tasks} task(s); the next run emits what follows it", cfg.name, position.instant))
+    Ok(format!(
+        "connector {}: position set to {} for {tasks} task(s); the next run emits what follows it",
+        cfg.name, position.instant
+    ))
 }

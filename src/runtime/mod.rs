@@ -193,8 +193,17 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
         // the start strategy only applies without a stored position: a start point set after it
         // (meant to skip ahead) does nothing, which the operator should hear about
         for k in ["read.start-commit", "start-snapshot-id"] {
-            let Some(v) = cfg.raw.get(k).filter(|v| v.chars().all(|c| c.is_ascii_digit())) else { continue };
-            let at = |id: &str| source.order(&crate::source::Position { instant: id.to_string(), completed: None }).ok();
+            let Some(v) = cfg.raw.get(k).filter(|v| v.chars().all(|c| c.is_ascii_digit())) else {
+                continue;
+            };
+            let at = |id: &str| {
+                source
+                    .order(&crate::source::Position {
+                        instant: id.to_string(),
+                        completed: None,
+                    })
+                    .ok()
+            };
             if let (Some(start), Some(stored)) = (at(v), source.order(issued).ok()) {
                 if start > stored {
                     tracing::warn!(connector = %cfg.name, key = k, value = %v, issued = %issued.instant,
@@ -208,11 +217,29 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = %source.ownership().name(),
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
-    let encoder = ChangelogEncoder::new(&cfg.name, &cfg.topic, source.info().clone(), cfg.tombstones_on_delete, &cfg.registry)?
-        .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()))
-        .with_column_exclude(cfg.column_exclude.clone())
-        .with_time_mode(cfg.time_mode);
-    let mut task = Task { cfg, source, sink, encoder, committed: state.clone(), state, written: HashMap::new(), pending: Default::default(), read: (0, 0), opts, health };
+    let encoder = ChangelogEncoder::new(
+        &cfg.name,
+        &cfg.topic,
+        source.info().clone(),
+        cfg.tombstones_on_delete,
+        &cfg.registry,
+    )?
+    .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()))
+    .with_column_exclude(cfg.column_exclude.clone())
+    .with_time_mode(cfg.time_mode);
+    let mut task = Task {
+        cfg,
+        source,
+        sink,
+        encoder,
+        committed: state.clone(),
+        state,
+        written: HashMap::new(),
+        pending: Default::default(),
+        read: (0, 0),
+        opts,
+        health,
+    };
     if new_state {
         // a task's record exists from its start: a later generation hands over from it
         task.commit().await?;
@@ -238,20 +265,38 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
     let info = source.info().clone();
     let s = source.clone();
     let mut lines = vec![
-        format!("table: {}", tokio::task::spawn_blocking(move || s.describe()).await.expect("describe panicked")?),
-        format!("key: {}", if info.keyless() { "none (key.mode=none)".to_string() } else { info.key_fields.join(", ") }),
+        format!(
+            "table: {}",
+            tokio::task::spawn_blocking(move || s.describe())
+                .await
+                .expect("describe panicked")?
+        ),
+        format!(
+            "key: {}",
+            if info.keyless() {
+                "none (key.mode=none)".to_string()
+            } else {
+                info.key_fields.join(", ")
+            }
+        ),
     ];
     crate::sink::reach(cfg).await?;
     lines.push(format!("kafka: {} answers", cfg.bootstrap_servers));
     lines.extend(crate::sink::describe_topics(cfg).await?);
     let c = cfg.clone();
-    let stored = tokio::task::spawn_blocking(move || show_offsets(&c)).await.expect("offsets panicked")?;
+    let stored = tokio::task::spawn_blocking(move || show_offsets(&c))
+        .await
+        .expect("offsets panicked")?;
     lines.push(match stored {
         None => "position: none stored (the start strategy applies at the first run)".to_string(),
         Some(o) => format!(
             "position: issued {}{} (task {} of {}, stored key {})",
             o.issued.as_ref().map_or("nothing yet", |p| p.instant.as_str()),
-            if o.in_flight.is_some() { ", a unit in flight" } else { "" },
+            if o.in_flight.is_some() {
+                ", a unit in flight"
+            } else {
+                ""
+            },
             cfg.task_id,
             o.tasks.max(1),
             o.key.join(",")
@@ -271,7 +316,9 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
 /// [`open_source`] on a blocking thread.
 pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
     let c = cfg.clone();
-    tokio::task::spawn_blocking(move || open_source(&c)).await.expect("open panicked")
+    tokio::task::spawn_blocking(move || open_source(&c))
+        .await
+        .expect("open panicked")
 }
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
@@ -285,7 +332,10 @@ pub fn open_source(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl Task {
@@ -353,11 +403,21 @@ impl Task {
             .await
             .expect("poll panicked")?;
             if fresh && self.cfg.task_id == 0 {
-                tasks::publish_first_unit(&self.cfg, units.first().map(|u| FirstUnit { unit: u.position.clone(), snapshot: u.snapshot }));
+                tasks::publish_first_unit(
+                    &self.cfg,
+                    units.first().map(|u| FirstUnit {
+                        unit: u.position.clone(),
+                        snapshot: u.snapshot,
+                    }),
+                );
             }
-            metrics::POLL_SECONDS.with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()]).observe(started.elapsed().as_secs_f64());
+            metrics::POLL_SECONDS
+                .with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()])
+                .observe(started.elapsed().as_secs_f64());
             self.moved();
-            metrics::PENDING_UNITS.with_label_values(&[&self.cfg.name]).set(units.len() as f64);
+            metrics::PENDING_UNITS
+                .with_label_values(&[&self.cfg.name])
+                .set(units.len() as f64);
             self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
             if units.is_empty() {
                 self.update_lag();
@@ -384,7 +444,11 @@ impl Task {
 
     async fn emit_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
         let name = self.cfg.name.clone();
-        let resumed = self.state.in_flight.clone().filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot);
+        let resumed = self
+            .state
+            .in_flight
+            .clone()
+            .filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot);
         let mut progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
         if let Some(why) = unit.skipped {
             tracing::debug!(connector = %name, instant = %unit.position.instant, why, "instant emits nothing");
@@ -393,14 +457,25 @@ impl Task {
             return self.finish_unit(unit).await;
         }
         if self.state.issued.is_none() && self.state.first.is_none() {
-            self.state.first = Some(FirstUnit { unit: unit.position.clone(), snapshot: unit.snapshot });
+            self.state.first = Some(FirstUnit {
+                unit: unit.position.clone(),
+                snapshot: unit.snapshot,
+            });
         }
-        let done: HashSet<String> = progress.iter().filter(|(_, p)| p.done).map(|(k, _)| k.clone()).collect();
+        let done: HashSet<String> = progress
+            .iter()
+            .filter(|(_, p)| p.done)
+            .map(|(k, _)| k.clone())
+            .collect();
         // the row order of a unit read in key buckets depends on their number: a resumed unit,
         // or one an old task of a handoff had half emitted, is read as it was first read
         let buckets = resumed.as_ref().and_then(InFlight::pinned_buckets).or_else(|| {
             self.state.handoff.as_ref().and_then(|h| {
-                h.old.values().filter_map(|o| o.in_flight.as_ref()).filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot).find_map(InFlight::pinned_buckets)
+                h.old
+                    .values()
+                    .filter_map(|o| o.in_flight.as_ref())
+                    .filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot)
+                    .find_map(InFlight::pinned_buckets)
             })
         });
         tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action,
@@ -413,12 +488,15 @@ impl Task {
         let (tasks, me) = (self.cfg.tasks, self.cfg.task_id);
         let by_partition = tasks > 1 && self.cfg.by_partition;
         if by_partition {
-            u.splits.retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
+            u.splits
+                .retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
         }
         let total = u.splits.len();
         let reader = tokio::task::spawn_blocking(move || {
             src.read_unit(&u, &resume, &mut |sc| {
-                tx.blocking_send(sc).map_err(|_| SourceError::Unsupported { message: "reader stopped".into() })
+                tx.blocking_send(sc).map_err(|_| SourceError::Unsupported {
+                    message: "reader stopped".into(),
+                })
             })
         });
         let mut finished = progress.values().filter(|p| p.done).count();
@@ -428,28 +506,44 @@ impl Task {
         let filter = (tasks > 1 && !by_partition) || self.state.handoff.is_some();
         let txn_age_limit = Duration::from_millis(self.cfg.transaction_timeout_ms / 3);
         let task_label = self.cfg.task_id.to_string();
-        let in_flight = |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>, events: u64| InFlight {
-            unit: unit.position.clone(),
-            snapshot: unit.snapshot,
-            splits: progress.clone(),
-            buckets: buckets.filter(|b| *b != 1),
-            events,
-        };
+        let in_flight =
+            |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>, events: u64| InFlight {
+                unit: unit.position.clone(),
+                snapshot: unit.snapshot,
+                splits: progress.clone(),
+                buckets: buckets.filter(|b| *b != 1),
+                events,
+            };
         // transaction metadata: the commit's events so far (its BEGIN went out with the first)
-        let markers = if self.cfg.txn_metadata { Some(self.encoder.markers().await?) } else { None };
+        let markers = if self.cfg.txn_metadata {
+            Some(self.encoder.markers().await?)
+        } else {
+            None
+        };
         let txn_id = unit.position.instant.clone();
         let mut events = resumed.as_ref().map_or(0, |f| f.events);
         while let Some(sc) = rx.recv().await {
             self.moved();
-            metrics::ROWS_READ.with_label_values(&[&name, &task_label]).inc_by(sc.rows_read);
-            metrics::BYTES_READ.with_label_values(&[&name, &task_label]).inc_by(sc.bytes_read);
+            metrics::ROWS_READ
+                .with_label_values(&[&name, &task_label])
+                .inc_by(sc.rows_read);
+            metrics::BYTES_READ
+                .with_label_values(&[&name, &task_label])
+                .inc_by(sc.bytes_read);
             self.read.0 += sc.rows_read;
             self.read.1 += sc.bytes_read;
             // the partition of each batch hashed once per chunk, not once per row (only when
             // rows are divided among tasks)
-            let split_partition = if filter { Ownership::partition_hash(&sc.split.partition) } else { 0 };
+            let split_partition = if filter {
+                Ownership::partition_hash(&sc.split.partition)
+            } else {
+                0
+            };
             let batch_partitions: Vec<u32> = if filter {
-                sc.batch_files.iter().map(|(p, _)| Ownership::partition_hash(p)).collect()
+                sc.batch_files
+                    .iter()
+                    .map(|(p, _)| Ownership::partition_hash(p))
+                    .collect()
             } else {
                 Vec::new()
             };
@@ -466,11 +560,16 @@ impl Task {
                         Some(r) if !batch_partitions.is_empty() => batch_partitions[r.batch as usize],
                         _ => split_partition,
                     };
-                    let owner = RowOwner { key_hash: enc.key_hash(row, &mut key_buf), partition_hash };
+                    let owner = RowOwner {
+                        key_hash: enc.key_hash(row, &mut key_buf),
+                        partition_hash,
+                    };
                     let mine = by_partition || owner.task(Ownership::Key, tasks) == me;
-                    let published = self.state.handoff.as_ref().is_some_and(|ho| {
-                        ho.published(owner, &unit.position, unit.snapshot, &sc.split.id, index)
-                    });
+                    let published = self
+                        .state
+                        .handoff
+                        .as_ref()
+                        .is_some_and(|ho| ho.published(owner, &unit.position, unit.snapshot, &sc.split.id, index));
                     if !mine || published {
                         progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
                         continue;
@@ -483,8 +582,16 @@ impl Task {
                     }
                 }
                 events += 1;
-                enc.encode(row, ts, markers.is_some().then_some((txn_id.as_str(), events)), &mut records);
-                record_bytes += records.iter().map(|r| (r.key.len() + r.value.as_ref().map_or(0, Vec::len)) as u64).sum::<u64>();
+                enc.encode(
+                    row,
+                    ts,
+                    markers.is_some().then_some((txn_id.as_str(), events)),
+                    &mut records,
+                );
+                record_bytes += records
+                    .iter()
+                    .map(|r| (r.key.len() + r.value.as_ref().map_or(0, Vec::len)) as u64)
+                    .sum::<u64>();
                 self.sink.send(&records)?;
                 polled[row.op as usize] += 1;
                 *self.written.entry(row.op.code()).or_default() += 1;
@@ -497,7 +604,10 @@ impl Task {
                 // by size, by age (a transaction older than transaction.timeout.ms is aborted by the
                 // broker: the unit would replay forever), and on shutdown
                 let old = i % 1024 == 0 && self.sink.txn_age().is_some_and(|a| a >= txn_age_limit);
-                if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || old || (i % 1024 == 0 && self.stopping()) {
+                if self.sink.txn_records() >= self.cfg.max_txn_records as u64
+                    || old
+                    || (i % 1024 == 0 && self.stopping())
+                {
                     self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
                     self.commit().await?;
                     shown.transactions += 1;
@@ -511,13 +621,17 @@ impl Task {
             metrics::RECORD_BYTES.with_label_values(&[&name]).inc_by(record_bytes);
             for op in [Op::Read, Op::Create, Op::Update, Op::Delete] {
                 if polled[op as usize] > 0 {
-                    metrics::RECORDS_POLLED.with_label_values(&[&name, op.code()]).inc_by(polled[op as usize]);
+                    metrics::RECORDS_POLLED
+                        .with_label_values(&[&name, op.code()])
+                        .inc_by(polled[op as usize]);
                 }
             }
             if sc.last {
                 progress.get_mut(&sc.split.id).expect("inserted above").done = true;
                 finished += 1;
-                metrics::SPLITS_IN_FLIGHT.with_label_values(&[&name, &self.cfg.task_id.to_string()]).set((total - finished) as f64);
+                metrics::SPLITS_IN_FLIGHT
+                    .with_label_values(&[&name, &self.cfg.task_id.to_string()])
+                    .set((total - finished) as f64);
             }
             shown.chunk(&name, &polled, tombstones, sc.rows_read, sc.last);
             self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
@@ -526,11 +640,16 @@ impl Task {
             }
         }
         drop(rx); // a reader blocked on a full channel must see the end
-        reader.await.expect("reader panicked").or_else(|e| if self.stopping() { Ok(()) } else { Err(e) })?;
+        reader
+            .await
+            .expect("reader panicked")
+            .or_else(|e| if self.stopping() { Ok(()) } else { Err(e) })?;
         if self.stopping() && finished < total {
             return self.commit().await;
         }
-        metrics::UNITS.with_label_values(&[name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }]).inc();
+        metrics::UNITS
+            .with_label_values(&[name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }])
+            .inc();
         if let (Some(m), true) = (&markers, events > 0) {
             // in the transaction that records the unit as issued
             self.sink.send_marker(&m.end(&txn_id, events, now_ms()))?;
@@ -565,8 +684,13 @@ impl Task {
     /// Lag: 0 when every polled unit is emitted, else how old the oldest one not yet emitted is
     /// (a caught-up quiet table is not lagging, however old its last commit).
     fn update_lag(&self) -> f64 {
-        let lag = self.pending.front().map_or(0.0, |ts| ((now_ms() - ts) as f64 / 1000.0).max(0.0));
-        metrics::LAG_SECONDS.with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()]).set(lag);
+        let lag = self
+            .pending
+            .front()
+            .map_or(0.0, |ts| ((now_ms() - ts) as f64 / 1000.0).max(0.0));
+        metrics::LAG_SECONDS
+            .with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()])
+            .set(lag);
         lag
     }
 
@@ -582,10 +706,15 @@ impl Task {
         self.state.updated_ms = now_ms();
         self.sink.commit(&self.state).await?;
         for (op, n) in self.written.drain() {
-            metrics::RECORDS_WRITTEN.with_label_values(&[&self.cfg.name, op]).inc_by(n);
+            metrics::RECORDS_WRITTEN
+                .with_label_values(&[&self.cfg.name, op])
+                .inc_by(n);
         }
         self.committed = self.state.clone();
-        self.health.position(self.committed.issued.as_ref().map(|p| p.instant.as_str()), self.update_lag());
+        self.health.position(
+            self.committed.issued.as_ref().map(|p| p.instant.as_str()),
+            self.update_lag(),
+        );
         Ok(())
     }
 
@@ -599,8 +728,9 @@ impl Task {
 /// The task's record under either ownership scheme (the newer generation's when both exist).
 pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
     let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
-    let mut found = read_offsets_matching(cfg, &|k| {
-        keys.iter().any(|key| key.as_bytes() == k)
-    })?;
-    Ok(keys.iter().filter_map(|k| found.remove(k.as_bytes())).max_by_key(|o| o.epoch))
+    let mut found = read_offsets_matching(cfg, &|k| keys.iter().any(|key| key.as_bytes() == k))?;
+    Ok(keys
+        .iter()
+        .filter_map(|k| found.remove(k.as_bytes()))
+        .max_by_key(|o| o.epoch))
 }

@@ -31,7 +31,9 @@ impl UnitProgress {
         if unit.snapshot {
             tracing::info!(connector = %connector, instant = %unit.position.instant, splits = total_splits, already_done = done_splits,
                 "full scan started");
-            metrics::SNAPSHOT_PROGRESS.with_label_values(&[connector]).set((total_splits - done_splits) as f64);
+            metrics::SNAPSHOT_PROGRESS
+                .with_label_values(&[connector])
+                .set((total_splits - done_splits) as f64);
         }
         UnitProgress {
             started: now,
@@ -61,10 +63,16 @@ impl UnitProgress {
             return;
         }
         let remaining = self.total_splits.saturating_sub(self.done_splits);
-        metrics::SNAPSHOT_PROGRESS.with_label_values(&[connector]).set(remaining as f64);
-        metrics::SNAPSHOT_EVENTS.with_label_values(&[connector]).set(self.total_events() as f64);
+        metrics::SNAPSHOT_PROGRESS
+            .with_label_values(&[connector])
+            .set(remaining as f64);
+        metrics::SNAPSHOT_EVENTS
+            .with_label_values(&[connector])
+            .set(self.total_events() as f64);
         let eta = self.eta();
-        metrics::SNAPSHOT_ETA.with_label_values(&[connector]).set(eta.map_or(-1.0, |d| d.as_secs_f64()));
+        metrics::SNAPSHOT_ETA
+            .with_label_values(&[connector])
+            .set(eta.map_or(-1.0, |d| d.as_secs_f64()));
         if self.last_log.elapsed() >= EVERY || (split_done && remaining == 0) {
             self.last_log = Instant::now();
             let secs = self.started.elapsed().as_secs_f64();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::offsets::{read_offsets_matching, FirstUnit, Handoff, InFlight, OldTask, Offsets};
+use crate::sink::offsets::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use crate::sink::{fence, SinkError};
 use crate::source::{Ownership, Position, Source};
 
@@ -26,7 +26,14 @@ struct Shape {
 impl Shape {
     /// This task's generation shape (`by_partition` is the source's scheme, set at start).
     fn of(cfg: &ConnectorConfig) -> Shape {
-        Shape { tasks: cfg.tasks, ownership: if cfg.by_partition { Ownership::Partition } else { Ownership::Key } }
+        Shape {
+            tasks: cfg.tasks,
+            ownership: if cfg.by_partition {
+                Ownership::Partition
+            } else {
+                Ownership::Key
+            },
+        }
     }
 }
 
@@ -47,13 +54,32 @@ fn read_generations(cfg: &ConnectorConfig) -> Result<Records, SinkError> {
     let all = read_offsets_matching(cfg, &|k| parse(k).is_some())?;
     Ok(all
         .into_iter()
-        .filter_map(|(k, o)| parse(&k).map(|(tasks, task)| ((Shape { tasks, ownership: o.ownership }, task), o)))
+        .filter_map(|(k, o)| {
+            parse(&k).map(|(tasks, task)| {
+                (
+                    (
+                        Shape {
+                            tasks,
+                            ownership: o.ownership,
+                        },
+                        task,
+                    ),
+                    o,
+                )
+            })
+        })
         .collect())
 }
 
 /// The records of generation `epoch` (of `tasks` tasks), a missing task's record filled in with
 /// the state it would have started from (it never committed).
-fn generation(cfg: &ConnectorConfig, source: &Arc<dyn Source>, all: &Records, shape: Shape, epoch: u64) -> Result<BTreeMap<u32, Offsets>, RuntimeError> {
+fn generation(
+    cfg: &ConnectorConfig,
+    source: &Arc<dyn Source>,
+    all: &Records,
+    shape: Shape,
+    epoch: u64,
+) -> Result<BTreeMap<u32, Offsets>, RuntimeError> {
     let mut out = BTreeMap::new();
     for j in 0..shape.tasks {
         let o = match all.get(&(shape, j)).filter(|o| o.epoch == epoch) {
@@ -67,10 +93,22 @@ fn generation(cfg: &ConnectorConfig, source: &Arc<dyn Source>, all: &Records, sh
 
 /// The state task `task` of generation `epoch` starts from: fresh in the first generation, else a
 /// handoff from the generation before.
-fn initial(cfg: &ConnectorConfig, source: &Arc<dyn Source>, all: &Records, shape: Shape, task: u32, epoch: u64) -> Result<Offsets, RuntimeError> {
+fn initial(
+    cfg: &ConnectorConfig,
+    source: &Arc<dyn Source>,
+    all: &Records,
+    shape: Shape,
+    task: u32,
+    epoch: u64,
+) -> Result<Offsets, RuntimeError> {
     let prev = all.values().map(|o| o.epoch).filter(|e| *e < epoch).max();
     match prev {
-        None => Ok(Offsets { tasks: shape.tasks, ownership: shape.ownership, epoch, ..Default::default() }),
+        None => Ok(Offsets {
+            tasks: shape.tasks,
+            ownership: shape.ownership,
+            epoch,
+            ..Default::default()
+        }),
         Some(prev) => {
             let prev_shape = generation_shape(all, prev);
             let old = generation(cfg, source, all, prev_shape, prev)?;
@@ -81,8 +119,19 @@ fn initial(cfg: &ConnectorConfig, source: &Arc<dyn Source>, all: &Records, shape
 
 /// The shape of a generation (records of older builds have tasks 0: one task, by key).
 fn generation_shape(all: &Records, epoch: u64) -> Shape {
-    let of = all.iter().filter(|(_, o)| o.epoch == epoch).map(|((s, _), _)| *s).max_by_key(|s| s.tasks);
-    of.map(|s| Shape { tasks: s.tasks.max(1), ..s }).unwrap_or(Shape { tasks: 1, ownership: Ownership::Key })
+    let of = all
+        .iter()
+        .filter(|(_, o)| o.epoch == epoch)
+        .map(|((s, _), _)| *s)
+        .max_by_key(|s| s.tasks);
+    of.map(|s| Shape {
+        tasks: s.tasks.max(1),
+        ..s
+    })
+    .unwrap_or(Shape {
+        tasks: 1,
+        ownership: Ownership::Key,
+    })
 }
 
 fn handoff_state(
@@ -98,19 +147,39 @@ fn handoff_state(
         RuntimeError::Sink(SinkError::Offsets(format!(
             "connector {}: the tasks changed (tasks.max {tasks} → {new_tasks}, divided by {} → by {}), but {why}; \
              run it with {undo} until {until}, then make the change",
-            cfg.name, shape.ownership.name(), new.ownership.name()
+            cfg.name,
+            shape.ownership.name(),
+            new.ownership.name()
         )))
     };
-    let fresh = old.values().all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
+    let fresh = old
+        .values()
+        .all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
     if fresh {
-        return Ok(Offsets { tasks: new_tasks, ownership: new.ownership, epoch, ..Default::default() });
+        return Ok(Offsets {
+            tasks: new_tasks,
+            ownership: new.ownership,
+            epoch,
+            ..Default::default()
+        });
     }
     if shape.ownership != new.ownership && source.splits_follow_ownership() {
         // the unit an old task half emitted would be cut into other splits now: its progress
         // could not be matched row by row
-        if let Some(f) = old.values().filter_map(|o| o.in_flight.as_ref()).find(|f| !f.splits.is_empty()) {
-            let why = format!("a task of the old generation had unit {} half emitted (its splits are cut by the scheme)", f.unit.instant);
-            return Err(stuck(&why, format!("tasks.ownership={}", shape.ownership.name()), "that unit is emitted"));
+        if let Some(f) = old
+            .values()
+            .filter_map(|o| o.in_flight.as_ref())
+            .find(|f| !f.splits.is_empty())
+        {
+            let why = format!(
+                "a task of the old generation had unit {} half emitted (its splits are cut by the scheme)",
+                f.unit.instant
+            );
+            return Err(stuck(
+                &why,
+                format!("tasks.ownership={}", shape.ownership.name()),
+                "that unit is emitted",
+            ));
         }
     }
     // a task that has not finished its first unit: the new task redoes that unit (the same one
@@ -118,7 +187,10 @@ fn handoff_state(
     let first = if old.values().any(|o| o.issued.is_none()) {
         let mut firsts: Vec<FirstUnit> = Vec::new();
         let in_flight_firsts = old.values().filter(|o| o.issued.is_none()).filter_map(|o| {
-            o.in_flight.as_ref().map(|f| FirstUnit { unit: f.unit.clone(), snapshot: f.snapshot })
+            o.in_flight.as_ref().map(|f| FirstUnit {
+                unit: f.unit.clone(),
+                snapshot: f.snapshot,
+            })
         });
         for f in old.values().filter_map(|o| o.first.clone()).chain(in_flight_firsts) {
             if !firsts.contains(&f) {
@@ -130,7 +202,11 @@ fn handoff_state(
             [] => None,
             _ => {
                 let undo = format!("tasks.max={tasks} tasks.ownership={}", shape.ownership.name());
-                return Err(stuck("its tasks started from different first units", undo, "its first unit is emitted"));
+                return Err(stuck(
+                    "its tasks started from different first units",
+                    undo,
+                    "its first unit is emitted",
+                ));
             }
         }
     } else {
@@ -149,12 +225,24 @@ fn handoff_state(
         start.map(|s| s.1)
     };
     // the key the published events carry goes with the position: the new generation is checked against it
-    let key = old.values().map(|o| o.key.clone()).find(|k| !k.is_empty()).unwrap_or_default();
+    let key = old
+        .values()
+        .map(|o| o.key.clone())
+        .find(|k| !k.is_empty())
+        .unwrap_or_default();
     let old_tasks = old
         .into_iter()
         .map(|(j, o)| {
             let passed = o.issued.is_none() || o.issued == start;
-            (j, OldTask { issued: o.issued, in_flight: o.in_flight, passed, handoff: o.handoff })
+            (
+                j,
+                OldTask {
+                    issued: o.issued,
+                    in_flight: o.in_flight,
+                    passed,
+                    handoff: o.handoff,
+                },
+            )
         })
         .collect();
     tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch,
@@ -167,7 +255,11 @@ fn handoff_state(
         tasks: new_tasks,
         ownership: new.ownership,
         epoch,
-        handoff: Some(Handoff { tasks, ownership: shape.ownership, old: old_tasks }),
+        handoff: Some(Handoff {
+            tasks,
+            ownership: shape.ownership,
+            old: old_tasks,
+        }),
         first,
         key,
         ..Default::default()
@@ -179,16 +271,33 @@ fn handoff_state(
 /// fenced first so none of its tasks can still commit.
 pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Result<(Offsets, bool), RuntimeError> {
     let read = |cfg: ConnectorConfig| async move {
-        tokio::task::spawn_blocking(move || read_generations(&cfg)).await.expect("offsets reader panicked")
+        tokio::task::spawn_blocking(move || read_generations(&cfg))
+            .await
+            .expect("offsets reader panicked")
     };
     let all = read(cfg.clone()).await?;
     let newest = all.values().map(|o| o.epoch).max();
     let (shape, i) = (Shape::of(cfg), cfg.task_id);
     let epoch = match newest {
-        None => return Ok((Offsets { tasks: shape.tasks, ownership: shape.ownership, ..Default::default() }, true)),
+        None => {
+            return Ok((
+                Offsets {
+                    tasks: shape.tasks,
+                    ownership: shape.ownership,
+                    ..Default::default()
+                },
+                true,
+            ))
+        }
         Some(e) if generation_shape(&all, e) == shape => {
             if let Some(own) = all.get(&(shape, i)).filter(|o| o.epoch == e) {
-                return Ok((Offsets { tasks: shape.tasks, ..own.clone() }, false));
+                return Ok((
+                    Offsets {
+                        tasks: shape.tasks,
+                        ..own.clone()
+                    },
+                    false,
+                ));
             }
             e
         }
@@ -206,7 +315,9 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
     // read again: the fenced generation can no longer change its records
     let all = read(cfg.clone()).await?;
     let (src, cfg) = (source.clone(), cfg.clone());
-    let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, shape, i, epoch)).await.expect("handoff panicked")?;
+    let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, shape, i, epoch))
+        .await
+        .expect("handoff panicked")?;
     Ok((state, true))
 }
 
@@ -218,7 +329,11 @@ static FIRST_UNITS: std::sync::OnceLock<FirstUnits> = std::sync::OnceLock::new()
 fn first_units_channel(cfg: &ConnectorConfig) -> tokio::sync::watch::Sender<Option<Option<FirstUnit>>> {
     let map = FIRST_UNITS.get_or_init(Default::default);
     let key = format!("{}\u{0}{}", cfg.name, cfg.table_id);
-    map.lock().expect("first units lock").entry(key).or_insert_with(|| tokio::sync::watch::channel(None).0).clone()
+    map.lock()
+        .expect("first units lock")
+        .entry(key)
+        .or_insert_with(|| tokio::sync::watch::channel(None).0)
+        .clone()
 }
 
 pub fn publish_first_unit(cfg: &ConnectorConfig, first: Option<FirstUnit>) {
@@ -235,7 +350,10 @@ pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
             return v;
         }
         let c = cfg.clone();
-        let recorded = tokio::task::spawn_blocking(move || read_generations(&c)).await.ok()?.ok()?;
+        let recorded = tokio::task::spawn_blocking(move || read_generations(&c))
+            .await
+            .ok()?
+            .ok()?;
         if let Some(f) = recorded.get(&(Shape::of(cfg), 0)).and_then(|o| o.first.clone()) {
             return Some(f);
         }
@@ -246,4 +364,3 @@ pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
         let _ = tokio::time::timeout(std::time::Duration::from_millis(500), rx.changed()).await;
     }
 }
-

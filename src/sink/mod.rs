@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::client::ClientContext;
 use rdkafka::statistics::Statistics;
 use rdkafka::ClientConfig;
 
@@ -51,7 +51,10 @@ pub enum SinkError {
 
 impl SinkError {
     pub fn kafka(context: impl Into<String>, source: KafkaError) -> Self {
-        SinkError::Kafka { context: context.into(), source }
+        SinkError::Kafka {
+            context: context.into(),
+            source,
+        }
     }
 }
 
@@ -77,7 +80,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 fn classify(context: &str, e: KafkaError) -> SinkError {
-    if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)) {
+    if matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)
+    ) {
         return SinkError::Fenced(format!("{context}: {e}"));
     }
     if let KafkaError::Transaction(ref t) = e {
@@ -95,7 +101,10 @@ impl SinkError {
     /// Whether a new producer and the committed position can recover from this (a broker
     /// outage, restart or stall), as opposed to fencing or a problem with the offsets data.
     pub fn is_transient(&self) -> bool {
-        matches!(self, SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Fatal(_))
+        matches!(
+            self,
+            SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Fatal(_)
+        )
     }
 }
 
@@ -135,10 +144,13 @@ fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
 /// values out of range), without creating a client: `validate` and `run` refuse them at start
 /// instead of failing when the first producer is created.
 pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
-    producer_config(cfg, &cfg.transactional_id(), &[]).create_native_config().map(drop).map_err(|e| match e {
-        KafkaError::ClientConfig(_, desc, key, value) => format!("`producer.override.{key}={value}`: {desc}"),
-        e => e.to_string(),
-    })
+    producer_config(cfg, &cfg.transactional_id(), &[])
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| match e {
+            KafkaError::ClientConfig(_, desc, key, value) => format!("`producer.override.{key}={value}`: {desc}"),
+            e => e.to_string(),
+        })
 }
 
 /// How long a transaction call (init, commit, abort) may block.
@@ -148,23 +160,30 @@ fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
 
 /// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
 /// whose `init_transactions` fences any producer still holding it (`offsets reset` / `set`).
-pub async fn write_offsets_records(cfg: &ConnectorConfig, transactional_id: &str, records: Vec<(String, Option<Vec<u8>>)>) -> Result<(), SinkError> {
+pub async fn write_offsets_records(
+    cfg: &ConnectorConfig,
+    transactional_id: &str,
+    records: Vec<(String, Option<Vec<u8>>)>,
+) -> Result<(), SinkError> {
     let p: ThreadedProducer<QuietContext> = producer_config(cfg, transactional_id, &[])
         .create_with_context(QuietContext::new(&cfg.name, "offsets writer"))
         .map_err(|e| SinkError::kafka("creating offsets producer", e))?;
     let timeout = txn_call_timeout(cfg);
     let topic = cfg.offsets_topic.clone();
     blocking(move || -> Result<(), SinkError> {
-        p.init_transactions(timeout).map_err(|e| classify("init_transactions", e))?;
+        p.init_transactions(timeout)
+            .map_err(|e| classify("init_transactions", e))?;
         p.begin_transaction().map_err(|e| classify("begin_transaction", e))?;
         for (key, value) in &records {
             let mut r = BaseRecord::<[u8], [u8]>::to(&topic).key(key.as_bytes());
             if let Some(v) = value {
                 r = r.payload(v.as_slice());
             }
-            p.send(r).map_err(|(e, _)| SinkError::kafka("writing an offsets record", e))?;
+            p.send(r)
+                .map_err(|(e, _)| SinkError::kafka("writing an offsets record", e))?;
         }
-        p.commit_transaction(timeout).map_err(|e| classify("commit_transaction", e))
+        p.commit_transaction(timeout)
+            .map_err(|e| classify("commit_transaction", e))
     })
     .await
 }
@@ -183,7 +202,14 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
         match blocking(move || producer.init_transactions(timeout)).await {
             Ok(()) => break,
             // another task of the new generation fenced the same id at the same moment: done
-            Err(e) if matches!(e.rdkafka_error_code(), Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)) => break,
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)
+                ) =>
+            {
+                break
+            }
             Err(e) if attempt < 10 => {
                 attempt += 1;
                 tracing::debug!(transactional_id, error = %e, attempt, "fencing: retrying");
@@ -208,11 +234,13 @@ pub struct StatsContext {
 
 impl ClientContext for StatsContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        self.quiet.error(&self.connector, &format!("task {}", self.task), &error, reason);
+        self.quiet
+            .error(&self.connector, &format!("task {}", self.task), &error, reason);
     }
 
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.quiet.log(&self.connector, &format!("task {}", self.task), level, fac, log_message);
+        self.quiet
+            .log(&self.connector, &format!("task {}", self.task), level, fac, log_message);
     }
 
     fn stats(&self, s: Statistics) {
@@ -221,13 +249,19 @@ impl ClientContext for StatsContext {
         {
             let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
             let (bytes, msgs) = (s.txmsg_bytes as u64, s.txmsgs as u64);
-            metrics::PRODUCER_TX_BYTES.with_label_values(&labels).inc_by(bytes.saturating_sub(last.0));
-            metrics::PRODUCER_TX_MESSAGES.with_label_values(&labels).inc_by(msgs.saturating_sub(last.1));
+            metrics::PRODUCER_TX_BYTES
+                .with_label_values(&labels)
+                .inc_by(bytes.saturating_sub(last.0));
+            metrics::PRODUCER_TX_MESSAGES
+                .with_label_values(&labels)
+                .inc_by(msgs.saturating_sub(last.1));
             *last = (bytes.max(last.0), msgs.max(last.1));
         }
         for b in s.brokers.values() {
             if let Some(rtt) = &b.rtt {
-                metrics::BROKER_RTT.with_label_values(&[&self.connector, &b.name]).set(rtt.avg as f64 / 1e6);
+                metrics::BROKER_RTT
+                    .with_label_values(&[&self.connector, &b.name])
+                    .set(rtt.avg as f64 / 1e6);
             }
         }
     }
@@ -261,9 +295,15 @@ impl TxnSink {
                 ("statistics.interval.ms", "15000"),
             ],
         );
-        let ctx = StatsContext { connector: cfg.name.clone(), task: cfg.task_id.to_string(), last: Default::default(), quiet: Default::default() };
-        let producer: ThreadedProducer<StatsContext> =
-            pc.create_with_context(ctx).map_err(|e| SinkError::kafka("creating producer", e))?;
+        let ctx = StatsContext {
+            connector: cfg.name.clone(),
+            task: cfg.task_id.to_string(),
+            last: Default::default(),
+            quiet: Default::default(),
+        };
+        let producer: ThreadedProducer<StatsContext> = pc
+            .create_with_context(ctx)
+            .map_err(|e| SinkError::kafka("creating producer", e))?;
         let producer = Arc::new(producer);
         let timeout = txn_call_timeout(cfg);
         let p = producer.clone();
@@ -300,7 +340,9 @@ impl TxnSink {
 
     fn begin(&mut self) -> Result<(), SinkError> {
         if !self.in_txn {
-            self.producer.begin_transaction().map_err(|e| classify("begin_transaction", e))?;
+            self.producer
+                .begin_transaction()
+                .map_err(|e| classify("begin_transaction", e))?;
             self.in_txn = true;
             self.txn_records = 0;
             self.txn_started = Some(Instant::now());
@@ -371,7 +413,9 @@ impl TxnSink {
                     if matches!(err, SinkError::Aborted(_)) {
                         self.abort().await?;
                     }
-                    metrics::TXN_ABORTED.with_label_values(&[&self.connector, &self.task]).inc();
+                    metrics::TXN_ABORTED
+                        .with_label_values(&[&self.connector, &self.task])
+                        .inc();
                     return Err(err);
                 }
             }
@@ -381,10 +425,14 @@ impl TxnSink {
         let secs = started.elapsed().as_secs_f64();
         let labels = [self.connector.as_str(), self.task.as_str()];
         metrics::OFFSET_COMMIT_SECONDS.with_label_values(&labels).observe(secs);
-        metrics::TXN_RECORDS.with_label_values(&labels).observe(self.txn_records as f64);
+        metrics::TXN_RECORDS
+            .with_label_values(&labels)
+            .observe(self.txn_records as f64);
         metrics::TXN_COMMITTED.with_label_values(&labels).inc();
         if let Some(t) = self.txn_started {
-            metrics::TXN_SECONDS.with_label_values(&labels).observe(t.elapsed().as_secs_f64());
+            metrics::TXN_SECONDS
+                .with_label_values(&labels)
+                .observe(t.elapsed().as_secs_f64());
         }
         self.in_txn = false;
         self.txn_records = 0;
@@ -398,7 +446,9 @@ impl TxnSink {
         }
         let p = self.producer.clone();
         let timeout = self.timeout;
-        blocking(move || p.abort_transaction(timeout)).await.map_err(|e| classify("abort_transaction", e))?;
+        blocking(move || p.abort_transaction(timeout))
+            .await
+            .map_err(|e| classify("abort_transaction", e))?;
         self.in_txn = false;
         self.txn_records = 0;
         self.txn_started = None;
@@ -407,22 +457,40 @@ impl TxnSink {
 }
 
 async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
-    let admin: AdminClient<QuietContext> =
-        client_config(cfg).create_with_context(QuietContext::new(&cfg.name, "admin")).map_err(|e| SinkError::kafka("admin client", e))?;
+    let admin: AdminClient<QuietContext> = client_config(cfg)
+        .create_with_context(QuietContext::new(&cfg.name, "admin"))
+        .map_err(|e| SinkError::kafka("admin client", e))?;
     let compact = [("cleanup.policy", "compact")];
     let txn_topic = cfg.transaction_topic();
     let mut topics = vec![
-        NewTopic::new(&cfg.offsets_topic, 1, TopicReplication::Fixed(cfg.replication_factor)).set(compact[0].0, compact[0].1),
-        NewTopic::new(&cfg.topic, cfg.topic_partitions, TopicReplication::Fixed(cfg.replication_factor)),
+        NewTopic::new(&cfg.offsets_topic, 1, TopicReplication::Fixed(cfg.replication_factor))
+            .set(compact[0].0, compact[0].1),
+        NewTopic::new(
+            &cfg.topic,
+            cfg.topic_partitions,
+            TopicReplication::Fixed(cfg.replication_factor),
+        ),
     ];
     if cfg.txn_metadata {
         // one partition: BEGIN and END of every commit in order
-        topics.push(NewTopic::new(&txn_topic, 1, TopicReplication::Fixed(cfg.replication_factor)));
+        topics.push(NewTopic::new(
+            &txn_topic,
+            1,
+            TopicReplication::Fixed(cfg.replication_factor),
+        ));
     }
     let res = admin
-        .create_topics(&topics, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
+        .create_topics(
+            &topics,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
         .await
-        .map_err(|e| SinkError::kafka(format!("create topics (bootstrap.servers={})", cfg.bootstrap_servers), e))?;
+        .map_err(|e| {
+            SinkError::kafka(
+                format!("create topics (bootstrap.servers={})", cfg.bootstrap_servers),
+                e,
+            )
+        })?;
     for r in res {
         match r {
             Ok(t) => tracing::info!(topic = %t, "topic created"),
@@ -435,12 +503,20 @@ async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     // positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
     // refuses such an offsets topic too)
     let described = admin
-        .describe_configs(&[ResourceSpecifier::Topic(&cfg.offsets_topic)], &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))))
+        .describe_configs(
+            &[ResourceSpecifier::Topic(&cfg.offsets_topic)],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+        )
         .await
         .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
     for r in described {
-        let resource = r.map_err(|code| SinkError::Offsets(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic)))?;
-        let policy = resource.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default();
+        let resource = r.map_err(|code| {
+            SinkError::Offsets(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic))
+        })?;
+        let policy = resource
+            .get("cleanup.policy")
+            .and_then(|e| e.value.clone())
+            .unwrap_or_default();
         if !policy.split(',').any(|p| p.trim() == "compact") {
             return Err(SinkError::Offsets(format!(
                 "offsets topic `{}` has cleanup.policy={policy}: retention would delete connector positions. Set it to \
@@ -462,11 +538,27 @@ mod tests {
     #[test]
     fn librdkafka_accepts_sasl_and_ssl_settings() {
         let cases: &[&[(&str, &str)]] = &[
-            &[("security.protocol", "SASL_SSL"), ("sasl.mechanism", "SCRAM-SHA-512"), ("sasl.username", "u"), ("sasl.password", "p")],
-            &[("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN"), ("sasl.username", "u"), ("sasl.password", "p")],
-            &[("security.protocol", "SASL_SSL"), ("sasl.mechanism", "OAUTHBEARER"),
-              ("sasl.oauthbearer.config", "principal=lakestream scope=kafka")],
-            &[("security.protocol", "SSL"), ("ssl.endpoint.identification.algorithm", "https")],
+            &[
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.username", "u"),
+                ("sasl.password", "p"),
+            ],
+            &[
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "PLAIN"),
+                ("sasl.username", "u"),
+                ("sasl.password", "p"),
+            ],
+            &[
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "OAUTHBEARER"),
+                ("sasl.oauthbearer.config", "principal=lakestream scope=kafka"),
+            ],
+            &[
+                ("security.protocol", "SSL"),
+                ("ssl.endpoint.identification.algorithm", "https"),
+            ],
         ];
         for case in cases {
             let mut c = ClientConfig::new();

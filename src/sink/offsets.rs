@@ -42,7 +42,13 @@ fn is_zero(n: &u64) -> bool {
 
 impl InFlight {
     pub fn new(unit: Position, snapshot: bool) -> Self {
-        InFlight { unit, snapshot, splits: BTreeMap::new(), buckets: None, events: 0 }
+        InFlight {
+            unit,
+            snapshot,
+            splits: BTreeMap::new(),
+            buckets: None,
+            events: 0,
+        }
     }
 
     /// The bucket count a resumed read must use: the stored one, or one (the only count older
@@ -142,15 +148,23 @@ impl Handoff {
     /// (up to the owner's position, or inside the unit it had in flight), or by whoever the old
     /// owner had taken over from.
     pub fn published(&self, owner: RowOwner, unit: &Position, snapshot: bool, split: &str, row: u64) -> bool {
-        let Some(old) = self.old.get(&owner.task(self.ownership, self.tasks)) else { return false };
+        let Some(old) = self.old.get(&owner.task(self.ownership, self.tasks)) else {
+            return false;
+        };
         if !old.passed {
             return true;
         }
         let partial = match &old.in_flight {
-            Some(f) if f.unit == *unit && f.snapshot == snapshot => f.splits.get(split).is_some_and(|p| p.done || row < p.consumed),
+            Some(f) if f.unit == *unit && f.snapshot == snapshot => {
+                f.splits.get(split).is_some_and(|p| p.done || row < p.consumed)
+            }
             _ => false,
         };
-        partial || old.handoff.as_ref().is_some_and(|h| h.published(owner, unit, snapshot, split, row))
+        partial
+            || old
+                .handoff
+                .as_ref()
+                .is_some_and(|h| h.published(owner, unit, snapshot, split, row))
     }
 
     /// After the new task finished `unit`: old tasks whose position it was are passed. True once
@@ -199,16 +213,23 @@ pub fn read_offsets_matching(
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .map_err(|e| SinkError::kafka("offsets topic metadata", e))?;
-    let parts: Vec<i32> = md.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let parts: Vec<i32> = md
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
     let mut latest = std::collections::HashMap::new();
     if parts.is_empty() {
         return Ok(latest);
     }
     let mut tpl = TopicPartitionList::new();
     for p in &parts {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning).map_err(|e| SinkError::kafka("assign", e))?;
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .map_err(|e| SinkError::kafka("assign", e))?;
     }
-    consumer.assign(&tpl).map_err(|e| SinkError::kafka("assign offsets topic", e))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| SinkError::kafka("assign offsets topic", e))?;
     let mut eof = std::collections::HashSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while eof.len() < parts.len() {
@@ -225,13 +246,18 @@ pub fn read_offsets_matching(
             // the client reconnects by itself: a broker restart or a dropped connection is ridden
             // out until the deadline (a stopped connector must not fail on a blip)
             Some(Err(KafkaError::MessageConsumption(code)))
-                if matches!(code, RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure) =>
+                if matches!(
+                    code,
+                    RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure
+                ) =>
             {
                 tracing::warn!(%code, "offsets reader: broker connection lost; retrying until the deadline");
             }
             Some(Err(e)) => return Err(SinkError::kafka("reading offsets topic", e)),
             Some(Ok(m)) => {
-                let Some(key) = m.key().filter(|k| want(k)) else { continue };
+                let Some(key) = m.key().filter(|k| want(k)) else {
+                    continue;
+                };
                 match m.payload() {
                     None => {
                         latest.remove(key);
@@ -260,7 +286,9 @@ pub fn read_offsets_matching(
 /// `issued` present (`{"foo": 1}` must not read as "no position", which would rescan the table).
 fn parse_record(v: &[u8]) -> Result<Offsets, String> {
     let value: serde_json::Value = serde_json::from_slice(v).map_err(|e| e.to_string())?;
-    let Some(obj) = value.as_object() else { return Err("not a JSON object".into()) };
+    let Some(obj) = value.as_object() else {
+        return Err("not a JSON object".into());
+    };
     if !obj.contains_key("issued") {
         return Err("no `issued` field".into());
     }
@@ -278,36 +306,101 @@ mod tests {
     use super::*;
 
     fn pos(i: &str) -> Position {
-        Position { instant: i.into(), completed: None }
+        Position {
+            instant: i.into(),
+            completed: None,
+        }
     }
 
     #[test]
     fn handoff_publishes_up_to_each_old_owner_and_inside_its_unit() {
         let mut splits = BTreeMap::new();
-        splits.insert("s".to_string(), SplitProgress { consumed: 2, done: false });
+        splits.insert(
+            "s".to_string(),
+            SplitProgress {
+                consumed: 2,
+                done: false,
+            },
+        );
         let mut old = BTreeMap::new();
         // old task 0 is at 5 with 6 half emitted; old task 1 is at 3 (the new task starts there)
-        old.insert(0, OldTask { issued: Some(pos("5")), in_flight: Some(InFlight { unit: pos("6"), snapshot: false, splits, buckets: None, events: 0 }), passed: false, handoff: None });
-        old.insert(1, OldTask { issued: Some(pos("3")), in_flight: None, passed: true, handoff: None });
-        let key = |h: u32| RowOwner { key_hash: h, partition_hash: h + 1 };
-        let mut h = Handoff { tasks: 2, ownership: Ownership::Key, old };
+        old.insert(
+            0,
+            OldTask {
+                issued: Some(pos("5")),
+                in_flight: Some(InFlight {
+                    unit: pos("6"),
+                    snapshot: false,
+                    splits,
+                    buckets: None,
+                    events: 0,
+                }),
+                passed: false,
+                handoff: None,
+            },
+        );
+        old.insert(
+            1,
+            OldTask {
+                issued: Some(pos("3")),
+                in_flight: None,
+                passed: true,
+                handoff: None,
+            },
+        );
+        let key = |h: u32| RowOwner {
+            key_hash: h,
+            partition_hash: h + 1,
+        };
+        let mut h = Handoff {
+            tasks: 2,
+            ownership: Ownership::Key,
+            old,
+        };
         assert!(h.published(key(0), &pos("4"), false, "s", 0), "owner 0 emitted up to 5");
         assert!(!h.published(key(1), &pos("4"), false, "s", 0), "owner 1 stopped at 3");
-        let by_partition = Handoff { ownership: Ownership::Partition, ..h.clone() };
-        assert!(by_partition.published(key(1), &pos("4"), false, "s", 0), "an old partition-owned generation: partition 2 was task 0's");
+        let by_partition = Handoff {
+            ownership: Ownership::Partition,
+            ..h.clone()
+        };
+        assert!(
+            by_partition.published(key(1), &pos("4"), false, "s", 0),
+            "an old partition-owned generation: partition 2 was task 0's"
+        );
         assert!(!h.finished(&pos("4")));
         assert!(!h.finished(&pos("5")));
-        assert!(h.published(key(0), &pos("6"), false, "s", 1) && !h.published(key(0), &pos("6"), false, "s", 2), "inside the unit");
+        assert!(
+            h.published(key(0), &pos("6"), false, "s", 1) && !h.published(key(0), &pos("6"), false, "s", 2),
+            "inside the unit"
+        );
         assert!(h.finished(&pos("6")), "past every old position and in-flight unit");
     }
 
     #[test]
     fn offsets_json_round_trip() {
         let mut splits = BTreeMap::new();
-        splits.insert("p/fg".to_string(), SplitProgress { consumed: 3, done: false });
+        splits.insert(
+            "p/fg".to_string(),
+            SplitProgress {
+                consumed: 3,
+                done: false,
+            },
+        );
         let o = Offsets {
-            issued: Some(Position { instant: "1".into(), completed: Some("2".into()) }),
-            in_flight: Some(InFlight { unit: Position { instant: "3".into(), completed: None }, snapshot: false, splits, buckets: None, events: 0 }),
+            issued: Some(Position {
+                instant: "1".into(),
+                completed: Some("2".into()),
+            }),
+            in_flight: Some(InFlight {
+                unit: Position {
+                    instant: "3".into(),
+                    completed: None,
+                },
+                snapshot: false,
+                splits,
+                buckets: None,
+                events: 0,
+            }),
             records: 9,
             updated_ms: 1,
             tasks: 3,
@@ -321,8 +414,19 @@ mod tests {
         assert_eq!(serde_json::from_str::<Offsets>(&s).unwrap(), o);
         assert_eq!(parse_record(s.as_bytes()).unwrap(), o);
         let none = serde_json::to_string(&Offsets::default()).unwrap();
-        assert_eq!(parse_record(none.as_bytes()).unwrap(), Offsets::default(), "a record with no position yet");
-        for bad in [&br#"{"foo": 1}"#[..], b"{}", b"[]", b"null", br#"{"issued": null, "extra": 1}"#, b"not json"] {
+        assert_eq!(
+            parse_record(none.as_bytes()).unwrap(),
+            Offsets::default(),
+            "a record with no position yet"
+        );
+        for bad in [
+            &br#"{"foo": 1}"#[..],
+            b"{}",
+            b"[]",
+            b"null",
+            br#"{"issued": null, "extra": 1}"#,
+            b"not json",
+        ] {
             assert!(parse_record(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }

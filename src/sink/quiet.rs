@@ -57,7 +57,10 @@ impl Throttle {
     }
 
     pub fn log(&self, connector: &str, client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        let serious = matches!(level, RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error);
+        let serious = matches!(
+            level,
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error
+        );
         if !serious && !matches!(level, RDKafkaLogLevel::Warning) {
             return;
         }
@@ -81,7 +84,11 @@ pub struct QuietContext {
 
 impl QuietContext {
     pub fn new(connector: &str, client: &'static str) -> Self {
-        Self { connector: connector.to_string(), client, throttle: Throttle::default() }
+        Self {
+            connector: connector.to_string(),
+            client,
+            throttle: Throttle::default(),
+        }
     }
 }
 

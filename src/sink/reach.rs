@@ -35,7 +35,11 @@ async fn connect(addr: &str, wait: Duration) -> Option<String> {
     let mut why = String::new();
     for t in targets {
         // the resolved address, where the name was not one
-        let at = if t.to_string() == addr { String::new() } else { format!(" at {t}") };
+        let at = if t.to_string() == addr {
+            String::new()
+        } else {
+            format!(" at {t}")
+        };
         match tokio::time::timeout(wait, tokio::net::TcpStream::connect(t)).await {
             Ok(Ok(_)) => return None,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => why = format!("connection refused{at}"),
@@ -80,7 +84,9 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     let client: BaseProducer<super::QuietContext> = super::client_config(cfg)
         .create_with_context(super::QuietContext::new(&cfg.name, "bootstrap probe"))
         .map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_secs(1));
     let res = tokio::task::spawn_blocking(move || client.client().fetch_metadata(None, left).map(drop))
         .await
         .expect("metadata probe panicked");
@@ -105,7 +111,10 @@ pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkE
     if cfg.txn_metadata {
         names.push(cfg.transaction_topic());
     }
-    let md = admin.inner().fetch_metadata(None, Duration::from_secs(30)).map_err(|e| SinkError::kafka("topic metadata", e))?;
+    let md = admin
+        .inner()
+        .fetch_metadata(None, Duration::from_secs(30))
+        .map_err(|e| SinkError::kafka("topic metadata", e))?;
     let mut lines = Vec::new();
     for name in names {
         let Some(t) = md.topics().iter().find(|t| t.name() == name && t.error().is_none()) else {
@@ -113,7 +122,10 @@ pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkE
             continue;
         };
         let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
-        let described = admin.describe_configs(&[ResourceSpecifier::Topic(&name)], &opts).await.map_err(|e| SinkError::kafka("describe topic", e))?;
+        let described = admin
+            .describe_configs(&[ResourceSpecifier::Topic(&name)], &opts)
+            .await
+            .map_err(|e| SinkError::kafka("describe topic", e))?;
         let mut settings = Vec::new();
         if let Some(Ok(r)) = described.first() {
             for key in ["cleanup.policy", "retention.ms", "min.insync.replicas"] {
@@ -122,7 +134,11 @@ pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkE
                 }
             }
         }
-        lines.push(format!("topic {name}: {} partitions, {}", t.partitions().len(), settings.join(", ")));
+        lines.push(format!(
+            "topic {name}: {} partitions, {}",
+            t.partitions().len(),
+            settings.join(", ")
+        ));
     }
     Ok(lines)
 }

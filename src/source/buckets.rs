@@ -46,9 +46,13 @@ impl KeyText {
                 let s = if col.data_type() == &DataType::Utf8 {
                     col.clone()
                 } else {
-                    arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow(format!("key column {c} as text")))?
+                    arrow::compute::cast(col, &DataType::Utf8)
+                        .map_err(SourceError::arrow(format!("key column {c} as text")))?
                 };
-                Ok(s.as_any().downcast_ref::<StringArray>().expect("utf8 after cast").clone())
+                Ok(s.as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("utf8 after cast")
+                    .clone())
             })
             .collect::<Result<_, SourceError>>()?;
         Ok(Self { texts })
@@ -122,9 +126,18 @@ impl BucketWriter {
     /// `buckets` buffers of together about `budget / 32` bytes (64 KiB to 1 MiB each). At
     /// `budget / 4` a 102-bucket unit held 64 MiB of buffers where a 7-bucket one held 7, which
     /// made memory follow the unit's size; the buffers only batch appends to the bucket files.
-    pub fn new(dir: &std::path::Path, target: SchemaRef, key_cols: Vec<usize>, buckets: u32, budget: usize) -> Result<Self, SourceError> {
+    pub fn new(
+        dir: &std::path::Path,
+        target: SchemaRef,
+        key_cols: Vec<usize>,
+        buckets: u32,
+        budget: usize,
+    ) -> Result<Self, SourceError> {
         std::fs::create_dir_all(dir).map_err(SourceError::io(dir))?;
-        let tmp = tempfile::Builder::new().prefix("lakestream-buckets-").tempdir_in(dir).map_err(SourceError::io(dir))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("lakestream-buckets-")
+            .tempdir_in(dir)
+            .map_err(SourceError::io(dir))?;
         let mut fields: Vec<Field> = target.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(SPLIT_COL, DataType::UInt32, false));
         fields.push(Field::new(NEW_COL, DataType::Boolean, false));
@@ -132,10 +145,23 @@ impl BucketWriter {
         let spilled = Arc::new(Schema::new(fields));
         let n = buckets.clamp(1, MAX_BUCKETS);
         let buckets = (0..n)
-            .map(|i| Bucket { path: tmp.path().join(format!("{i}.arrows")), pending: Vec::new(), pending_bytes: 0, rows: 0 })
+            .map(|i| Bucket {
+                path: tmp.path().join(format!("{i}.arrows")),
+                pending: Vec::new(),
+                pending_bytes: 0,
+                rows: 0,
+            })
             .collect();
         let flush_bytes = (budget / 32 / n as usize).clamp(64 << 10, 1 << 20);
-        Ok(Self { dir: tmp, target, spilled, key_cols, buckets, flush_bytes, bytes: 0 })
+        Ok(Self {
+            dir: tmp,
+            target,
+            spilled,
+            key_cols,
+            buckets,
+            flush_bytes,
+            bytes: 0,
+        })
     }
 
     /// Add rows of `split`'s old or new side (conformed to the unit's schema), in read order;
@@ -154,7 +180,8 @@ impl BucketWriter {
         cols.push(Arc::new(UInt32Array::from(vec![split; batch.num_rows()])));
         cols.push(Arc::new(BooleanArray::from(vec![is_new; batch.num_rows()])));
         cols.push(Arc::new(UInt32Array::from(vec![tag; batch.num_rows()])));
-        let tagged = RecordBatch::try_new(self.spilled.clone(), cols).map_err(SourceError::arrow("tagging bucketed rows"))?;
+        let tagged =
+            RecordBatch::try_new(self.spilled.clone(), cols).map_err(SourceError::arrow("tagging bucketed rows"))?;
         for (p, rows) in idx.into_iter().enumerate() {
             if rows.is_empty() {
                 continue;
@@ -162,7 +189,8 @@ impl BucketWriter {
             let part = if rows.len() == tagged.num_rows() {
                 tagged.clone()
             } else {
-                arrow::compute::take_record_batch(&tagged, &UInt32Array::from(rows)).map_err(SourceError::arrow("bucketing rows"))?
+                arrow::compute::take_record_batch(&tagged, &UInt32Array::from(rows))
+                    .map_err(SourceError::arrow("bucketing rows"))?
             };
             let b = &mut self.buckets[p];
             b.rows += part.num_rows() as u64;
@@ -180,7 +208,12 @@ impl BucketWriter {
         for b in &mut self.buckets {
             self.bytes += flush(&self.spilled, b)?;
         }
-        Ok(BucketReader { _dir: self.dir, target: self.target, buckets: self.buckets, bytes: self.bytes })
+        Ok(BucketReader {
+            _dir: self.dir,
+            target: self.target,
+            buckets: self.buckets,
+            bytes: self.bytes,
+        })
     }
 }
 
@@ -195,8 +228,13 @@ fn flush(schema: &SchemaRef, b: &mut Bucket) -> Result<u64, SourceError> {
     let batch = arrow::compute::concat_batches(schema, &b.pending).map_err(SourceError::arrow("bucket buffer"))?;
     b.pending.clear();
     let bytes = std::mem::take(&mut b.pending_bytes) as u64;
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&b.path).map_err(SourceError::io(&b.path))?;
-    let mut w = StreamWriter::try_new(std::io::BufWriter::new(file), schema).map_err(|e| bucket_err("open", e, &b.path))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&b.path)
+        .map_err(SourceError::io(&b.path))?;
+    let mut w =
+        StreamWriter::try_new(std::io::BufWriter::new(file), schema).map_err(|e| bucket_err("open", e, &b.path))?;
     w.write(&batch).map_err(|e| bucket_err("write", e, &b.path))?;
     w.finish().map_err(|e| bucket_err("finish", e, &b.path))?;
     Ok(bytes)
@@ -231,7 +269,12 @@ impl BucketReader {
     /// Rows of bucket `p` for a unit of `splits` splits, each group in its original read order.
     pub fn read(&self, p: usize, splits: usize) -> Result<BucketRows, SourceError> {
         let b = &self.buckets[p];
-        let mut out = BucketRows { batches: Vec::new(), tags: Vec::new(), old: vec![Vec::new(); splits], new: vec![Vec::new(); splits] };
+        let mut out = BucketRows {
+            batches: Vec::new(),
+            tags: Vec::new(),
+            old: vec![Vec::new(); splits],
+            new: vec![Vec::new(); splits],
+        };
         if b.rows == 0 {
             return Ok(out);
         }
@@ -239,7 +282,10 @@ impl BucketReader {
         let mut input = std::io::BufReader::new(File::open(&b.path).map_err(SourceError::io(&b.path))?);
         let mut parts = Vec::new();
         let mut schema = None;
-        while !std::io::BufRead::fill_buf(&mut input).map_err(SourceError::io(&b.path))?.is_empty() {
+        while !std::io::BufRead::fill_buf(&mut input)
+            .map_err(SourceError::io(&b.path))?
+            .is_empty()
+        {
             let reader = StreamReader::try_new(&mut input, None).map_err(|e| bucket_err("read", e, &b.path))?;
             schema.get_or_insert(reader.schema());
             for part in reader {
@@ -250,16 +296,37 @@ impl BucketReader {
         let all = arrow::compute::concat_batches(&schema, &parts).map_err(SourceError::arrow("bucket rows"))?;
         drop(parts);
         let n = all.num_columns();
-        let split_col = all.column(n - 3).as_any().downcast_ref::<UInt32Array>().expect("split column").clone();
-        let new_col = all.column(n - 2).as_any().downcast_ref::<BooleanArray>().expect("side column").clone();
-        let tag_col = all.column(n - 1).as_any().downcast_ref::<UInt32Array>().expect("tag column").clone();
-        let data = all.project(&(0..n - 3).collect::<Vec<_>>()).map_err(SourceError::arrow("bucket columns"))?;
-        let data = RecordBatch::try_new(self.target.clone(), data.columns().to_vec()).map_err(SourceError::arrow("bucket schema"))?;
+        let split_col = all
+            .column(n - 3)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .expect("split column")
+            .clone();
+        let new_col = all
+            .column(n - 2)
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .expect("side column")
+            .clone();
+        let tag_col = all
+            .column(n - 1)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .expect("tag column")
+            .clone();
+        let data = all
+            .project(&(0..n - 3).collect::<Vec<_>>())
+            .map_err(SourceError::arrow("bucket columns"))?;
+        let data = RecordBatch::try_new(self.target.clone(), data.columns().to_vec())
+            .map_err(SourceError::arrow("bucket schema"))?;
         drop(all);
         // (split, side) groups, in order of first appearance: rows keep their read order
         let mut groups: std::collections::BTreeMap<(u32, bool), Vec<u32>> = Default::default();
         for r in 0..data.num_rows() {
-            groups.entry((split_col.value(r), new_col.value(r))).or_default().push(r as u32);
+            groups
+                .entry((split_col.value(r), new_col.value(r)))
+                .or_default()
+                .push(r as u32);
         }
         for ((split, is_new), rows) in groups {
             let s = split as usize;
@@ -270,7 +337,8 @@ impl BucketReader {
             let batch = if rows.len() == data.num_rows() {
                 data.clone()
             } else {
-                arrow::compute::take_record_batch(&data, &UInt32Array::from(rows)).map_err(SourceError::arrow("bucket group"))?
+                arrow::compute::take_record_batch(&data, &UInt32Array::from(rows))
+                    .map_err(SourceError::arrow("bucket group"))?
             };
             for run in tags.chunk_by(|a, b| a == b).scan(0usize, |start, run| {
                 let r = (*start, run.len(), run[0]);
@@ -279,9 +347,17 @@ impl BucketReader {
             }) {
                 let (start, len, tag) = run;
                 let i = out.batches.len() as u32;
-                out.batches.push(if len == batch.num_rows() { batch.clone() } else { batch.slice(start, len) });
+                out.batches.push(if len == batch.num_rows() {
+                    batch.clone()
+                } else {
+                    batch.slice(start, len)
+                });
                 out.tags.push(tag);
-                if is_new { out.new[s].push(i) } else { out.old[s].push(i) }
+                if is_new {
+                    out.new[s].push(i)
+                } else {
+                    out.old[s].push(i)
+                }
             }
         }
         Ok(out)
@@ -305,10 +381,20 @@ pub fn restrict_indexes(n: usize, rows: Vec<ChangeRow>) -> (Vec<usize>, Vec<Chan
                 picked.push(r.batch as usize);
                 picked.len() as u32 - 1
             });
-            RowRef { batch: *slot, row: r.row }
+            RowRef {
+                batch: *slot,
+                row: r.row,
+            }
         })
     };
-    let rows = rows.into_iter().map(|c| ChangeRow { op: c.op, before: remap(c.before), after: remap(c.after) }).collect();
+    let rows = rows
+        .into_iter()
+        .map(|c| ChangeRow {
+            op: c.op,
+            before: remap(c.before),
+            after: remap(c.after),
+        })
+        .collect();
     (picked, rows)
 }
 
@@ -335,13 +421,33 @@ mod tests {
     use arrow_array::Int64Array;
 
     fn batch(keys: &[i64], vals: &[i64]) -> RecordBatch {
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true), Field::new("v", DataType::Int64, true)]));
-        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys.to_vec())), Arc::new(Int64Array::from(vals.to_vec()))]).unwrap()
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(keys.to_vec())),
+                Arc::new(Int64Array::from(vals.to_vec())),
+            ],
+        )
+        .unwrap()
     }
 
     fn summary(batches: &[RecordBatch], rows: &[ChangeRow]) -> Vec<(Op, i64)> {
-        let key = |r: RowRef| batches[r.batch as usize].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(r.row as usize);
-        let mut v: Vec<(Op, i64)> = rows.iter().map(|c| (c.op, key(c.after.or(c.before).unwrap()))).collect();
+        let key = |r: RowRef| {
+            batches[r.batch as usize]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(r.row as usize)
+        };
+        let mut v: Vec<(Op, i64)> = rows
+            .iter()
+            .map(|c| (c.op, key(c.after.or(c.before).unwrap())))
+            .collect();
         v.sort_by_key(|x| x.1);
         v
     }
@@ -375,7 +481,10 @@ mod tests {
                 assert_eq!(per_split[s], summary(&all, &whole[s]), "{n} buckets, split {s}");
             }
         }
-        assert_eq!(summary(&all, &whole[1]), vec![(Op::Update, 3), (Op::Delete, 7), (Op::Create, 9)]);
+        assert_eq!(
+            summary(&all, &whole[1]),
+            vec![(Op::Update, 3), (Op::Delete, 7), (Op::Create, 9)]
+        );
     }
 
     #[test]
@@ -389,7 +498,15 @@ mod tests {
         let r = w.finish().unwrap();
         assert!(r.bytes > 0);
         let b = r.read(0, 2).unwrap();
-        let keys = |i: u32| b.batches[i as usize].column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec();
+        let keys = |i: u32| {
+            b.batches[i as usize]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        };
         assert_eq!(b.old[0].len(), 1);
         assert_eq!(keys(b.old[0][0]), (0..40_000).collect::<Vec<i64>>());
         assert_eq!(keys(b.old[1][0]), (40_000..80_000).collect::<Vec<i64>>());
@@ -408,7 +525,10 @@ mod tests {
         let tags: Vec<u32> = b.new[0].iter().map(|&i| b.tags[i as usize]).collect();
         let rows: Vec<usize> = b.new[0].iter().map(|&i| b.batches[i as usize].num_rows()).collect();
         assert_eq!((tags, rows), (vec![7, 3, 7], vec![2, 1, 1]));
-        assert_eq!(b.old[0].iter().map(|&i| b.tags[i as usize]).collect::<Vec<_>>(), vec![5]);
+        assert_eq!(
+            b.old[0].iter().map(|&i| b.tags[i as usize]).collect::<Vec<_>>(),
+            vec![5]
+        );
     }
 
     #[test]

@@ -6,9 +6,9 @@
 //! change rows in the same order. The runtime relies on that to resume inside a unit by skipping
 //! the records it already committed.
 
+pub mod buckets;
 pub mod hudi;
 pub mod iceberg;
-pub mod buckets;
 pub mod par;
 pub mod rows;
 
@@ -24,11 +24,17 @@ pub enum SourceError {
     #[error("{path}: {}: {source}", crate::storage::IoClass::of(source).describe())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: cannot read parquet: {source}")]
-    Parquet { path: PathBuf, source: parquet::errors::ParquetError },
+    Parquet {
+        path: PathBuf,
+        source: parquet::errors::ParquetError,
+    },
     #[error("{path}: {message}")]
     Format { path: PathBuf, message: String },
     #[error("{context}: {source}")]
-    Arrow { context: String, source: arrow_schema::ArrowError },
+    Arrow {
+        context: String,
+        source: arrow_schema::ArrowError,
+    },
     #[error("{message}")]
     Unreadable { message: String },
     #[error("{message}")]
@@ -49,7 +55,10 @@ impl SourceError {
         move |source| SourceError::Io { path, source }
     }
     pub fn format(path: impl Into<PathBuf>, message: impl Into<String>) -> SourceError {
-        SourceError::Format { path: path.into(), message: message.into() }
+        SourceError::Format {
+            path: path.into(),
+            message: message.into(),
+        }
     }
     pub fn arrow(context: impl Into<String>) -> impl FnOnce(arrow_schema::ArrowError) -> SourceError {
         let context = context.into();
@@ -88,7 +97,12 @@ pub enum Ownership {
 impl Ownership {
     /// The scheme a table gets: `proof` is `Ok` when the table shows a row's identity cannot
     /// leave its partition, else why not. Logged once, at open.
-    pub fn decide(cfg: &crate::config::ConnectorConfig, table: &str, partitioned: bool, proof: Result<(), String>) -> Ownership {
+    pub fn decide(
+        cfg: &crate::config::ConnectorConfig,
+        table: &str,
+        partitioned: bool,
+        proof: Result<(), String>,
+    ) -> Ownership {
         use crate::config::TaskOwnership as C;
         let (choice, many) = (cfg.ownership, cfg.tasks > 1);
         let chosen = match (choice, partitioned, &proof) {
@@ -110,10 +124,16 @@ impl Ownership {
             }
         };
         if many && chosen == Ownership::Partition {
-            tracing::info!(table, "tasks divide this table by partition: each task reads only its partitions' files");
+            tracing::info!(
+                table,
+                "tasks divide this table by partition: each task reads only its partitions' files"
+            );
         }
         if choice == C::Partition && !partitioned {
-            tracing::warn!(table, "tasks.ownership=partition on an unpartitioned table: tasks divide it by key hash");
+            tracing::warn!(
+                table,
+                "tasks.ownership=partition on an unpartitioned table: tasks divide it by key hash"
+            );
         }
         chosen
     }
@@ -129,7 +149,9 @@ impl Ownership {
     /// The hash that places a partition on a task.
     pub fn partition_hash(partition: &str) -> u32 {
         // FNV-1a: stable across builds and processes (the owner of a partition is stored state)
-        partition.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+        partition
+            .bytes()
+            .fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
     }
 }
 
@@ -265,12 +287,20 @@ impl TableInfo {
 
     /// `<db>.<table>`, or the table's name where it has no database (Debezium's data collection).
     pub fn qualified_name(&self) -> String {
-        if self.db.is_empty() { self.name.clone() } else { format!("{}.{}", self.db, self.name) }
+        if self.db.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}.{}", self.db, self.name)
+        }
     }
 
     /// The key as stored with a position (the events published under it were keyed so).
     pub fn stored_key(&self) -> Vec<String> {
-        if self.keyless() { vec!["(key.mode=none)".to_string()] } else { self.key_fields.clone() }
+        if self.keyless() {
+            vec!["(key.mode=none)".to_string()]
+        } else {
+            self.key_fields.clone()
+        }
     }
 }
 

@@ -115,7 +115,9 @@ pub fn ordered_streams<R: Send>(
     }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let stopped = || SourceError::Unsupported { message: "reading stopped".into() };
+    let stopped = || SourceError::Unsupported {
+        message: "reading stopped".into(),
+    };
     std::thread::scope(|scope| {
         let (senders, next, stop) = (&senders, &next, &stop);
         for _ in 0..threads {
@@ -125,7 +127,9 @@ pub fn ordered_streams<R: Send>(
                 if i >= n || stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let Some(tx) = senders[i].lock().expect("lock").take() else { return };
+                let Some(tx) = senders[i].lock().expect("lock").take() else {
+                    return;
+                };
                 let res = produce(i, &mut |part| {
                     if stop.load(Ordering::SeqCst) {
                         return Err(stopped());
@@ -167,20 +171,36 @@ mod tests {
     #[test]
     fn results_arrive_in_order_and_errors_stop() {
         let mut got = Vec::new();
-        ordered(50, 3, &|i| {
-            std::thread::sleep(std::time::Duration::from_micros(((i * 7919) % 13) as u64 * 100));
-            Ok(i)
-        }, &mut |r| {
-            got.push(r);
-            Ok(())
-        })
+        ordered(
+            50,
+            3,
+            &|i| {
+                std::thread::sleep(std::time::Duration::from_micros(((i * 7919) % 13) as u64 * 100));
+                Ok(i)
+            },
+            &mut |r| {
+                got.push(r);
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(got, (0..50).collect::<Vec<_>>());
         let mut seen = 0;
-        let err = ordered(50, 2, &|i| if i == 7 { Err(SourceError::Unsupported { message: "x".into() }) } else { Ok(i) }, &mut |_| {
-            seen += 1;
-            Ok(())
-        });
+        let err = ordered(
+            50,
+            2,
+            &|i| {
+                if i == 7 {
+                    Err(SourceError::Unsupported { message: "x".into() })
+                } else {
+                    Ok(i)
+                }
+            },
+            &mut |_| {
+                seen += 1;
+                Ok(())
+            },
+        );
         assert!(err.is_err());
         assert_eq!(seen, 7);
     }
@@ -192,7 +212,11 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_micros(((i * 31 + k) % 7) as u64 * 50));
                 send((i, k))?;
             }
-            if i == 23 { Err(SourceError::Unsupported { message: "boom".into() }) } else { Ok(()) }
+            if i == 23 {
+                Err(SourceError::Unsupported { message: "boom".into() })
+            } else {
+                Ok(())
+            }
         };
         let mut got = Vec::new();
         let err = ordered_streams(40, 3, 2, &produce, &mut |p| {

@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow::row::{Row, RowConverter, Rows, SortField};
 use arrow_array::{Array, ArrayRef, ListArray, MapArray, RecordBatch, StringArray, StructArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use arrow::row::{Row, RowConverter, Rows, SortField};
 
 use super::{ChangeRow, Op, RowRef, SourceError};
 
@@ -19,8 +19,11 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, S
     for f in target.fields() {
         let col = match batch.column_by_name(f.name()) {
             Some(c) if c.data_type() == f.data_type() => c.clone(),
-            Some(c) => arrow::compute::cast(c, f.data_type())
-                .map_err(SourceError::arrow(format!("casting column `{}` to {}", f.name(), f.data_type())))?,
+            Some(c) => arrow::compute::cast(c, f.data_type()).map_err(SourceError::arrow(format!(
+                "casting column `{}` to {}",
+                f.name(),
+                f.data_type()
+            )))?,
             None => arrow_array::new_null_array(f.data_type(), batch.num_rows()),
         };
         cols.push(col);
@@ -47,7 +50,12 @@ fn comparable(col: &ArrayRef) -> ArrayRef {
             let m = col.as_any().downcast_ref::<MapArray>().expect("map array");
             let entries = comparable_struct(m.entries());
             let field = Arc::new(Field::new("entries", entries.data_type().clone(), false));
-            Arc::new(ListArray::new(field, m.offsets().clone(), Arc::new(entries), m.nulls().cloned()))
+            Arc::new(ListArray::new(
+                field,
+                m.offsets().clone(),
+                Arc::new(entries),
+                m.nulls().cloned(),
+            ))
         }
         DataType::Struct(_) => {
             let s = col.as_any().downcast_ref::<StructArray>().expect("struct array");
@@ -60,13 +68,16 @@ fn comparable(col: &ArrayRef) -> ArrayRef {
             Arc::new(ListArray::new(field, l.offsets().clone(), values, l.nulls().cloned()))
         }
         DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
-            let as_list = arrow::compute::cast(col, &DataType::List(Arc::new(Field::new(
-                "item",
-                list_value_type(col.data_type()),
-                true,
-            ))))
+            let as_list = arrow::compute::cast(
+                col,
+                &DataType::List(Arc::new(Field::new("item", list_value_type(col.data_type()), true))),
+            )
             .unwrap_or_else(|_| col.clone());
-            if matches!(as_list.data_type(), DataType::List(_)) { comparable(&as_list) } else { as_list }
+            if matches!(as_list.data_type(), DataType::List(_)) {
+                comparable(&as_list)
+            } else {
+                as_list
+            }
         }
         DataType::Dictionary(_, v) => arrow::compute::cast(col, v).unwrap_or_else(|_| col.clone()),
         _ => col.clone(),
@@ -114,7 +125,9 @@ impl RowKeys {
             Some(idx) => idx.iter().map(|i| comparable(batch.column(*i))).collect(),
             None => batch.columns().iter().map(comparable).collect(),
         };
-        self.converter.convert_columns(&cols).map_err(SourceError::arrow("row conversion"))
+        self.converter
+            .convert_columns(&cols)
+            .map_err(SourceError::arrow("row conversion"))
     }
 }
 
@@ -136,7 +149,9 @@ pub fn diff(
     key_cols: &[usize],
     order_col: Option<usize>,
 ) -> Result<Vec<Vec<ChangeRow>>, SourceError> {
-    let Some(first) = batches.first() else { return Ok(vec![Vec::new(); old.len()]) };
+    let Some(first) = batches.first() else {
+        return Ok(vec![Vec::new(); old.len()]);
+    };
     let schema = first.schema();
     let keys = RowKeys::new(&schema, Some(key_cols.to_vec()))?;
     let full = RowKeys::new(&schema, None)?;
@@ -162,7 +177,10 @@ pub fn diff(
         for (s, bs) in side.iter().enumerate() {
             for &b in bs {
                 for i in 0..batches[b as usize].num_rows() {
-                    let r = RowRef { batch: b, row: i as u32 };
+                    let r = RowRef {
+                        batch: b,
+                        row: i as u32,
+                    };
                     let k = key_rows[b as usize].row(i);
                     match m.get(&k) {
                         Some((_, prev)) if order_of(*prev) > order_of(r) => {}
@@ -181,7 +199,10 @@ pub fn diff(
     for (s, bs) in new.iter().enumerate() {
         for &b in bs {
             for i in 0..batches[b as usize].num_rows() {
-                let r = RowRef { batch: b, row: i as u32 };
+                let r = RowRef {
+                    batch: b,
+                    row: i as u32,
+                };
                 let k = key_rows[b as usize].row(i);
                 if new_idx.get(&k).map(|(_, w)| *w) != Some(r) {
                     continue; // a duplicate of this key that lost
@@ -189,10 +210,18 @@ pub fn diff(
                 match old_idx.remove(&k) {
                     Some((_, o)) => {
                         if full_rows[o.batch as usize].row(o.row as usize) != full_rows[b as usize].row(i) {
-                            out[s].push(ChangeRow { op: Op::Update, before: Some(o), after: Some(r) });
+                            out[s].push(ChangeRow {
+                                op: Op::Update,
+                                before: Some(o),
+                                after: Some(r),
+                            });
                         }
                     }
-                    None => out[s].push(ChangeRow { op: Op::Create, before: None, after: Some(r) }),
+                    None => out[s].push(ChangeRow {
+                        op: Op::Create,
+                        before: None,
+                        after: Some(r),
+                    }),
                 }
             }
         }
@@ -201,12 +230,19 @@ pub fn diff(
     for (s, bs) in old.iter().enumerate() {
         for &b in bs {
             for i in 0..batches[b as usize].num_rows() {
-                let r = RowRef { batch: b, row: i as u32 };
+                let r = RowRef {
+                    batch: b,
+                    row: i as u32,
+                };
                 let k = key_rows[b as usize].row(i);
                 if let Some((os, w)) = old_idx.get(&k) {
                     if *w == r {
                         debug_assert_eq!(*os, s);
-                        out[s].push(ChangeRow { op: Op::Delete, before: Some(r), after: None });
+                        out[s].push(ChangeRow {
+                            op: Op::Delete,
+                            before: Some(r),
+                            after: None,
+                        });
                     }
                 }
             }
@@ -220,14 +256,19 @@ pub fn diff(
 /// Spark's `create_changelog_view` does; what is left are creates (new rows, in row order) then
 /// deletes (old rows, in row order). Never an update: without a key nothing pairs two rows.
 pub fn multiset_diff(batches: &[RecordBatch], old: &[u32], new: &[u32]) -> Result<Vec<ChangeRow>, SourceError> {
-    let Some(first) = batches.first() else { return Ok(Vec::new()) };
+    let Some(first) = batches.first() else {
+        return Ok(Vec::new());
+    };
     let full = RowKeys::new(&first.schema(), None)?;
     let rows: Vec<Rows> = batches.iter().map(|b| full.rows(b)).collect::<Result<_, _>>()?;
     // each distinct old row -> its occurrences, last first (so cancelling pops the latest)
     let mut left: HashMap<Row<'_>, Vec<RowRef>> = HashMap::new();
     for &b in old {
         for i in 0..batches[b as usize].num_rows() {
-            left.entry(rows[b as usize].row(i)).or_default().push(RowRef { batch: b, row: i as u32 });
+            left.entry(rows[b as usize].row(i)).or_default().push(RowRef {
+                batch: b,
+                row: i as u32,
+            });
         }
     }
     let mut out = Vec::new();
@@ -235,14 +276,25 @@ pub fn multiset_diff(batches: &[RecordBatch], old: &[u32], new: &[u32]) -> Resul
         for i in 0..batches[b as usize].num_rows() {
             let cancelled = left.get_mut(&rows[b as usize].row(i)).and_then(Vec::pop).is_some();
             if !cancelled {
-                out.push(ChangeRow { op: Op::Create, before: None, after: Some(RowRef { batch: b, row: i as u32 }) });
+                out.push(ChangeRow {
+                    op: Op::Create,
+                    before: None,
+                    after: Some(RowRef {
+                        batch: b,
+                        row: i as u32,
+                    }),
+                });
             }
         }
     }
     let order: HashMap<u32, usize> = old.iter().enumerate().map(|(i, b)| (*b, i)).collect();
     let mut gone: Vec<RowRef> = left.into_values().flatten().collect();
     gone.sort_by_key(|r| (order[&r.batch], r.row));
-    out.extend(gone.into_iter().map(|r| ChangeRow { op: Op::Delete, before: Some(r), after: None }));
+    out.extend(gone.into_iter().map(|r| ChangeRow {
+        op: Op::Delete,
+        before: Some(r),
+        after: None,
+    }));
     Ok(out)
 }
 
@@ -271,22 +323,33 @@ mod tests {
     type At = Option<(u32, u32)>;
 
     fn ops(rows: &[ChangeRow]) -> Vec<(Op, At, At)> {
-        rows.iter().map(|r| (r.op, r.before.map(|x| (x.batch, x.row)), r.after.map(|x| (x.batch, x.row)))).collect()
+        rows.iter()
+            .map(|r| {
+                (
+                    r.op,
+                    r.before.map(|x| (x.batch, x.row)),
+                    r.after.map(|x| (x.batch, x.row)),
+                )
+            })
+            .collect()
     }
 
     #[test]
     fn diff_emits_creates_updates_deletes_and_keeps_moves_as_updates() {
         let batches = vec![
             batch(&["a", "b", "c"], &[1, 2, 3], &["1", "1", "1"]), // split 0, old
-            batch(&["d"], &[4], &["1"]),                          // split 1, old
-            batch(&["a", "b"], &[1, 20], &["1", "2"]),            // split 0, new: a same, b updated, c gone
+            batch(&["d"], &[4], &["1"]),                           // split 1, old
+            batch(&["a", "b"], &[1, 20], &["1", "2"]),             // split 0, new: a same, b updated, c gone
             batch(&["d", "c", "e"], &[4, 30, 5], &["1", "2", "2"]), // split 1, new: c moved here, e new
         ];
         let out = diff(&batches, &[vec![0], vec![1]], &[vec![2], vec![3]], &[1], Some(0)).unwrap();
         assert_eq!(ops(&out[0]), vec![(Op::Update, Some((0, 1)), Some((2, 1)))]);
         assert_eq!(
             ops(&out[1]),
-            vec![(Op::Update, Some((0, 2)), Some((3, 1))), (Op::Create, None, Some((3, 2)))]
+            vec![
+                (Op::Update, Some((0, 2)), Some((3, 1))),
+                (Op::Create, None, Some((3, 2)))
+            ]
         );
     }
 
@@ -308,7 +371,11 @@ mod tests {
         );
         // a row changed in place is a delete and a create: nothing pairs them
         let batches = vec![batch(&["a"], &[1], &["1"]), batch(&["a"], &[2], &["2"])];
-        let ops_only: Vec<Op> = multiset_diff(&batches, &[0], &[1]).unwrap().iter().map(|r| r.op).collect();
+        let ops_only: Vec<Op> = multiset_diff(&batches, &[0], &[1])
+            .unwrap()
+            .iter()
+            .map(|r| r.op)
+            .collect();
         assert_eq!(ops_only, vec![Op::Create, Op::Delete]);
     }
 
@@ -321,7 +388,10 @@ mod tests {
         let out = diff(&batches, &[vec![0]], &[vec![1]], &[1], Some(0)).unwrap();
         assert_eq!(
             ops(&out[0]),
-            vec![(Op::Update, Some((0, 0)), Some((1, 0))), (Op::Delete, Some((0, 1)), None)]
+            vec![
+                (Op::Update, Some((0, 0)), Some((1, 0))),
+                (Op::Delete, Some((0, 1)), None)
+            ]
         );
     }
 }

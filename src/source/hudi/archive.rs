@@ -31,11 +31,21 @@ struct ManifestFile {
 /// The version of the live history manifest (`None` when there is no history).
 fn history_version(table: &TableConfig) -> Option<u64> {
     let dir = table.timeline_dir.join("history");
-    crate::storage::read_to_string(&dir.join("_version_")).ok()?.trim().parse().ok()
+    crate::storage::read_to_string(&dir.join("_version_"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn v6_archive_dir(table: &TableConfig) -> std::path::PathBuf {
-    table.path.join(".hoodie").join(table.props.get("hoodie.archivelog.folder").map(String::as_str).unwrap_or("archived"))
+    table.path.join(".hoodie").join(
+        table
+            .props
+            .get("hoodie.archivelog.folder")
+            .map(String::as_str)
+            .unwrap_or("archived"),
+    )
 }
 
 /// Archive files of table version 6, oldest first.
@@ -44,7 +54,13 @@ fn v6_archive_files(table: &TableConfig) -> Vec<(u64, std::path::PathBuf)> {
         .map(|d| {
             d.into_iter()
                 .filter_map(|e| {
-                    let n = e.name.strip_prefix(".commits_.archive.")?.split('_').next()?.parse().ok()?;
+                    let n = e
+                        .name
+                        .strip_prefix(".commits_.archive.")?
+                        .split('_')
+                        .next()?
+                        .parse()
+                        .ok()?;
                     Some((n, e.path))
                 })
                 .collect()
@@ -69,11 +85,14 @@ pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
     if table.layout < 2 {
         return load_v6(table);
     }
-    let Some(version) = history_version(table) else { return Ok(Vec::new()) };
+    let Some(version) = history_version(table) else {
+        return Ok(Vec::new());
+    };
     let dir = table.timeline_dir.join("history");
     let manifest_path = dir.join(format!("manifest_{version}"));
-    let manifest: Manifest = serde_json::from_slice(&crate::storage::read(&manifest_path).map_err(SourceError::io(&manifest_path))?)
-        .map_err(|e| SourceError::format(&manifest_path, format!("bad history manifest: {e}")))?;
+    let manifest: Manifest =
+        serde_json::from_slice(&crate::storage::read(&manifest_path).map_err(SourceError::io(&manifest_path))?)
+            .map_err(|e| SourceError::format(&manifest_path, format!("bad history manifest: {e}")))?;
     let mut out = Vec::new();
     for f in manifest.files {
         read_history_file(&dir.join(&f.file_name), &mut out)?;
@@ -82,7 +101,10 @@ pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
 }
 
 fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceError> {
-    let perr = |source| SourceError::Parquet { path: path.into(), source };
+    let perr = |source| SourceError::Parquet {
+        path: path.into(),
+        source,
+    };
     let reader = crate::storage::parquet(path)?.build().map_err(perr)?;
     for batch in reader {
         let batch = batch.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
@@ -91,8 +113,17 @@ fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceEr
                 .column_by_name(name)
                 .ok_or_else(|| SourceError::format(path, format!("history file without `{name}`")))
         };
-        let (req, comp, action, meta) = (col("instantTime")?, col("completionTime")?, col("action")?, col("metadata")?);
-        let (req, comp, action) = (req.as_string::<i32>(), comp.as_string::<i32>(), action.as_string::<i32>());
+        let (req, comp, action, meta) = (
+            col("instantTime")?,
+            col("completionTime")?,
+            col("action")?,
+            col("metadata")?,
+        );
+        let (req, comp, action) = (
+            req.as_string::<i32>(),
+            comp.as_string::<i32>(),
+            action.as_string::<i32>(),
+        );
         let meta = meta.as_binary::<i32>();
         for i in 0..batch.num_rows() {
             if req.is_null(i) || action.is_null(i) {
@@ -121,7 +152,9 @@ fn load_v6(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
                 if rec["actionState"].as_str().is_some_and(|s| s != "COMPLETED") {
                     continue;
                 }
-                let (Some(time), Some(action)) = (rec["commitTime"].as_str(), rec["actionType"].as_str()) else { continue };
+                let (Some(time), Some(action)) = (rec["commitTime"].as_str(), rec["actionType"].as_str()) else {
+                    continue;
+                };
                 let meta = match action {
                     "replacecommit" => rec["hoodieReplaceCommitMetadata"].clone(),
                     _ => rec["hoodieCommitMetadata"].clone(),

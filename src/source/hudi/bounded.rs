@@ -38,7 +38,13 @@ struct Duplicates {
 
 impl Duplicates {
     /// Which rows of a batch (rows `seq..` of split `s`) to emit; `None`: all of them.
-    fn keep(&self, s: usize, seq: u64, batch: &RecordBatch, keys: &[usize]) -> Result<Option<BooleanArray>, SourceError> {
+    fn keep(
+        &self,
+        s: usize,
+        seq: u64,
+        batch: &RecordBatch,
+        keys: &[usize],
+    ) -> Result<Option<BooleanArray>, SourceError> {
         if self.winners.is_empty() {
             return Ok(None);
         }
@@ -47,7 +53,10 @@ impl Duplicates {
         let keep: BooleanArray = (0..batch.num_rows())
             .map(|r| {
                 let lost = self.candidates.contains(&text.hash(r))
-                    && self.winners.get(&text.bytes(r)).is_some_and(|w| *w != (s, seq + r as u64));
+                    && self
+                        .winners
+                        .get(&text.bytes(r))
+                        .is_some_and(|w| *w != (s, seq + r as u64));
                 dropped |= lost;
                 Some(!lost)
             })
@@ -71,7 +80,14 @@ impl Chunk {
             .iter()
             .enumerate()
             .flat_map(|(b, x)| {
-                (0..x.num_rows()).map(move |r| ChangeRow { op: Op::Read, before: None, after: Some(RowRef { batch: b as u32, row: r as u32 }) })
+                (0..x.num_rows()).map(move |r| ChangeRow {
+                    op: Op::Read,
+                    before: None,
+                    after: Some(RowRef {
+                        batch: b as u32,
+                        row: r as u32,
+                    }),
+                })
             })
             .collect();
         let mut sc = SplitChanges::whole(split.clone(), file.to_string(), batches, rows);
@@ -101,7 +117,13 @@ struct HashRuns {
 
 impl HashRuns {
     fn new(dir: &std::path::Path, cap: usize) -> Self {
-        Self { dir: dir.into(), cap, mem: Vec::new(), runs: None, total: 0 }
+        Self {
+            dir: dir.into(),
+            cap,
+            mem: Vec::new(),
+            runs: None,
+            total: 0,
+        }
     }
 
     fn spilled(&self) -> bool {
@@ -116,11 +138,16 @@ impl HashRuns {
                 return Ok(());
             }
             std::fs::create_dir_all(&self.dir).map_err(SourceError::io(&self.dir))?;
-            let tmp = tempfile::Builder::new().prefix("lakestream-keys-").tempdir_in(&self.dir).map_err(SourceError::io(&self.dir))?;
+            let tmp = tempfile::Builder::new()
+                .prefix("lakestream-keys-")
+                .tempdir_in(&self.dir)
+                .map_err(SourceError::io(&self.dir))?;
             let files = (0..HASH_RUNS)
                 .map(|i| {
                     let p = tmp.path().join(format!("{i}.u64"));
-                    std::fs::File::create(&p).map(|f| std::io::BufWriter::with_capacity(4 << 10, f)).map_err(SourceError::io(&p))
+                    std::fs::File::create(&p)
+                        .map(|f| std::io::BufWriter::with_capacity(4 << 10, f))
+                        .map_err(SourceError::io(&p))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             self.runs = Some((tmp, files));
@@ -136,7 +163,9 @@ impl HashRuns {
         use std::io::Write;
         let (tmp, files) = self.runs.as_mut().expect("runs open");
         let i = (h % HASH_RUNS as u64) as usize;
-        files[i].write_all(&h.to_le_bytes()).map_err(SourceError::io(tmp.path()))
+        files[i]
+            .write_all(&h.to_le_bytes())
+            .map_err(SourceError::io(tmp.path()))
     }
 
     /// Hashes pushed more than once.
@@ -152,9 +181,17 @@ impl HashRuns {
         };
         for (i, f) in files.into_iter().enumerate() {
             let path = tmp.path().join(format!("{i}.u64"));
-            drop(f.into_inner().map_err(|e| SourceError::Io { path: path.clone(), source: e.into_error() })?);
+            drop(f.into_inner().map_err(|e| SourceError::Io {
+                path: path.clone(),
+                source: e.into_error(),
+            })?);
             let bytes = std::fs::read(&path).map_err(SourceError::io(&path))?;
-            dups(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect());
+            dups(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect(),
+            );
         }
         Ok(out)
     }
@@ -163,8 +200,10 @@ impl HashRuns {
 impl HudiSource {
     /// Columns the key pre-pass reads.
     fn key_pass_columns(&self) -> Vec<String> {
-        let mut only: Vec<String> =
-            ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"].iter().map(|s| s.to_string()).collect();
+        let mut only: Vec<String> = ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         only.extend(self.info.key_fields.iter().cloned());
         only.extend(self.merge.ordering.iter().cloned());
         only
@@ -186,16 +225,19 @@ impl HudiSource {
             }
             let cache = FileCache::single_pass(Some(self.key_pass_columns()));
             let reader = self.shared_slice_reader(r.tl, &cache);
-            let Some(merge) = self.open_slice(r, &reader, sp, true)? else { return Ok(()) };
-            let Some(schema) = merge.schema().cloned() else { return Ok(()) };
+            let Some(merge) = self.open_slice(r, &reader, sp, true)? else {
+                return Ok(());
+            };
+            let Some(schema) = merge.schema().cloned() else {
+                return Ok(());
+            };
             let (keys, order) = self.key_columns(&schema)?;
             let mut seq = 0u64;
-            merge
-                .run(&mut |b| {
-                    f(s, seq, &b, &keys, order)?;
-                    seq += b.num_rows() as u64;
-                    Ok(())
-                })?;
+            merge.run(&mut |b| {
+                f(s, seq, &b, &keys, order)?;
+                seq += b.num_rows() as u64;
+                Ok(())
+            })?;
             Ok(())
         };
         par::ordered(unit.splits.len(), self.threads, &read, &mut |_| Ok(()))
@@ -207,7 +249,10 @@ impl HudiSource {
         let started = std::time::Instant::now();
         tracing::info!(connector = %self.connector, splits = r.unit.splits.len(),
             "full scan: key pre-pass (a key held by two rows is emitted once)");
-        let runs = Mutex::new(HashRuns::new(&self.spill.dir, (self.spill.budget / 32).clamp(4, 1 << 20)));
+        let runs = Mutex::new(HashRuns::new(
+            &self.spill.dir,
+            (self.spill.budget / 32).clamp(4, 1 << 20),
+        ));
         self.key_pass(r, &|_, _, b, keys, _| {
             let text = KeyText::new(b, keys)?;
             let hashes: Vec<u64> = (0..b.num_rows()).map(|r| text.hash(r)).collect();
@@ -216,7 +261,9 @@ impl HudiSource {
         })?;
         let runs = runs.into_inner().expect("hash runs lock");
         if runs.spilled() {
-            metrics::SPILLED_BYTES.with_label_values(&[&self.connector]).inc_by(runs.total * 8);
+            metrics::SPILLED_BYTES
+                .with_label_values(&[&self.connector])
+                .inc_by(runs.total * 8);
             tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.spill.budget,
                 "full scan: the table's keys exceed read.memory.budget; key hashes spilled to runs on disk");
         }
@@ -237,7 +284,11 @@ impl HudiSource {
             for r in 0..b.num_rows() {
                 if candidates.contains(&text.hash(r)) {
                     let commit = commits.and_then(|c| c.is_valid(r).then(|| c.value(r).to_string()));
-                    seen.lock().expect("seen lock").entry(text.bytes(r)).or_default().push((commit, s, seq + r as u64));
+                    seen.lock()
+                        .expect("seen lock")
+                        .entry(text.bytes(r))
+                        .or_default()
+                        .push((commit, s, seq + r as u64));
                 }
             }
             Ok(())
@@ -259,7 +310,12 @@ impl HudiSource {
 
     /// A full scan, split by split, each streamed in chunks; splits are read on several threads
     /// and handed on in split order.
-    pub(super) fn read_snapshot(&self, r: &UnitRead<'_>, done: &HashSet<String>, emit: &mut Emit<'_>) -> Result<(), SourceError> {
+    pub(super) fn read_snapshot(
+        &self,
+        r: &UnitRead<'_>,
+        done: &HashSet<String>,
+        emit: &mut Emit<'_>,
+    ) -> Result<(), SourceError> {
         let unit = r.unit;
         let dups = self.duplicates(r)?;
         let todo: Vec<usize> = (0..unit.splits.len())
@@ -268,23 +324,32 @@ impl HudiSource {
                 !done.contains(&sp.id) && !r.is_replaced(sp)
             })
             .collect();
-        let read = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| -> Result<(), SourceError> {
-            let s = todo[k];
-            let sp = &unit.splits[s];
-            let cache = FileCache::single_pass(None);
-            let reader = self.shared_slice_reader(r.tl, &cache);
-            let Some(merge) = self.open_slice(r, &reader, sp, true)? else { return Ok(()) };
-            let Some(schema) = merge.schema().cloned() else { return Ok(()) };
-            let (keys, _) = self.key_columns(&schema)?;
-            let file = merge.file.as_deref().map(|f| join_path(&sp.partition, f)).unwrap_or_default();
-            let bytes_read = merge.bytes_read;
-            let mut chunk = Chunk::default();
-            let mut seq = 0u64;
-            let rows_read = merge
-                .run(&mut |b| {
+        let read =
+            |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| -> Result<(), SourceError> {
+                let s = todo[k];
+                let sp = &unit.splits[s];
+                let cache = FileCache::single_pass(None);
+                let reader = self.shared_slice_reader(r.tl, &cache);
+                let Some(merge) = self.open_slice(r, &reader, sp, true)? else {
+                    return Ok(());
+                };
+                let Some(schema) = merge.schema().cloned() else {
+                    return Ok(());
+                };
+                let (keys, _) = self.key_columns(&schema)?;
+                let file = merge
+                    .file
+                    .as_deref()
+                    .map(|f| join_path(&sp.partition, f))
+                    .unwrap_or_default();
+                let bytes_read = merge.bytes_read;
+                let mut chunk = Chunk::default();
+                let mut seq = 0u64;
+                let rows_read = merge.run(&mut |b| {
                     let n = b.num_rows();
                     let b = match dups.keep(s, seq, &b, &keys)? {
-                        Some(keep) => arrow::compute::filter_record_batch(&b, &keep).map_err(SourceError::arrow("dropping duplicate keys"))?,
+                        Some(keep) => arrow::compute::filter_record_batch(&b, &keep)
+                            .map_err(SourceError::arrow("dropping duplicate keys"))?,
                         None => b,
                     };
                     seq += n as u64;
@@ -295,11 +360,11 @@ impl HudiSource {
                     }
                     Ok(())
                 })?;
-            let mut sc = chunk.take(sp, &file, true);
-            sc.rows_read = rows_read;
-            sc.bytes_read = bytes_read;
-            send(sc)
-        };
+                let mut sc = chunk.take(sp, &file, true);
+                sc.rows_read = rows_read;
+                sc.bytes_read = bytes_read;
+                send(sc)
+            };
         par::ordered_streams(todo.len(), self.threads, 2, &read, emit)
     }
 
@@ -322,7 +387,13 @@ impl HudiSource {
     }
 
     /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]).
-    pub(super) fn read_bucketed(&self, r: &UnitRead<'_>, done: &HashSet<String>, buckets: u32, emit: &mut Emit<'_>) -> Result<(), SourceError> {
+    pub(super) fn read_bucketed(
+        &self,
+        r: &UnitRead<'_>,
+        done: &HashSet<String>,
+        buckets: u32,
+        emit: &mut Emit<'_>,
+    ) -> Result<(), SourceError> {
         let unit = r.unit;
         let n = unit.splits.len();
         let sides = |sp: &SplitSpec| -> [(bool, bool); 2] { [(false, !unit.snapshot), (true, !r.is_replaced(sp))] };
@@ -349,7 +420,13 @@ impl HudiSource {
         let (keys, order) = self.key_columns(&target)?;
         tracing::info!(connector = %self.connector, instant = %unit.position.instant, buckets, budget = self.spill.budget,
             "change unit larger than read.memory.budget: diffing in key buckets on disk");
-        let mut writer = BucketWriter::new(&self.spill.dir, target.clone(), keys.clone(), buckets, self.spill.budget)?;
+        let mut writer = BucketWriter::new(
+            &self.spill.dir,
+            target.clone(),
+            keys.clone(),
+            buckets,
+            self.spill.budget,
+        )?;
         let (mut file, mut rows_read, mut bytes_read) = (vec![String::new(); n], vec![0u64; n], vec![0u64; n]);
         for (s, sp) in unit.splits.iter().enumerate() {
             // log blocks decoded once for both sides; base files streamed
@@ -359,7 +436,9 @@ impl HudiSource {
                 if !wanted {
                     continue;
                 }
-                let Some(merge) = self.open_slice(r, &reader, sp, is_new)? else { continue };
+                let Some(merge) = self.open_slice(r, &reader, sp, is_new)? else {
+                    continue;
+                };
                 if let Some(f) = &merge.file {
                     if is_new || file[s].is_empty() {
                         file[s] = join_path(&sp.partition, f);
@@ -371,7 +450,9 @@ impl HudiSource {
             }
         }
         let buckets = writer.finish()?;
-        metrics::SPILLED_BYTES.with_label_values(&[&self.connector]).inc_by(buckets.bytes);
+        metrics::SPILLED_BYTES
+            .with_label_values(&[&self.connector])
+            .inc_by(buckets.bytes);
         let mut first_row = vec![0u64; n];
         for p in 0..buckets.len() {
             let rows = buckets.read(p, n)?;

@@ -40,7 +40,9 @@ pub type CdcFiles = BTreeMap<(String, String), Vec<String>>;
 /// Hudi 0.13 spells the modes `cdc_op_key`, `cdc_data_before[_after]`, 0.14+ `OP_KEY_ONLY`,
 /// `DATA_BEFORE[_AFTER]`.
 pub fn logged_images(props: &HashMap<String, String>) -> (bool, bool) {
-    let mode = props.get("hoodie.table.cdc.supplemental.logging.mode").map(|m| m.trim().to_ascii_lowercase());
+    let mode = props
+        .get("hoodie.table.cdc.supplemental.logging.mode")
+        .map(|m| m.trim().to_ascii_lowercase());
     match mode.as_deref().map(|m| m.trim_start_matches("cdc_")) {
         Some("data_before") => (true, false),
         Some("data_before_after") => (true, true),
@@ -166,12 +168,19 @@ impl HudiSource {
                         Ok(true)
                     })?,
                     BlockType::Command | BlockType::Corrupt => {}
-                    other => return Err(SourceError::format(&path, format!("unexpected {other:?} block in a CDC log file"))),
+                    other => {
+                        return Err(SourceError::format(
+                            &path,
+                            format!("unexpected {other:?} block in a CDC log file"),
+                        ))
+                    }
                 }
             }
         }
         let bad = |m: String| SourceError::format(&cdc_path, m);
-        let Some(first) = records.first() else { return Ok((Vec::new(), Vec::new(), 0, None)) };
+        let Some(first) = records.first() else {
+            return Ok((Vec::new(), Vec::new(), 0, None));
+        };
         let has = |n: &str| first.schema().index_of(n).is_ok();
         let shape = match (has("before"), has("after")) {
             (true, true) => Shape::BeforeAfter,
@@ -186,11 +195,14 @@ impl HudiSource {
         let reader = self.slice_reader(r.tl, cache);
         let mut side = |inclusive: bool, out: &mut Vec<RecordBatch>| -> Result<HashMap<String, RowRef>, SourceError> {
             let mut index = HashMap::new();
-            let Some(merge) = self.open_slice(r, &reader, sp, inclusive)? else { return Ok(index) };
+            let Some(merge) = self.open_slice(r, &reader, sp, inclusive)? else {
+                return Ok(index);
+            };
             let st = SliceMerge::collect(merge)?;
             for b in st.batches {
                 schema = Some(b.schema());
-                let keys = string_column(&b, "_hoodie_record_key").ok_or_else(|| bad("slice without _hoodie_record_key".into()))?;
+                let keys = string_column(&b, "_hoodie_record_key")
+                    .ok_or_else(|| bad("slice without _hoodie_record_key".into()))?;
                 let batch = out.len() as u32;
                 for i in 0..keys.len() {
                     if keys.is_valid(i) {
@@ -201,14 +213,27 @@ impl HudiSource {
             }
             Ok(index)
         };
-        let old = if shape == Shape::OpKey { side(false, &mut out)? } else { HashMap::new() };
-        let new = if shape != Shape::BeforeAfter && !r.is_replaced(sp) { side(true, &mut out)? } else { HashMap::new() };
+        let old = if shape == Shape::OpKey {
+            side(false, &mut out)?
+        } else {
+            HashMap::new()
+        };
+        let new = if shape != Shape::BeforeAfter && !r.is_replaced(sp) {
+            side(true, &mut out)?
+        } else {
+            HashMap::new()
+        };
         let mut rows = Vec::new();
         for b in &records {
             let ops = string_column(b, "op").ok_or_else(|| bad("CDC block without a string `op`".into()))?;
             let image = |name: &str, after: bool, out: &mut Vec<RecordBatch>| -> Result<Option<u32>, SourceError> {
-                let Some(col) = b.column_by_name(name) else { return Ok(None) };
-                let s = col.as_any().downcast_ref::<StructArray>().ok_or_else(|| bad(format!("`{name}` is not a record")))?;
+                let Some(col) = b.column_by_name(name) else {
+                    return Ok(None);
+                };
+                let s = col
+                    .as_any()
+                    .downcast_ref::<StructArray>()
+                    .ok_or_else(|| bad(format!("`{name}` is not a record")))?;
                 out.push(self.cdc_image(s, sp, after.then_some(instant.as_str()))?);
                 Ok(Some(out.len() as u32 - 1))
             };
@@ -224,9 +249,14 @@ impl HudiSource {
                 };
                 let key = keys.as_ref().filter(|k| k.is_valid(i)).map(|k| k.value(i).to_string());
                 let lookup = |index: &HashMap<String, RowRef>, which: &str| -> Result<RowRef, SourceError> {
-                    let k = key.as_deref().ok_or_else(|| bad(format!("CDC record {i} without record_key")))?;
+                    let k = key
+                        .as_deref()
+                        .ok_or_else(|| bad(format!("CDC record {i} without record_key")))?;
                     index.get(k).copied().ok_or_else(|| {
-                        bad(format!("CDC record {i} ({op:?} of key {k}): the {which} slice of file group {} has no such row", sp.id))
+                        bad(format!(
+                            "CDC record {i} ({op:?} of key {k}): the {which} slice of file group {} has no such row",
+                            sp.id
+                        ))
                     })
                 };
                 let logged = |img: Option<u32>| img.map(|batch| RowRef { batch, row: i as u32 });
@@ -251,8 +281,13 @@ impl HudiSource {
     fn cdc_image(&self, s: &StructArray, sp: &SplitSpec, commit: Option<&str>) -> Result<RecordBatch, SourceError> {
         // (not RecordBatch::from: an absent image is a null struct, which it refuses; those rows
         // are never referenced)
-        let fields: Vec<Field> = s.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-        let data = RecordBatch::try_new(Arc::new(Schema::new(fields)), s.columns().to_vec()).map_err(SourceError::arrow("CDC image"))?;
+        let fields: Vec<Field> = s
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let data = RecordBatch::try_new(Arc::new(Schema::new(fields)), s.columns().to_vec())
+            .map_err(SourceError::arrow("CDC image"))?;
         let keyed = with_virtual_keys(&data, &self.table.key_fields, &sp.partition)?;
         let n = keyed.num_rows();
         let time: ArrayRef = match commit {
@@ -275,7 +310,12 @@ mod tests {
 
     #[test]
     fn logged_images_in_both_spellings() {
-        let m = |v: &str| logged_images(&HashMap::from([("hoodie.table.cdc.supplemental.logging.mode".to_string(), v.to_string())]));
+        let m = |v: &str| {
+            logged_images(&HashMap::from([(
+                "hoodie.table.cdc.supplemental.logging.mode".to_string(),
+                v.to_string(),
+            )]))
+        };
         assert_eq!(m("OP_KEY_ONLY"), (false, false));
         assert_eq!(m("cdc_op_key"), (false, false));
         assert_eq!(m("DATA_BEFORE"), (true, false));

@@ -9,11 +9,11 @@ use std::collections::HashMap;
 
 use arrow_array::{Array, RecordBatch, StringArray};
 
+use super::files::LAYOUT_META_COLUMNS;
 use super::slice::{InstantBlock, MergeConfig, MergeMode};
 use super::string_column;
 use crate::source::rows::{conform, nullable, RowKeys};
 use crate::source::{ChangeRow, Op, RowRef, SourceError};
-use super::files::LAYOUT_META_COLUMNS;
 
 /// The change rows of one file group for one instant: (batches, rows). `old` is the merged
 /// slice before the instant.
@@ -31,7 +31,9 @@ pub fn changelog_rows(
             InstantBlock::Delete(_) => None,
         })
         .or(old.first());
-    let Some(newest) = newest else { return Ok((Vec::new(), Vec::new())) };
+    let Some(newest) = newest else {
+        return Ok((Vec::new(), Vec::new()));
+    };
     let target = nullable(&newest.schema(), LAYOUT_META_COLUMNS);
     let mut batches: Vec<RecordBatch> = old.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
     let old_count = batches.len();
@@ -47,12 +49,16 @@ pub fn changelog_rows(
     }
     let key_idx = target
         .index_of("_hoodie_record_key")
-        .map_err(|_| SourceError::Unreadable { message: "changelog mode needs _hoodie_record_key".into() })?;
+        .map_err(|_| SourceError::Unreadable {
+            message: "changelog mode needs _hoodie_record_key".into(),
+        })?;
     let keys: Vec<StringArray> = batches
         .iter()
         .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>().cloned())
         .collect::<Option<_>>()
-        .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })?;
+        .ok_or_else(|| SourceError::Unreadable {
+            message: "_hoodie_record_key is not a string column".into(),
+        })?;
     let ord_idx: Vec<usize> = merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
     let ord = if ordered && merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
         let conv = RowKeys::new(&target, Some(ord_idx))?;
@@ -62,13 +68,22 @@ pub fn changelog_rows(
     };
     let deleted_flag: Vec<Option<arrow_array::BooleanArray>> = batches
         .iter()
-        .map(|b| b.column_by_name("_hoodie_is_deleted").and_then(|c| c.as_any().downcast_ref().cloned()))
+        .map(|b| {
+            b.column_by_name("_hoodie_is_deleted")
+                .and_then(|c| c.as_any().downcast_ref().cloned())
+        })
         .collect();
     let mut current: HashMap<String, RowRef> = HashMap::new();
     for (b, k) in keys.iter().enumerate().take(old_count) {
         for r in 0..k.len() {
             if k.is_valid(r) {
-                current.insert(k.value(r).to_string(), RowRef { batch: b as u32, row: r as u32 });
+                current.insert(
+                    k.value(r).to_string(),
+                    RowRef {
+                        batch: b as u32,
+                        row: r as u32,
+                    },
+                );
             }
         }
     }
@@ -80,7 +95,11 @@ pub fn changelog_rows(
             InstantBlock::Delete(deleted) => {
                 for d in deleted {
                     if let Some(before) = current.remove(&d.record_key) {
-                        rows.push(ChangeRow { op: Op::Delete, before: Some(before), after: None });
+                        rows.push(ChangeRow {
+                            op: Op::Delete,
+                            before: Some(before),
+                            after: None,
+                        });
                     }
                 }
             }
@@ -93,8 +112,15 @@ pub fn changelog_rows(
                             continue;
                         }
                         let key = keys[b].value(r);
-                        let this = RowRef { batch: b as u32, row: r as u32 };
-                        let mut op = ops[&b].as_ref().filter(|o| o.is_valid(r)).map(|o| o.value(r)).unwrap_or("U");
+                        let this = RowRef {
+                            batch: b as u32,
+                            row: r as u32,
+                        };
+                        let mut op = ops[&b]
+                            .as_ref()
+                            .filter(|o| o.is_valid(r))
+                            .map(|o| o.value(r))
+                            .unwrap_or("U");
                         if deleted_flag[b].as_ref().is_some_and(|d| d.is_valid(r) && d.value(r)) {
                             op = "D"; // a soft delete
                         }
@@ -105,7 +131,11 @@ pub fn changelog_rows(
                             "D" => {
                                 before_image.remove(key);
                                 if let Some(before) = current.remove(key) {
-                                    rows.push(ChangeRow { op: Op::Delete, before: Some(before), after: None });
+                                    rows.push(ChangeRow {
+                                        op: Op::Delete,
+                                        before: Some(before),
+                                        after: None,
+                                    });
                                 }
                             }
                             _ => {
@@ -119,7 +149,11 @@ pub fn changelog_rows(
                                 let before = before_image.remove(key).or(cur);
                                 let op = if cur.is_some() { Op::Update } else { Op::Create };
                                 let before = if op == Op::Create { None } else { before };
-                                rows.push(ChangeRow { op, before, after: Some(this) });
+                                rows.push(ChangeRow {
+                                    op,
+                                    before,
+                                    after: Some(this),
+                                });
                                 current.insert(key.to_string(), this);
                             }
                         }
@@ -138,12 +172,22 @@ pub fn changelog_rows(
 /// With `by_partition` (the partition path is part of the key) only moves within a partition pair.
 pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_partition: bool) {
     let keys: Vec<Option<StringArray>> = batches.iter().map(|b| string_column(b, "_hoodie_record_key")).collect();
-    let parts: Vec<Option<StringArray>> =
-        batches.iter().map(|b| if by_partition { string_column(b, super::PARTITION_PATH) } else { None }).collect();
+    let parts: Vec<Option<StringArray>> = batches
+        .iter()
+        .map(|b| {
+            if by_partition {
+                string_column(b, super::PARTITION_PATH)
+            } else {
+                None
+            }
+        })
+        .collect();
     let key_of = |r: RowRef| -> Option<(&str, &str)> {
         let (b, i) = (r.batch as usize, r.row as usize);
         let k = keys[b].as_ref()?;
-        let p = parts[b].as_ref().map_or("", |p| if p.is_valid(i) { p.value(i) } else { "" });
+        let p = parts[b]
+            .as_ref()
+            .map_or("", |p| if p.is_valid(i) { p.value(i) } else { "" });
         k.is_valid(i).then(|| (k.value(i), p))
     };
     let mut departures: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
@@ -158,10 +202,16 @@ pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_
     for s in 0..per_split.len() {
         for i in 0..per_split[s].len() {
             let c = per_split[s][i];
-            let Some(k) = (c.op == Op::Create).then_some(c.after).flatten().and_then(key_of) else { continue };
+            let Some(k) = (c.op == Op::Create).then_some(c.after).flatten().and_then(key_of) else {
+                continue;
+            };
             if let Some(&(ds, di)) = departures.get(&k) {
                 if ds != s {
-                    per_split[s][i] = ChangeRow { op: Op::Update, before: per_split[ds][di].before, after: c.after };
+                    per_split[s][i] = ChangeRow {
+                        op: Op::Update,
+                        before: per_split[ds][di].before,
+                        after: c.after,
+                    };
                     departures.remove(&k);
                     gone.push((ds, di));
                 }

@@ -42,7 +42,12 @@ pub fn parse_base_name(name: &str) -> Option<BaseFile> {
     let stem = name.strip_suffix(".parquet")?;
     let (rest, instant) = stem.rsplit_once('_')?;
     let (file_id, _token) = rest.rsplit_once('_')?;
-    Some(BaseFile { file_id: file_id.into(), instant: instant.into(), name: name.into(), size: 0 })
+    Some(BaseFile {
+        file_id: file_id.into(),
+        instant: instant.into(),
+        name: name.into(),
+        size: 0,
+    })
 }
 
 /// `.<fileId>_<instant>.log.<version>_<writeToken>`
@@ -60,7 +65,12 @@ pub fn parse_log_name(name: &str) -> Option<LogFile> {
     let rest = name.strip_prefix('.')?;
     let (head, _) = rest.split_once(".log.")?;
     let (file_id, instant) = head.rsplit_once('_')?;
-    Some(LogFile { file_id: file_id.into(), instant: instant.into(), name: name.into(), size: 0 })
+    Some(LogFile {
+        file_id: file_id.into(),
+        instant: instant.into(),
+        name: name.into(),
+        size: 0,
+    })
 }
 
 /// The files of one partition, by file group id.
@@ -81,9 +91,15 @@ pub fn list_partition(table: &Path, partition: &str) -> Result<PartitionFiles, S
     for e in entries {
         let name = e.name;
         if let Some(b) = parse_base_name(&name) {
-            out.base.entry(b.file_id.clone()).or_default().push(BaseFile { size: e.size, ..b });
+            out.base
+                .entry(b.file_id.clone())
+                .or_default()
+                .push(BaseFile { size: e.size, ..b });
         } else if let Some(l) = parse_log_name(&name) {
-            out.logs.entry(l.file_id.clone()).or_default().push(LogFile { size: e.size, ..l });
+            out.logs
+                .entry(l.file_id.clone())
+                .or_default()
+                .push(LogFile { size: e.size, ..l });
         }
     }
     Ok(out)
@@ -98,7 +114,10 @@ pub struct Listings {
 
 impl Listings {
     pub fn new(table: &Path) -> Self {
-        Self { table: table.into(), map: Default::default() }
+        Self {
+            table: table.into(),
+            map: Default::default(),
+        }
     }
 
     pub fn partition(&self, partition: &str) -> Result<Arc<PartitionFiles>, SourceError> {
@@ -106,7 +125,10 @@ impl Listings {
             return Ok(f.clone());
         }
         let f = Arc::new(list_partition(&self.table, partition)?);
-        self.map.lock().expect("listings lock").insert(partition.into(), f.clone());
+        self.map
+            .lock()
+            .expect("listings lock")
+            .insert(partition.into(), f.clone());
         Ok(f)
     }
 }
@@ -164,7 +186,13 @@ pub fn base_as_of<'a>(files: &'a [BaseFile], timeline: &Timeline, at: &str, incl
     files
         .iter()
         .filter(|f| match timeline.completed_order(&f.instant) {
-            Some(o) => if inclusive { o.as_str() <= at } else { o.as_str() < at },
+            Some(o) => {
+                if inclusive {
+                    o.as_str() <= at
+                } else {
+                    o.as_str() < at
+                }
+            }
             None => false,
         })
         .max_by(|a, b| a.instant.cmp(&b.instant))
@@ -176,7 +204,10 @@ pub fn open_base(
     path: &Path,
     only: Option<&[String]>,
 ) -> Result<(SchemaRef, parquet::arrow::arrow_reader::ParquetRecordBatchReader, u64), SourceError> {
-    let perr = |source| SourceError::Parquet { path: path.into(), source };
+    let perr = |source| SourceError::Parquet {
+        path: path.into(),
+        source,
+    };
     let builder = crate::storage::parquet(path)?;
     let size = crate::storage::size(path).unwrap_or(0);
     let keep: Vec<usize> = builder
@@ -189,7 +220,11 @@ pub fn open_base(
         .map(|(i, _)| i)
         .collect();
     let mask = ProjectionMask::roots(builder.parquet_schema(), keep);
-    let reader = builder.with_projection(mask).with_batch_size(BASE_BATCH_ROWS).build().map_err(perr)?;
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(BASE_BATCH_ROWS)
+        .build()
+        .map_err(perr)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
     Ok((schema, reader, size))
 }
@@ -200,16 +235,21 @@ pub const BASE_BATCH_ROWS: usize = 8192;
 /// Read a whole base file (see [`open_base`]).
 pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
     let (schema, reader, size) = open_base(path, only)?;
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SourceError::Arrow { context: format!("reading {}", path.display()), source: e })?;
+    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| SourceError::Arrow {
+        context: format!("reading {}", path.display()),
+        source: e,
+    })?;
     Ok((schema, batches, size))
 }
 
 /// Fill `_hoodie_record_key` / `_hoodie_partition_path` of a virtual-key table (meta fields not
 /// populated) the way its key generator would: `value` for one key field, `f1:v1,f2:v2` for
 /// several; the partition path of the file.
-pub fn with_virtual_keys(batch: &RecordBatch, key_fields: &[String], partition: &str) -> Result<RecordBatch, SourceError> {
+pub fn with_virtual_keys(
+    batch: &RecordBatch,
+    key_fields: &[String],
+    partition: &str,
+) -> Result<RecordBatch, SourceError> {
     use arrow_array::{Array, ArrayRef, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     let n = batch.num_rows();
@@ -218,8 +258,14 @@ pub fn with_virtual_keys(batch: &RecordBatch, key_fields: &[String], partition: 
         let col = batch.column_by_name(k).ok_or_else(|| SourceError::Unreadable {
             message: format!("record key field `{k}` is not a column of the data files"),
         })?;
-        let s = arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow(format!("key field `{k}` as string")))?;
-        parts.push(s.as_any().downcast_ref::<StringArray>().expect("utf8 after cast").clone());
+        let s = arrow::compute::cast(col, &DataType::Utf8)
+            .map_err(SourceError::arrow(format!("key field `{k}` as string")))?;
+        parts.push(
+            s.as_any()
+                .downcast_ref::<StringArray>()
+                .expect("utf8 after cast")
+                .clone(),
+        );
     }
     let keys: StringArray = (0..n)
         .map(|i| {
@@ -239,7 +285,10 @@ pub fn with_virtual_keys(batch: &RecordBatch, key_fields: &[String], partition: 
         .collect();
     let derived: [(&str, ArrayRef); 2] = [
         ("_hoodie_record_key", Arc::new(keys)),
-        ("_hoodie_partition_path", Arc::new(StringArray::from_iter_values(std::iter::repeat_n(partition, n)))),
+        (
+            "_hoodie_partition_path",
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(partition, n))),
+        ),
     ];
     let schema = batch.schema();
     let mut fields: Vec<Field> = Vec::new();

@@ -85,17 +85,28 @@ impl LogBlock {
     /// once no block of it is held).
     pub fn unloaded(&self, path: &Path) -> LogBlock {
         let content = match &self.content {
-            Content::Mem { bytes, start } => Content::At { path: path.to_path_buf(), start: *start, len: bytes.len() as u64 },
+            Content::Mem { bytes, start } => Content::At {
+                path: path.to_path_buf(),
+                start: *start,
+                len: bytes.len() as u64,
+            },
             at => at.clone(),
         };
-        LogBlock { block_type: self.block_type, header: self.header.clone(), content, offset: self.offset }
+        LogBlock {
+            block_type: self.block_type,
+            header: self.header.clone(),
+            content,
+            offset: self.offset,
+        }
     }
 
     /// The whole content (read from storage unless in memory).
     fn bytes(&self, path: &Path) -> Result<Bytes, SourceError> {
         match &self.content {
             Content::Mem { bytes, .. } => Ok(bytes.clone()),
-            Content::At { path: p, start, len } => crate::storage::read_range(p, *start, *len).map_err(SourceError::io(path)),
+            Content::At { path: p, start, len } => {
+                crate::storage::read_range(p, *start, *len).map_err(SourceError::io(path))
+            }
         }
     }
 
@@ -103,7 +114,9 @@ impl LogBlock {
     fn reader(&self, path: &Path) -> Result<Box<dyn Read + Send>, SourceError> {
         match &self.content {
             Content::Mem { bytes, .. } => Ok(Box::new(Cursor::new(bytes.clone()))),
-            Content::At { path: p, start, len } => crate::storage::open_range(p, *start, *len).map_err(SourceError::io(path)),
+            Content::At { path: p, start, len } => {
+                crate::storage::open_range(p, *start, *len).map_err(SourceError::io(path))
+            }
         }
     }
 }
@@ -158,7 +171,13 @@ impl Head {
         let kind = c.i32()?;
         let header = if version >= 1 { c.metadata()? } else { HashMap::new() };
         let content_len = u64::try_from(c.i64()?).ok()?;
-        Some(Head { size, version, kind, header, content_len })
+        Some(Head {
+            size,
+            version,
+            kind,
+            header,
+            content_len,
+        })
     }
 
     /// The footer and trailing length after the content; `None` unless they end exactly at
@@ -172,13 +191,21 @@ impl Head {
     }
 
     fn block(self, content: Content, offset: usize) -> LogBlock {
-        LogBlock { block_type: BlockType::from_i32(self.kind), header: self.header, content, offset }
+        LogBlock {
+            block_type: BlockType::from_i32(self.kind),
+            header: self.header,
+            content,
+            offset,
+        }
     }
 }
 
 /// Parse one block starting at `pos` (at a magic). `None`: damaged.
 fn parse_block(all: &Bytes, pos: usize) -> Option<(LogBlock, usize)> {
-    let mut c = Cur { b: all, pos: pos + MAGIC.len() };
+    let mut c = Cur {
+        b: all,
+        pos: pos + MAGIC.len(),
+    };
     let head = Head::parse(&mut c)?;
     let end = (pos + MAGIC.len() + 8).checked_add(usize::try_from(head.size).ok()?)?;
     if end > all.len() {
@@ -189,8 +216,14 @@ fn parse_block(all: &Bytes, pos: usize) -> Option<(LogBlock, usize)> {
     if content_end > end {
         return None;
     }
-    head.check_tail(&mut Cur { b: &all[..end], pos: content_end })?;
-    let content = Content::Mem { bytes: all.slice(start..content_end), start: start as u64 };
+    head.check_tail(&mut Cur {
+        b: &all[..end],
+        pos: content_end,
+    })?;
+    let content = Content::Mem {
+        bytes: all.slice(start..content_end),
+        start: start as u64,
+    };
     Some((head.block(content, pos), end))
 }
 
@@ -208,11 +241,18 @@ fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>
         if !first.starts_with(MAGIC) {
             return Ok(None);
         }
-        let mut c = Cur { b: &first, pos: MAGIC.len() };
-        let Some(head) = Head::parse(&mut c) else { return Ok(None) };
+        let mut c = Cur {
+            b: &first,
+            pos: MAGIC.len(),
+        };
+        let Some(head) = Head::parse(&mut c) else {
+            return Ok(None);
+        };
         let end = pos + MAGIC.len() as u64 + 8 + head.size;
         let start = pos + c.pos as u64;
-        let Some(content_end) = start.checked_add(head.content_len).filter(|e| *e <= end) else { return Ok(None) };
+        let Some(content_end) = start.checked_add(head.content_len).filter(|e| *e <= end) else {
+            return Ok(None);
+        };
         if end > size {
             return Ok(None);
         }
@@ -220,7 +260,11 @@ fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>
         if head.check_tail(&mut Cur { b: &tail, pos: 0 }).is_none() {
             return Ok(None);
         }
-        let content = Content::At { path: path.to_path_buf(), start, len: head.content_len };
+        let content = Content::At {
+            path: path.to_path_buf(),
+            start,
+            len: head.content_len,
+        };
         out.push(head.block(content, pos as usize));
         pos = end;
     }
@@ -228,7 +272,10 @@ fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>
 }
 
 fn find_magic(b: &[u8], from: usize) -> Option<usize> {
-    b.get(from..)?.windows(MAGIC.len()).position(|w| w == MAGIC).map(|p| p + from)
+    b.get(from..)?
+        .windows(MAGIC.len())
+        .position(|w| w == MAGIC)
+        .map(|p| p + from)
 }
 
 /// All readable blocks of a log file, in file order; damaged stretches are skipped and counted.
@@ -271,12 +318,20 @@ fn avro_bad(block: &LogBlock, path: &Path, m: String) -> SourceError {
 
 /// An Avro data block's writer schema (its SCHEMA header).
 fn avro_block_schema<'b>(block: &'b LogBlock, path: &Path) -> Result<&'b str, SourceError> {
-    block.header.get(&SCHEMA).map(String::as_str).ok_or_else(|| avro_bad(block, path, "no SCHEMA header".into()))
+    block
+        .header
+        .get(&SCHEMA)
+        .map(String::as_str)
+        .ok_or_else(|| avro_bad(block, path, "no SCHEMA header".into()))
 }
 
 /// The record datums of an Avro data block, streamed from its content and handed to `f` one at
 /// a time until it returns false.
-fn avro_block_each(block: &LogBlock, path: &Path, f: &mut dyn FnMut(&[u8]) -> Result<bool, SourceError>) -> Result<(), SourceError> {
+fn avro_block_each(
+    block: &LogBlock,
+    path: &Path,
+    f: &mut dyn FnMut(&[u8]) -> Result<bool, SourceError>,
+) -> Result<(), SourceError> {
     let bad = |m: String| avro_bad(block, path, m);
     let content_len = match &block.content {
         Content::Mem { bytes, .. } => bytes.len() as u64,
@@ -305,7 +360,8 @@ fn avro_block_each(block: &LogBlock, path: &Path, f: &mut dyn FnMut(&[u8]) -> Re
             return Err(bad("record past the block end".into()));
         }
         datum.resize(len, 0);
-        r.read_exact(&mut datum).map_err(|e| bad(format!("record past the block end: {e}")))?;
+        r.read_exact(&mut datum)
+            .map_err(|e| bad(format!("record past the block end: {e}")))?;
         done += 1;
         if !f(&datum)? {
             break;
@@ -317,7 +373,8 @@ fn avro_block_each(block: &LogBlock, path: &Path, f: &mut dyn FnMut(&[u8]) -> Re
 /// Records of an Avro data block as JSON values (small metadata blocks: the archived timeline).
 pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::Value>, SourceError> {
     let bad = |m: String| avro_bad(block, path, m);
-    let schema = apache_avro::Schema::parse_str(avro_block_schema(block, path)?).map_err(|e| bad(format!("schema: {e}")))?;
+    let schema =
+        apache_avro::Schema::parse_str(avro_block_schema(block, path)?).map_err(|e| bad(format!("schema: {e}")))?;
     let mut out = Vec::new();
     avro_block_each(block, path, &mut |d| {
         let v = apache_avro::from_avro_datum(&schema, &mut &d[..], None).map_err(|e| bad(e.to_string()))?;
@@ -330,11 +387,18 @@ pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::
 /// Records of an Avro data block as Arrow, decoded with the block's writer schema, handed to `f`
 /// batch by batch until it returns false: the content is read as a stream and only one batch of
 /// records is held (raw and decoded) at a time.
-pub fn avro_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
+pub fn avro_block_batches(
+    block: &LogBlock,
+    path: &Path,
+    f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
+) -> Result<(), SourceError> {
     let bad = |m: String| avro_bad(block, path, m);
     let schema = avro_block_schema(block, path)?;
     // the datums of one batch wrapped in an in-memory Avro object container file for arrow-avro
-    let decode = |n: usize, data: &[u8], f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>| -> Result<bool, SourceError> {
+    let decode = |n: usize,
+                  data: &[u8],
+                  f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>|
+     -> Result<bool, SourceError> {
         let mut ocf = Vec::with_capacity(data.len() + schema.len() + 64);
         ocf.extend_from_slice(b"Obj\x01");
         crate::changelog::avro::write_long(&mut ocf, 2);
@@ -382,15 +446,23 @@ const BATCH_RECORDS: usize = 8192;
 
 /// Records of a Parquet data block (the content is a whole Parquet file), batch by batch until
 /// `f` returns false.
-pub fn parquet_block_batches(block: &LogBlock, path: &Path, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
-    let perr = |source| SourceError::Parquet { path: path.into(), source };
+pub fn parquet_block_batches(
+    block: &LogBlock,
+    path: &Path,
+    f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
+) -> Result<(), SourceError> {
+    let perr = |source| SourceError::Parquet {
+        path: path.into(),
+        source,
+    };
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(block.bytes(path)?)
         .map_err(perr)?
         .with_batch_size(BATCH_RECORDS)
         .build()
         .map_err(perr)?;
     for b in reader {
-        if !f(b.map_err(|e| SourceError::format(path, format!("Parquet data block at offset {}: {e}", block.offset)))?)? {
+        if !f(b.map_err(|e| SourceError::format(path, format!("Parquet data block at offset {}: {e}", block.offset)))?)?
+        {
             break;
         }
     }
@@ -455,7 +527,10 @@ pub fn delete_block_keys(block: &LogBlock, path: &Path) -> Result<Vec<DeletedKey
             "content version {version} is Kryo-serialized Java (Hudi < 0.13); rewrite the table with a newer Hudi"
         )));
     }
-    let len = c.i32().and_then(|l| usize::try_from(l).ok()).ok_or_else(|| bad("bad length".into()))?;
+    let len = c
+        .i32()
+        .and_then(|l| usize::try_from(l).ok())
+        .ok_or_else(|| bad("bad length".into()))?;
     let data = c.take(len).ok_or_else(|| bad("truncated".into()))?;
     let schema = apache_avro::Schema::parse_str(DELETE_RECORD_LIST_SCHEMA).expect("static schema");
     let value = apache_avro::from_avro_datum(&schema, &mut &data[..], None).map_err(|e| bad(e.to_string()))?;
@@ -476,9 +551,15 @@ pub fn delete_block_keys(block: &LogBlock, path: &Path) -> Result<Vec<DeletedKey
             for item in items {
                 if let V::Record(f) = item {
                     let key = f.iter().find(|(n, _)| n == "recordKey").and_then(|(_, v)| unwrap(v));
-                    let part = f.iter().find(|(n, _)| n == "partitionPath").and_then(|(_, v)| unwrap(v));
+                    let part = f
+                        .iter()
+                        .find(|(n, _)| n == "partitionPath")
+                        .and_then(|(_, v)| unwrap(v));
                     match key {
-                        Some(record_key) => out.push(DeletedKey { record_key, partition_path: part }),
+                        Some(record_key) => out.push(DeletedKey {
+                            record_key,
+                            partition_path: part,
+                        }),
                         None => return Err(bad("delete record without a record key".into())),
                     }
                 }
@@ -512,8 +593,24 @@ mod tests {
 
     #[test]
     fn damaged_stretches_are_skipped_and_counted() {
-        let rollback = encode_block(0, &[(INSTANT_TIME, "2"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "1")], b"");
-        let other = encode_block(0, &[(INSTANT_TIME, "3"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "2")], b"");
+        let rollback = encode_block(
+            0,
+            &[
+                (INSTANT_TIME, "2"),
+                (COMMAND_BLOCK_TYPE, "0"),
+                (TARGET_INSTANT_TIME, "1"),
+            ],
+            b"",
+        );
+        let other = encode_block(
+            0,
+            &[
+                (INSTANT_TIME, "3"),
+                (COMMAND_BLOCK_TYPE, "0"),
+                (TARGET_INSTANT_TIME, "2"),
+            ],
+            b"",
+        );
         let mut file = b"garbage#HU".to_vec();
         file.extend_from_slice(&rollback);
         file.extend_from_slice(b"\x00\x01#HUDI#\xff");
@@ -528,11 +625,13 @@ mod tests {
         assert_eq!(targets, ["1", "2"]);
         assert_eq!(blocks[0].block_type, BlockType::Command);
         // leading garbage, the bytes before a false magic, the false magic, the truncated tail
-        assert_eq!(metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test"]).get() - before, 4);
+        assert_eq!(
+            metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test"]).get() - before,
+            4
+        );
     }
 
-    const KV_SCHEMA: &str =
-        r#"{"type":"record","name":"r","fields":[{"name":"_hoodie_record_key","type":"string"},{"name":"v","type":"long"}]}"#;
+    const KV_SCHEMA: &str = r#"{"type":"record","name":"r","fields":[{"name":"_hoodie_record_key","type":"string"},{"name":"v","type":"long"}]}"#;
 
     /// An Avro data block of `n` records `k<i>` → `i + from`.
     fn kv_block(instant: &str, from: i64, n: i64) -> Vec<u8> {
@@ -553,8 +652,18 @@ mod tests {
         let mut out = Vec::new();
         for b in blocks.iter().filter(|b| b.block_type == BlockType::AvroData) {
             avro_block_batches(b, path, &mut |x| {
-                let k = x.column(0).as_any().downcast_ref::<arrow_array::StringArray>().unwrap().clone();
-                let v = x.column(1).as_any().downcast_ref::<arrow_array::Int64Array>().unwrap().clone();
+                let k = x
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow_array::StringArray>()
+                    .unwrap()
+                    .clone();
+                let v = x
+                    .column(1)
+                    .as_any()
+                    .downcast_ref::<arrow_array::Int64Array>()
+                    .unwrap()
+                    .clone();
                 out.extend((0..x.num_rows()).map(|i| (k.value(i).to_string(), v.value(i))));
                 Ok(true)
             })
@@ -568,7 +677,15 @@ mod tests {
         use arrow_array::Array;
         // two data blocks around a rollback command: more than LAZY_FILE_BYTES
         let mut file = kv_block("1", 0, 120_000);
-        file.extend_from_slice(&encode_block(0, &[(INSTANT_TIME, "3"), (COMMAND_BLOCK_TYPE, "0"), (TARGET_INSTANT_TIME, "2")], b""));
+        file.extend_from_slice(&encode_block(
+            0,
+            &[
+                (INSTANT_TIME, "3"),
+                (COMMAND_BLOCK_TYPE, "0"),
+                (TARGET_INSTANT_TIME, "2"),
+            ],
+            b"",
+        ));
         file.extend_from_slice(&kv_block("2", 1_000_000, 100_000));
         assert!(file.len() as u64 > LAZY_FILE_BYTES);
         let dir = tempfile::tempdir().unwrap();
@@ -576,9 +693,16 @@ mod tests {
         std::fs::write(&path, &file).unwrap();
         let lazy = read_blocks(&path, "log-test").unwrap();
         let whole = read_whole(&path, "log-test").unwrap();
-        assert!(lazy.iter().all(|b| matches!(b.content, Content::At { .. })), "contents stay in the file");
+        assert!(
+            lazy.iter().all(|b| matches!(b.content, Content::At { .. })),
+            "contents stay in the file"
+        );
         assert!(whole.iter().all(|b| matches!(b.content, Content::Mem { .. })));
-        let shape = |v: &[LogBlock]| v.iter().map(|b| (b.block_type, b.header.clone(), b.offset)).collect::<Vec<_>>();
+        let shape = |v: &[LogBlock]| {
+            v.iter()
+                .map(|b| (b.block_type, b.header.clone(), b.offset))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(shape(&lazy), shape(&whole));
         let (a, b) = (decoded(&lazy, &path), decoded(&whole, &path));
         assert_eq!(a.len(), 220_000);
@@ -603,6 +727,9 @@ mod tests {
         let blocks = read_blocks(&path, "log-test-lazy").unwrap();
         assert_eq!(shape(&blocks), shape(&whole));
         assert!(blocks.iter().all(|b| matches!(b.content, Content::Mem { .. })));
-        assert_eq!(metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get() - before, 1);
+        assert_eq!(
+            metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get() - before,
+            1
+        );
     }
 }

@@ -113,10 +113,20 @@ impl<'k> LogIndex<'k> {
             n += k.len() as u64;
         }
         if n + deleted_keys.len() as u64 >= DELETED_KEY as u64 {
-            return Err(SourceError::Unsupported { message: format!("a file slice with {n} log records (at most 2^31 are merged)") });
+            return Err(SourceError::Unsupported {
+                message: format!("a file slice with {n} log records (at most 2^31 are merged)"),
+            });
         }
         let table = hashbrown::HashTable::with_capacity(n as usize + deleted_keys.len());
-        Ok(Self { texts: KeyTexts { keys, deleted_keys, starts }, table, hasher: std::hash::RandomState::new() })
+        Ok(Self {
+            texts: KeyTexts {
+                keys,
+                deleted_keys,
+                starts,
+            },
+            table,
+            hasher: std::hash::RandomState::new(),
+        })
     }
 
     fn id(&self, (b, r): Pos) -> u32 {
@@ -128,7 +138,11 @@ impl<'k> LogIndex<'k> {
     fn entry(&mut self, k: &str) -> (Entry<'_, Slot>, &KeyTexts<'k>) {
         let h = self.hasher.hash_one(k);
         let (texts, hasher) = (&self.texts, &self.hasher);
-        (self.table.entry(h, |s| texts.text(s.key) == k, |s| hasher.hash_one(texts.text(s.key))), texts)
+        (
+            self.table
+                .entry(h, |s| texts.text(s.key) == k, |s| hasher.hash_one(texts.text(s.key))),
+            texts,
+        )
     }
 
     /// The key's slot, if the log has the key (the index is not changed).
@@ -151,14 +165,22 @@ impl SliceMerge<'_> {
         (&self.cached[i].0 .0[j], self.cached[i].1.as_path())
     }
 
-    fn decode_each(&self, k: usize, f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>) -> Result<(), SourceError> {
+    fn decode_each(
+        &self,
+        k: usize,
+        f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
+    ) -> Result<(), SourceError> {
         let (b, path) = self.block(k);
         self.reader.decode_each(b, path, &self.partition, f)
     }
 
     fn with_keys(&self, b: RecordBatch) -> Result<RecordBatch, SourceError> {
         let m = self.reader.merge;
-        if m.virtual_keys { with_virtual_keys(&b, &m.key_fields, &self.partition) } else { Ok(b) }
+        if m.virtual_keys {
+            with_virtual_keys(&b, &m.key_fields, &self.partition)
+        } else {
+            Ok(b)
+        }
     }
 
     pub(super) fn plan_schema(&mut self) -> Result<(), SourceError> {
@@ -175,11 +197,20 @@ impl SliceMerge<'_> {
         let newest = match self.last_schema.clone() {
             Some(s) => Some(s),
             None => {
-                let peeked = self.base.as_mut().and_then(|b| b.peek()).map(|r| r.as_ref().ok().cloned());
+                let peeked = self
+                    .base
+                    .as_mut()
+                    .and_then(|b| b.peek())
+                    .map(|r| r.as_ref().ok().cloned());
                 match peeked {
                     Some(Some(b)) => Some(self.with_keys(b)?.schema()),
                     Some(None) => {
-                        return Err(self.base.as_mut().and_then(Iterator::next).and_then(Result::err).expect("the peeked error"))
+                        return Err(self
+                            .base
+                            .as_mut()
+                            .and_then(Iterator::next)
+                            .and_then(Result::err)
+                            .expect("the peeked error"))
                     }
                     None => None,
                 }
@@ -197,19 +228,37 @@ impl SliceMerge<'_> {
             batches.push(b);
             Ok(())
         })?;
-        Ok(SliceState { batches, file, rows_read, bytes_read })
+        Ok(SliceState {
+            batches,
+            file,
+            rows_read,
+            bytes_read,
+        })
     }
 
     /// Merge, handing the winning rows to `out` in batches (conformed to [`Self::schema`]).
     /// Returns the rows read (base and log records).
     pub fn run(mut self, out: &mut dyn FnMut(RecordBatch) -> Result<(), SourceError>) -> Result<u64, SourceError> {
-        let Some(target) = self.target.clone() else { return Ok(0) };
+        let Some(target) = self.target.clone() else {
+            return Ok(0);
+        };
         let reader = self.reader;
-        let key_idx = target.index_of("_hoodie_record_key").map_err(|_| SourceError::Unreadable {
-            message: format!("{}: file group in `{}` has no _hoodie_record_key column", reader.table.path.display(), self.partition),
-        })?;
+        let key_idx = target
+            .index_of("_hoodie_record_key")
+            .map_err(|_| SourceError::Unreadable {
+                message: format!(
+                    "{}: file group in `{}` has no _hoodie_record_key column",
+                    reader.table.path.display(),
+                    self.partition
+                ),
+            })?;
         let ord_idx: Vec<usize> = if reader.merge.mode == MergeMode::EventTime {
-            reader.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect()
+            reader
+                .merge
+                .ordering
+                .iter()
+                .filter_map(|f| target.index_of(f).ok())
+                .collect()
         } else {
             Vec::new()
         };
@@ -267,8 +316,15 @@ impl SliceMerge<'_> {
             .map(|(c, p)| (Arc::new((c.0.iter().map(|b| b.unloaded(p)).collect(), c.1)), p.clone()))
             .collect();
         let mut rows_read: u64 = proj.iter().map(|b| b.num_rows() as u64).sum();
-        let proj_schema = proj.first().map(|b| b.schema()).unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
-        let ord_conv = if ord_idx.is_empty() { None } else { Some(RowKeys::new(&proj_schema, Some((1..=ord_idx.len()).collect()))?) };
+        let proj_schema = proj
+            .first()
+            .map(|b| b.schema())
+            .unwrap_or_else(|| Arc::new(target.project(&merge_cols).expect("merge columns")));
+        let ord_conv = if ord_idx.is_empty() {
+            None
+        } else {
+            Some(RowKeys::new(&proj_schema, Some((1..=ord_idx.len()).collect()))?)
+        };
         let ord_rows = match &ord_conv {
             Some(c) => Some(proj.iter().map(|b| c.rows(b)).collect::<Result<Vec<_>, _>>()?),
             None => None,
@@ -278,10 +334,17 @@ impl SliceMerge<'_> {
                 .as_any()
                 .downcast_ref::<StringArray>()
                 .cloned()
-                .ok_or_else(|| SourceError::Unreadable { message: "_hoodie_record_key is not a string column".into() })
+                .ok_or_else(|| SourceError::Unreadable {
+                    message: "_hoodie_record_key is not a string column".into(),
+                })
         };
         let deleted_of = |b: &RecordBatch| -> Option<BooleanArray> {
-            del_idx.and_then(|_| b.column(b.num_columns() - 1).as_any().downcast_ref::<BooleanArray>().cloned())
+            del_idx.and_then(|_| {
+                b.column(b.num_columns() - 1)
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .cloned()
+            })
         };
         let keys: Vec<StringArray> = proj.iter().map(key_of).collect::<Result<_, _>>()?;
         let deleted: Vec<Option<BooleanArray>> = proj.iter().map(deleted_of).collect();
@@ -317,7 +380,11 @@ impl SliceMerge<'_> {
                         let flags = if soft(&deleted[b], r) { SOFT } else { 0 };
                         match index.entry(keys[b].value(r)) {
                             (Entry::Vacant(v), _) => {
-                                v.insert(Slot { key: id, cur: id, flags });
+                                v.insert(Slot {
+                                    key: id,
+                                    cur: id,
+                                    flags,
+                                });
                             }
                             (Entry::Occupied(mut o), texts) => {
                                 let st = o.get_mut();
@@ -341,7 +408,11 @@ impl SliceMerge<'_> {
                             }
                             // the key may be in the base file: it is deleted there too
                             Entry::Vacant(v) => {
-                                v.insert(Slot { key, cur: HARD_DELETED, flags: RESET });
+                                v.insert(Slot {
+                                    key,
+                                    cur: HARD_DELETED,
+                                    flags: RESET,
+                                });
                             }
                         }
                     }
@@ -365,7 +436,9 @@ impl SliceMerge<'_> {
                         if !bk.is_valid(r) {
                             return Some(false);
                         }
-                        let (Some(st), texts) = index.find_mut(bk.value(r)) else { return Some(!soft(&bd, r)) };
+                        let (Some(st), texts) = index.find_mut(bk.value(r)) else {
+                            return Some(!soft(&bd, r));
+                        };
                         if st.flags & RESET != 0 {
                             return Some(false);
                         }
@@ -435,11 +508,13 @@ impl SliceMerge<'_> {
             })?;
             if picks.first().is_some_and(|p| block_of[p.0 as usize] == k) {
                 return Err(SourceError::Unreadable {
-                    message: format!("{}: a log block decoded differently the second time", self.block(k).1.display()),
+                    message: format!(
+                        "{}: a log block decoded differently the second time",
+                        self.block(k).1.display()
+                    ),
                 });
             }
         }
         Ok(rows_read)
     }
 }
-

@@ -70,7 +70,9 @@ impl HudiSource {
         let proof = match movable {
             _ if cfg.key_partition_path == Some(true) && by_path => Ok(()),
             None => Ok(()),
-            Some(f) => Err(format!("partition field `{f}` is not a record-key field, so a key can change partition")),
+            Some(f) => Err(format!(
+                "partition field `{f}` is not a record-key field, so a key can change partition"
+            )),
         };
         let ownership = super::Ownership::decide(cfg, &table.name, !partition_fields.is_empty(), proof);
         Ok(Self {
@@ -80,7 +82,11 @@ impl HudiSource {
                 key_fields,
                 connector: "hudi",
                 db: table.props.get("hoodie.database.name").cloned().unwrap_or_default(),
-                required: if cfg.required_columns { timeline::required_columns(&table)? } else { Vec::new() },
+                required: if cfg.required_columns {
+                    timeline::required_columns(&table)?
+                } else {
+                    Vec::new()
+                },
             },
             start: cfg.start.clone(),
             end_commit: cfg.end_commit.clone(),
@@ -91,7 +97,11 @@ impl HudiSource {
             changelog: cfg.changelog,
             skip_merge: cfg.skip_merge,
             cdc_from_log: cfg.cdc_from_log,
-            spill: slice::SpillConfig { budget: cfg.memory_budget, dir: cfg.spill_dir.clone(), connector: cfg.name.clone() },
+            spill: slice::SpillConfig {
+                budget: cfg.memory_budget,
+                dir: cfg.spill_dir.clone(),
+                connector: cfg.name.clone(),
+            },
             connector: cfg.name.clone(),
             threads: super::par::default_threads(),
             archived: Default::default(),
@@ -102,7 +112,9 @@ impl HudiSource {
 
 /// A string column of `b` by name (`None`: absent or not a string column).
 pub(crate) fn string_column(b: &arrow_array::RecordBatch, name: &str) -> Option<arrow_array::StringArray> {
-    b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>()).cloned()
+    b.column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::StringArray>())
+        .cloned()
 }
 
 /// The meta column naming a row's partition: part of the Kafka key where the index is per partition.
@@ -135,11 +147,19 @@ fn with_partition_path(choice: Option<bool>, table: &TableConfig, partitioned: b
 }
 
 fn split_spec(partition: &str, fg: &str) -> SplitSpec {
-    SplitSpec { id: join_path(partition, fg), partition: partition.into(), file_group: fg.into() }
+    SplitSpec {
+        id: join_path(partition, fg),
+        partition: partition.into(),
+        file_group: fg.into(),
+    }
 }
 
 fn join_path(partition: &str, name: &str) -> String {
-    if partition.is_empty() { name.into() } else { format!("{partition}/{name}") }
+    if partition.is_empty() {
+        name.into()
+    } else {
+        format!("{partition}/{name}")
+    }
 }
 
 impl Source for HudiSource {
@@ -175,9 +195,15 @@ impl Source for HudiSource {
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
         let tl = self.timeline()?;
         match tl.get(id).filter(|i| i.is_write()) {
-            Some(i) => Ok(Position { instant: i.requested.clone(), completed: i.completed.clone() }),
+            Some(i) => Ok(Position {
+                instant: i.requested.clone(),
+                completed: i.completed.clone(),
+            }),
             None => Err(SourceError::Config {
-                message: format!("instant {id} is not a completed write instant of table {} (commit, deltacommit, replacecommit)", self.table.path.display()),
+                message: format!(
+                    "instant {id} is not a completed write instant of table {} (commit, deltacommit, replacecommit)",
+                    self.table.path.display()
+                ),
             }),
         }
     }
@@ -199,6 +225,8 @@ impl Source for HudiSource {
     }
 
     fn reached_end(&self, issued: &Position) -> bool {
-        self.end_commit.as_ref().is_some_and(|end| issued.instant.as_str() >= end.as_str())
+        self.end_commit
+            .as_ref()
+            .is_some_and(|end| issued.instant.as_str() >= end.as_str())
     }
 }

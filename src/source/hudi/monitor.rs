@@ -20,7 +20,9 @@ impl HudiSource {
                 .map(|d| d.as_millis() as i64),
             MetaSource::Archived(_) | MetaSource::Json(_) => None,
         };
-        mtime.or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested))).unwrap_or(0)
+        mtime
+            .or_else(|| instant_millis(i.completed.as_deref().unwrap_or(&i.requested)))
+            .unwrap_or(0)
     }
 
     /// The active timeline, with the archived one added (read again only when archival ran).
@@ -36,7 +38,10 @@ impl HudiSource {
     }
 
     fn position(i: &Instant) -> Position {
-        Position { instant: i.requested.clone(), completed: i.completed.clone() }
+        Position {
+            instant: i.requested.clone(),
+            completed: i.completed.clone(),
+        }
     }
 
     fn snapshot_unit(&self, tl: &Timeline, at: &Instant) -> Result<Unit, SourceError> {
@@ -50,7 +55,10 @@ impl HudiSource {
                     continue;
                 }
                 let visible = |i: &str| tl.completed_order(i).is_some_and(|o| o.as_str() <= at.order_key());
-                let base_visible = files.base.get(fg).is_some_and(|b| b.iter().any(|f| visible(&f.instant)));
+                let base_visible = files
+                    .base
+                    .get(fg)
+                    .is_some_and(|b| b.iter().any(|f| visible(&f.instant)));
                 // log file names carry an instant that may differ from their blocks' (layout 1)
                 let logs_present = files.logs.get(fg).is_some_and(|l| !l.is_empty());
                 if base_visible || logs_present {
@@ -72,7 +80,11 @@ impl HudiSource {
     /// File groups replaced by completed replacecommits up to `at` (inclusive).
     pub(super) fn replaced_up_to(&self, tl: &Timeline, at: &str) -> Result<BTreeSet<(String, String)>, SourceError> {
         let mut out = BTreeSet::new();
-        for i in tl.completed.iter().filter(|i| i.action == "replacecommit" && i.order_key() <= at) {
+        for i in tl
+            .completed
+            .iter()
+            .filter(|i| i.action == "replacecommit" && i.order_key() <= at)
+        {
             let md = CommitMetadata::load(&i.meta)?;
             out.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
         }
@@ -211,7 +223,11 @@ impl HudiSource {
                         .into_iter()
                         .collect())
                 }
-                StartCommit::Instant(x) => tl.completed.iter().filter(|i| i.requested.as_str() >= x.as_str()).collect(),
+                StartCommit::Instant(x) => tl
+                    .completed
+                    .iter()
+                    .filter(|i| i.requested.as_str() >= x.as_str())
+                    .collect(),
             },
         };
         if let Some(end) = &self.end_commit {
@@ -232,6 +248,10 @@ impl HudiSource {
                 position.instant
             ),
         })?;
-        if snapshot { self.snapshot_unit(&tl, i) } else { self.change_unit(i) }
+        if snapshot {
+            self.snapshot_unit(&tl, i)
+        } else {
+            self.change_unit(i)
+        }
     }
 }

@@ -19,7 +19,14 @@ use crate::source::{ChangeRow, Resume, RowRef, SourceError, SplitChanges, SplitS
 
 impl HudiSource {
     pub(super) fn slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
-        SliceReader { spill: self.spill.clone(), table: &self.table, timeline, merge: &self.merge, cache, connector: &self.connector }
+        SliceReader {
+            spill: self.spill.clone(),
+            table: &self.table,
+            timeline,
+            merge: &self.merge,
+            cache,
+            connector: &self.connector,
+        }
     }
 
     /// A slice reader for one of the threads of a parallel read: its share of the budget.
@@ -82,7 +89,11 @@ impl HudiSource {
                 for b in batches {
                     let idx = sides.batches.len() as u32;
                     sides.batches.push(conform(&b, &target)?);
-                    if is_new { sides.new[s].push(idx) } else { sides.old[s].push(idx) }
+                    if is_new {
+                        sides.new[s].push(idx)
+                    } else {
+                        sides.old[s].push(idx)
+                    }
                 }
             }
         }
@@ -98,7 +109,9 @@ impl HudiSource {
         cache: &FileCache,
     ) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>, String, u64), SourceError> {
         let sides = self.load_sides(r, std::slice::from_ref(sp), cache)?;
-        let Some(first) = sides.batches.first() else { return Ok((Vec::new(), Vec::new(), String::new(), 0)) };
+        let Some(first) = sides.batches.first() else {
+            return Ok((Vec::new(), Vec::new(), String::new(), 0));
+        };
         let (keys, order) = self.key_columns(&first.schema())?;
         let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
         Ok((sides.batches, rows, sides.file[0].clone(), sides.rows_read[0]))
@@ -126,11 +139,17 @@ impl HudiSource {
                 let (batches, rows, file, _) = self.diff_split(r, sp, &cache)?;
                 (batches, rows, file)
             } else {
-                let old = self.open_slice(r, &reader, sp, false)?.map(SliceMerge::collect).transpose()?;
+                let old = self
+                    .open_slice(r, &reader, sp, false)?
+                    .map(SliceMerge::collect)
+                    .transpose()?;
                 let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
                 let old_batches = old.map(|o| o.batches).unwrap_or_default();
                 let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.skip_merge)?;
-                let file = logs.iter().rfind(|l| l.instant <= unit.position.instant).map(|l| join_path(&sp.partition, &l.name));
+                let file = logs
+                    .iter()
+                    .rfind(|l| l.instant <= unit.position.instant)
+                    .map(|l| join_path(&sp.partition, &l.name));
                 (batches, rows, file.unwrap_or_default())
             };
             paired.push(batches, rows, file, None);
@@ -147,15 +166,25 @@ impl HudiSource {
     /// Every file a change unit needs must still be there: the files the instant wrote, and the
     /// previous slices of the file groups it touched. A cleaned file is an error, never a gap.
     /// File groups in `optional` (their CDC files log the before images) need no previous slice.
-    fn verify_inputs(&self, md: &CommitMetadata, listings: &Listings, optional: &BTreeSet<(String, String)>) -> Result<(), SourceError> {
-        let gone = |what: String| SourceError::Io { path: what.into(), source: std::io::ErrorKind::NotFound.into() };
+    fn verify_inputs(
+        &self,
+        md: &CommitMetadata,
+        listings: &Listings,
+        optional: &BTreeSet<(String, String)>,
+    ) -> Result<(), SourceError> {
+        let gone = |what: String| SourceError::Io {
+            path: what.into(),
+            source: std::io::ErrorKind::NotFound.into(),
+        };
         for (p, w) in md.writes() {
             if let Some(path) = &w.path {
                 if !crate::storage::exists(&self.table.path.join(path)) {
                     return Err(gone(self.table.path.join(path).display().to_string()));
                 }
             }
-            let (Some(prev), Some(fg)) = (w.prev_slice(), w.file_id.as_deref()) else { continue };
+            let (Some(prev), Some(fg)) = (w.prev_slice(), w.file_id.as_deref()) else {
+                continue;
+            };
             if optional.contains(&(p.to_string(), fg.to_string())) {
                 continue;
             }
@@ -163,13 +192,19 @@ impl HudiSource {
             let has_prev = files.base.get(fg).is_some_and(|b| b.iter().any(|f| f.instant == prev))
                 || (self.table.is_mor() && files.logs.get(fg).is_some_and(|l| !l.is_empty()));
             if !has_prev {
-                return Err(gone(format!("{} (previous slice of file group {fg})", join_path(p, &format!("{fg}_*_{prev}.parquet")))));
+                return Err(gone(format!(
+                    "{} (previous slice of file group {fg})",
+                    join_path(p, &format!("{fg}_*_{prev}.parquet"))
+                )));
             }
         }
         for (p, fg) in md.replaced() {
             let files = listings.partition(p)?;
             if !files.base.contains_key(fg) && !files.logs.contains_key(fg) {
-                return Err(gone(format!("{} (every file of replaced file group {fg})", join_path(p, fg))));
+                return Err(gone(format!(
+                    "{} (every file of replaced file group {fg})",
+                    join_path(p, fg)
+                )));
             }
         }
         Ok(())
@@ -218,11 +253,23 @@ impl HudiSource {
             (self.replaced_up_to(&tl, unit.position.order_key())?, None)
         } else {
             let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
-            let cdc = if changelog { None } else { self.cdc_files(&md, &unit.position.instant)? };
+            let cdc = if changelog {
+                None
+            } else {
+                self.cdc_files(&md, &unit.position.instant)?
+            };
             self.verify_inputs(&md, &listings, &self.cdc_previous_optional(cdc.as_ref()))?;
-            (md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect(), cdc)
+            (
+                md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect(),
+                cdc,
+            )
         };
-        let r = UnitRead { unit, tl: &tl, replaced: &replaced, listings: &listings };
+        let r = UnitRead {
+            unit,
+            tl: &tl,
+            replaced: &replaced,
+            listings: &listings,
+        };
         if unit.snapshot {
             return self.read_snapshot(&r, &resume.done, emit);
         }
@@ -245,7 +292,9 @@ impl HudiSource {
         }
         // a change unit is diffed as a whole: keys may move between the file groups it touched
         let sides = self.load_sides(&r, &unit.splits, &FileCache::default())?;
-        let Some(first) = sides.batches.first() else { return Ok(()) };
+        let Some(first) = sides.batches.first() else {
+            return Ok(());
+        };
         let (keys, order) = self.key_columns(&first.schema())?;
         let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
         for (s, rows) in per_split.into_iter().enumerate() {
@@ -294,8 +343,21 @@ impl PairedSplits {
     /// file it names, the rows it read.
     pub fn push(&mut self, batches: Vec<RecordBatch>, rows: Vec<ChangeRow>, file: String, rows_read: Option<u64>) {
         let offset = self.batches.len() as u32;
-        let shift = |r: Option<RowRef>| r.map(|r| RowRef { batch: r.batch + offset, row: r.row });
-        self.rows.push(rows.into_iter().map(|c| ChangeRow { op: c.op, before: shift(c.before), after: shift(c.after) }).collect());
+        let shift = |r: Option<RowRef>| {
+            r.map(|r| RowRef {
+                batch: r.batch + offset,
+                row: r.row,
+            })
+        };
+        self.rows.push(
+            rows.into_iter()
+                .map(|c| ChangeRow {
+                    op: c.op,
+                    before: shift(c.before),
+                    after: shift(c.after),
+                })
+                .collect(),
+        );
         self.batches.extend(batches);
         self.files.push(file);
         self.rows_read.push(rows_read);
@@ -311,9 +373,15 @@ impl PairedSplits {
         done: &HashSet<String>,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        let Some(target) = target.or_else(|| self.batches.last().map(|b| b.schema())) else { return Ok(()) };
+        let Some(target) = target.or_else(|| self.batches.last().map(|b| b.schema())) else {
+            return Ok(());
+        };
         let target = nullable(&target, &[]);
-        let all: Vec<RecordBatch> = self.batches.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
+        let all: Vec<RecordBatch> = self
+            .batches
+            .iter()
+            .map(|b| conform(b, &target))
+            .collect::<Result<_, _>>()?;
         changelog::pair_moves(&all, &mut self.rows, by_partition);
         let all = Arc::new(all);
         let splits = unit.splits.iter().zip(self.rows).zip(self.files).zip(self.rows_read);
@@ -362,7 +430,10 @@ impl HudiSource {
             SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => path.clone(),
             _ => return e,
         };
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let (instant, file) = (&unit.position.instant, path.display());
         let message = match super::timeline::cleaned_by(&self.table, &name) {
             Ok(Some(clean)) => format!(

@@ -14,8 +14,8 @@ use arrow_schema::SchemaRef;
 
 use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile};
 use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
-use super::timeline::{TableConfig, Timeline};
 use super::merge::SliceMerge;
+use super::timeline::{TableConfig, Timeline};
 use crate::source::SourceError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,9 @@ pub struct MergeConfig {
 impl MergeConfig {
     pub fn from_table(t: &TableConfig) -> Self {
         let p = |k: &str| t.props.get(k).map(String::as_str);
-        let payload = p("hoodie.compaction.payload.class").or(p("hoodie.table.payload.class")).unwrap_or("");
+        let payload = p("hoodie.compaction.payload.class")
+            .or(p("hoodie.table.payload.class"))
+            .unwrap_or("");
         let mode = match p("hoodie.record.merge.mode") {
             Some("EVENT_TIME_ORDERING") => MergeMode::EventTime,
             Some("COMMIT_TIME_ORDERING") => MergeMode::CommitTime,
@@ -50,7 +52,12 @@ impl MergeConfig {
         };
         let ordering = p("hoodie.table.ordering.fields")
             .or(p("hoodie.table.precombine.field"))
-            .map(|s| s.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+            .map(|s| {
+                s.split(',')
+                    .map(|f| f.trim().to_string())
+                    .filter(|f| !f.is_empty())
+                    .collect()
+            })
             .unwrap_or_default();
         Self {
             mode,
@@ -104,27 +111,42 @@ impl Iterator for BaseBatches {
                 *i += 1;
                 b.map(Ok)
             }
-            BaseBatches::Stream(r, path) => r
-                .next()
-                .map(|b| b.map_err(|e| SourceError::Arrow { context: format!("reading {}", path.display()), source: e })),
+            BaseBatches::Stream(r, path) => r.next().map(|b| {
+                b.map_err(|e| SourceError::Arrow {
+                    context: format!("reading {}", path.display()),
+                    source: e,
+                })
+            }),
         }
     }
 }
 
 impl FileCache {
     pub fn projected(only: Vec<String>) -> Self {
-        Self { only: Some(only), ..Default::default() }
+        Self {
+            only: Some(only),
+            ..Default::default()
+        }
     }
 
     /// Log blocks cached, base files streamed: memory holds one base batch at a time.
     pub fn streaming(only: Option<Vec<String>>) -> Self {
-        Self { only, stream_base: true, ..Default::default() }
+        Self {
+            only,
+            stream_base: true,
+            ..Default::default()
+        }
     }
 
     /// For one merge per file group (a full scan): base files streamed, log files not kept
     /// once their records are decoded.
     pub fn single_pass(only: Option<Vec<String>>) -> Self {
-        Self { only, stream_base: true, single_pass: true, ..Default::default() }
+        Self {
+            only,
+            stream_base: true,
+            single_pass: true,
+            ..Default::default()
+        }
     }
 
     fn base(&self, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
@@ -174,7 +196,13 @@ pub struct SliceReader<'a> {
 impl SliceReader<'_> {
     fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
         match self.timeline.completed_order(instant) {
-            Some(o) => if inclusive { o.as_str() <= at } else { o.as_str() < at },
+            Some(o) => {
+                if inclusive {
+                    o.as_str() <= at
+                } else {
+                    o.as_str() < at
+                }
+            }
             None => false,
         }
     }
@@ -191,7 +219,9 @@ impl SliceReader<'_> {
                 Some(b) => l.instant >= b.instant,
             })
             .collect();
-        out.sort_by(|a, b| (&a.instant, log_version(&a.name), &a.name).cmp(&(&b.instant, log_version(&b.name), &b.name)));
+        out.sort_by(|a, b| {
+            (&a.instant, log_version(&a.name), &a.name).cmp(&(&b.instant, log_version(&b.name), &b.name))
+        });
         out
     }
 
@@ -214,13 +244,21 @@ impl SliceReader<'_> {
         f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
     ) -> Result<(), SourceError> {
         let mut each = |x: RecordBatch| -> Result<bool, SourceError> {
-            if self.merge.virtual_keys { f(with_virtual_keys(&x, &self.merge.key_fields, partition)?) } else { f(x) }
+            if self.merge.virtual_keys {
+                f(with_virtual_keys(&x, &self.merge.key_fields, partition)?)
+            } else {
+                f(x)
+            }
         };
         match b.block_type {
             BlockType::AvroData => log::avro_block_batches(b, path, &mut each),
             BlockType::ParquetData => log::parquet_block_batches(b, path, &mut each),
             other => Err(SourceError::Unsupported {
-                message: format!("{}: log block type {other:?} at offset {} is not read by this build", path.display(), b.offset),
+                message: format!(
+                    "{}: log block type {other:?} at offset {} is not read by this build",
+                    path.display(),
+                    b.offset
+                ),
             }),
         }
     }
@@ -318,7 +356,12 @@ impl SliceReader<'_> {
                 }
             }
         }
-        blocks.retain(|&(_, i, j)| cached[i].0 .0[j].instant().map(|x| !rolled_back.contains(x)).unwrap_or(true));
+        blocks.retain(|&(_, i, j)| {
+            cached[i].0 .0[j]
+                .instant()
+                .map(|x| !rolled_back.contains(x))
+                .unwrap_or(true)
+        });
         blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         if base.is_none() && blocks.is_empty() {
             return Ok(None);
@@ -348,27 +391,39 @@ pub enum InstantBlock {
 /// Split log records by `_hoodie_operation`: upserts (`I`, `U`, none) and the keys of `D` records;
 /// `-U` before-images are dropped.
 pub(super) fn split_operations(batch: &RecordBatch) -> Result<(RecordBatch, Vec<log::DeletedKey>), SourceError> {
-    let Some(ops) = batch.column_by_name("_hoodie_operation").and_then(|c| c.as_any().downcast_ref::<StringArray>()) else {
+    let Some(ops) = batch
+        .column_by_name("_hoodie_operation")
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+    else {
         return Ok((batch.clone(), Vec::new()));
     };
-    let keys = batch.column_by_name("_hoodie_record_key").and_then(|c| c.as_any().downcast_ref::<StringArray>());
+    let keys = batch
+        .column_by_name("_hoodie_record_key")
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>());
     let mut deletes = Vec::new();
     let keep: BooleanArray = (0..batch.num_rows())
         .map(|i| {
             let op = if ops.is_valid(i) { ops.value(i) } else { "" };
             if op == "D" {
                 if let Some(k) = keys.filter(|k| k.is_valid(i)) {
-                    deletes.push(log::DeletedKey { record_key: k.value(i).to_string(), partition_path: None });
+                    deletes.push(log::DeletedKey {
+                        record_key: k.value(i).to_string(),
+                        partition_path: None,
+                    });
                 }
             }
             Some(op != "-U" && op != "D")
         })
         .collect();
-    let kept = arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))?;
+    let kept =
+        arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))?;
     Ok((kept, deletes))
 }
 
 fn log_version(name: &str) -> u64 {
-    name.split(".log.").nth(1).and_then(|v| v.split('_').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+    name.split(".log.")
+        .nth(1)
+        .and_then(|v| v.split('_').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
-

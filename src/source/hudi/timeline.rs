@@ -13,8 +13,17 @@ use crate::source::SourceError;
 /// Completed actions that may change data, in Hudi's names.
 const WRITE_ACTIONS: &[&str] = &["commit", "deltacommit", "replacecommit"];
 const ALL_ACTIONS: &[&str] = &[
-    "commit", "deltacommit", "replacecommit", "rollback", "clean", "savepoint", "restore", "indexing",
-    "compaction", "logcompaction", "clustering",
+    "commit",
+    "deltacommit",
+    "replacecommit",
+    "rollback",
+    "clean",
+    "savepoint",
+    "restore",
+    "indexing",
+    "compaction",
+    "logcompaction",
+    "clustering",
 ];
 
 #[derive(Debug, Clone)]
@@ -33,18 +42,27 @@ impl TableConfig {
     pub fn load(path: &Path) -> Result<Self, SourceError> {
         let file = path.join(".hoodie").join("hoodie.properties");
         let f = crate::storage::read(&file).map_err(|e| SourceError::Unreadable {
-            message: format!("{}: not a Hudi table (cannot open {}: {e})", path.display(), file.display()),
+            message: format!(
+                "{}: not a Hudi table (cannot open {}: {e})",
+                path.display(),
+                file.display()
+            ),
         })?;
         let props = java_properties::read(std::io::BufReader::new(&f[..]))
             .map_err(|e| SourceError::format(&file, e.to_string()))?;
         // every Hudi writer records these: a file without them is damaged (truncated), and
         // defaults would silently change the key or the table type
-        let missing: Vec<&str> =
-            ["hoodie.table.name", "hoodie.table.type", "hoodie.table.version"].into_iter().filter(|k| !props.contains_key(*k)).collect();
+        let missing: Vec<&str> = ["hoodie.table.name", "hoodie.table.type", "hoodie.table.version"]
+            .into_iter()
+            .filter(|k| !props.contains_key(*k))
+            .collect();
         if !missing.is_empty() {
             return Err(SourceError::format(
                 &file,
-                format!("missing {} (the file is damaged or truncated); restore it from the writer's storage or a backup", missing.join(", ")),
+                format!(
+                    "missing {} (the file is damaged or truncated); restore it from the writer's storage or a backup",
+                    missing.join(", ")
+                ),
             ));
         }
         let version: u32 = props
@@ -56,20 +74,36 @@ impl TableConfig {
             .and_then(|v| v.parse().ok())
             .unwrap_or(if version >= 8 { 2 } else { 1 });
         let timeline_dir = if layout >= 2 {
-            path.join(".hoodie").join(props.get("hoodie.timeline.path").map(String::as_str).unwrap_or("timeline"))
+            path.join(".hoodie").join(
+                props
+                    .get("hoodie.timeline.path")
+                    .map(String::as_str)
+                    .unwrap_or("timeline"),
+            )
         } else {
             path.join(".hoodie")
         };
         let key_fields = props
             .get("hoodie.table.recordkey.fields")
-            .map(|s| s.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+            .map(|s| {
+                s.split(',')
+                    .map(|f| f.trim().to_string())
+                    .filter(|f| !f.is_empty())
+                    .collect()
+            })
             .unwrap_or_default();
         Ok(Self {
             path: path.to_path_buf(),
-            name: props.get("hoodie.table.name").cloned().unwrap_or_else(|| "table".into()),
+            name: props
+                .get("hoodie.table.name")
+                .cloned()
+                .unwrap_or_else(|| "table".into()),
             version,
             layout,
-            table_type: props.get("hoodie.table.type").cloned().unwrap_or_else(|| "COPY_ON_WRITE".into()),
+            table_type: props
+                .get("hoodie.table.type")
+                .cloned()
+                .unwrap_or_else(|| "COPY_ON_WRITE".into()),
             key_fields,
             timeline_dir,
             props,
@@ -78,8 +112,15 @@ impl TableConfig {
 
     /// `hoodie.table.partition.fields` (Hudi 1.x writes `field:type` for the custom key generator).
     pub fn partition_fields(&self) -> Vec<String> {
-        let raw = self.props.get("hoodie.table.partition.fields").map(String::as_str).unwrap_or("");
-        raw.split(',').map(|f| f.split(':').next().unwrap_or("").trim().to_string()).filter(|f| !f.is_empty()).collect()
+        let raw = self
+            .props
+            .get("hoodie.table.partition.fields")
+            .map(String::as_str)
+            .unwrap_or("");
+        raw.split(',')
+            .map(|f| f.split(':').next().unwrap_or("").trim().to_string())
+            .filter(|f| !f.is_empty())
+            .collect()
     }
 
     /// Where the table says a record key is unique across partitions: the index type its writer
@@ -87,14 +128,24 @@ impl TableConfig {
     /// metadata table (`hoodie.table.metadata.partitions`). `None`: Hudi's default indexes
     /// (SIMPLE, BLOOM, BUCKET) are per partition.
     pub fn global_index(&self) -> Option<String> {
-        if let Some(t) = self.props.get("hoodie.index.type").map(|t| t.trim().to_ascii_uppercase()) {
+        if let Some(t) = self
+            .props
+            .get("hoodie.index.type")
+            .map(|t| t.trim().to_ascii_uppercase())
+        {
             if t.starts_with("GLOBAL_") || t == "RECORD_INDEX" || t == "HBASE" {
                 return Some(format!("hoodie.index.type={t}"));
             }
             return None;
         }
-        let mdt = self.props.get("hoodie.table.metadata.partitions").map(String::as_str).unwrap_or("");
-        mdt.split(',').any(|p| p.trim() == "record_index").then(|| "record index in the metadata table".to_string())
+        let mdt = self
+            .props
+            .get("hoodie.table.metadata.partitions")
+            .map(String::as_str)
+            .unwrap_or("");
+        mdt.split(',')
+            .any(|p| p.trim() == "record_index")
+            .then(|| "record index in the metadata table".to_string())
     }
 
     pub fn is_mor(&self) -> bool {
@@ -149,11 +200,22 @@ impl Timeline {
         let mut seen_states: BTreeMap<String, bool> = BTreeMap::new(); // requested -> has completed file
         for e in entries {
             let name = e.name.clone();
-            let Some(parsed) = parse_name(&name, table.layout) else { continue };
+            let Some(parsed) = parse_name(&name, table.layout) else {
+                continue;
+            };
             match parsed {
-                Parsed::Completed { requested, completed: c, action } => {
+                Parsed::Completed {
+                    requested,
+                    completed: c,
+                    action,
+                } => {
                     seen_states.insert(requested.clone(), true);
-                    completed.push(Instant { requested, completed: c, action, meta: MetaSource::File(e.path.clone()) });
+                    completed.push(Instant {
+                        requested,
+                        completed: c,
+                        action,
+                        meta: MetaSource::File(e.path.clone()),
+                    });
                 }
                 Parsed::Pending { requested } => {
                     seen_states.entry(requested).or_insert(false);
@@ -161,10 +223,23 @@ impl Timeline {
             }
         }
         completed.sort_by(|a, b| a.order_key().cmp(b.order_key()).then(a.requested.cmp(&b.requested)));
-        let by_requested = completed.iter().enumerate().map(|(i, x)| (x.requested.clone(), i)).collect();
-        let pending = seen_states.iter().filter(|(_, c)| !**c).map(|(r, _)| r.clone()).collect();
+        let by_requested = completed
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (x.requested.clone(), i))
+            .collect();
+        let pending = seen_states
+            .iter()
+            .filter(|(_, c)| !**c)
+            .map(|(r, _)| r.clone())
+            .collect();
         let first_active = seen_states.keys().next().cloned();
-        Ok(Self { completed, pending, by_requested, first_active })
+        Ok(Self {
+            completed,
+            pending,
+            by_requested,
+            first_active,
+        })
     }
 
     /// Add archived instants (those not also on the active timeline), keeping timeline order.
@@ -182,8 +257,14 @@ impl Timeline {
                 self.completed.push(i);
             }
         }
-        self.completed.sort_by(|a, b| a.order_key().cmp(b.order_key()).then(a.requested.cmp(&b.requested)));
-        self.by_requested = self.completed.iter().enumerate().map(|(i, x)| (x.requested.clone(), i)).collect();
+        self.completed
+            .sort_by(|a, b| a.order_key().cmp(b.order_key()).then(a.requested.cmp(&b.requested)));
+        self.by_requested = self
+            .completed
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (x.requested.clone(), i))
+            .collect();
         self
     }
 
@@ -210,8 +291,14 @@ impl Timeline {
 }
 
 enum Parsed {
-    Completed { requested: String, completed: Option<String>, action: String },
-    Pending { requested: String },
+    Completed {
+        requested: String,
+        completed: Option<String>,
+        action: String,
+    },
+    Pending {
+        requested: String,
+    },
 }
 
 fn is_ts(s: &str) -> bool {
@@ -234,7 +321,11 @@ fn parse_name(name: &str, layout: u32) -> Option<Parsed> {
                 // layout 2 names completed instants `<requested>_<completion>.<action>`
                 return Some(Parsed::Pending { requested });
             }
-            Some(Parsed::Completed { requested, completed, action: action.to_string() })
+            Some(Parsed::Completed {
+                requested,
+                completed,
+                action: action.to_string(),
+            })
         }
         [_, state] if *state == "requested" || *state == "inflight" => Some(Parsed::Pending { requested }),
         _ => None,
@@ -305,7 +396,12 @@ pub fn required_columns(table: &TableConfig) -> Result<Vec<String>, SourceError>
     let nullable = |t: &serde_json::Value| t.as_array().is_some_and(|u| u.iter().any(|b| b == "null")) || t == "null";
     Ok(parsed["fields"]
         .as_array()
-        .map(|fs| fs.iter().filter(|f| !nullable(&f["type"])).filter_map(|f| f["name"].as_str().map(String::from)).collect())
+        .map(|fs| {
+            fs.iter()
+                .filter(|f| !nullable(&f["type"]))
+                .filter_map(|f| f["name"].as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default())
 }
 
@@ -314,7 +410,10 @@ impl CommitMetadata {
     pub fn writer_schema(&self) -> Option<String> {
         let extra = self.extra.as_ref()?;
         // Avro-encoded metadata wraps the map in its union branch
-        let map = extra.get("map").filter(|_| extra.as_object().is_some_and(|o| o.len() == 1)).unwrap_or(extra);
+        let map = extra
+            .get("map")
+            .filter(|_| extra.as_object().is_some_and(|o| o.len() == 1))
+            .unwrap_or(extra);
         map.get("schema")?.as_str().filter(|s| !s.is_empty()).map(String::from)
     }
 
@@ -338,10 +437,13 @@ impl CommitMetadata {
 
     /// (partition, write stat) of every write that names its file group.
     pub fn writes(&self) -> impl Iterator<Item = (&str, &WriteStat)> {
-        self.write_stats
-            .iter()
-            .flatten()
-            .flat_map(|(p, stats)| stats.iter().flatten().filter(|s| s.file_id.is_some()).map(move |s| (p.as_str(), s)))
+        self.write_stats.iter().flatten().flat_map(|(p, stats)| {
+            stats
+                .iter()
+                .flatten()
+                .filter(|s| s.file_id.is_some())
+                .map(move |s| (p.as_str(), s))
+        })
     }
 
     /// (partition, file id) of every file group replaced (insert overwrite, clustering).
@@ -357,14 +459,15 @@ impl CommitMetadata {
 /// or rollback metadata on layout 1) or JSON (layout-1 commit metadata).
 fn metadata_json(bytes: &[u8], file: &Path, what: &str) -> Result<serde_json::Value, SourceError> {
     if bytes.starts_with(b"Obj\x01") {
-        let reader =
-            apache_avro::Reader::new(bytes).map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
+        let reader = apache_avro::Reader::new(bytes)
+            .map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
         let first = reader
             .into_iter()
             .next()
             .ok_or_else(|| SourceError::format(file, format!("empty Avro {what} metadata")))?
             .map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
-        serde_json::Value::try_from(first).map_err(|e| SourceError::format(file, format!("{what} metadata to JSON: {e}")))
+        serde_json::Value::try_from(first)
+            .map_err(|e| SourceError::format(file, format!("{what} metadata to JSON: {e}")))
     } else {
         serde_json::from_slice(bytes).map_err(|e| SourceError::format(file, format!("bad JSON {what} metadata: {e}")))
     }
@@ -382,7 +485,11 @@ pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>
             continue;
         }
         let json = metadata_json(&bytes, file, "clean")?;
-        let partitions = json.get("partitionMetadata").and_then(|p| p.as_object()).into_iter().flat_map(|m| m.values());
+        let partitions = json
+            .get("partitionMetadata")
+            .and_then(|p| p.as_object())
+            .into_iter()
+            .flat_map(|m| m.values());
         let deleted = partitions
             .flat_map(|p| ["successDeleteFiles", "deletePathPatterns"].map(|k| p.get(k).and_then(|v| v.as_array())))
             .flatten()
@@ -397,7 +504,11 @@ pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>
 
 /// Epoch millis of an instant time `yyyyMMddHHmmss[SSS]` read as UTC.
 pub fn instant_millis(ts: &str) -> Option<i64> {
-    let fmt = if ts.len() >= 17 { "%Y%m%d%H%M%S%3f" } else { "%Y%m%d%H%M%S" };
+    let fmt = if ts.len() >= 17 {
+        "%Y%m%d%H%M%S%3f"
+    } else {
+        "%Y%m%d%H%M%S"
+    };
     let t = chrono::NaiveDateTime::parse_from_str(&ts[..ts.len().min(17)], fmt).ok()?;
     Some(t.and_utc().timestamp_millis())
 }
@@ -408,18 +519,34 @@ mod tests {
 
     #[test]
     fn parses_both_layouts() {
-        assert!(matches!(parse_name("20240418173213674.commit", 1), Some(Parsed::Completed { .. })));
-        assert!(matches!(parse_name("20240418173213674.inflight", 1), Some(Parsed::Pending { .. })));
-        assert!(matches!(parse_name("20240418173213674.commit.requested", 1), Some(Parsed::Pending { .. })));
+        assert!(matches!(
+            parse_name("20240418173213674.commit", 1),
+            Some(Parsed::Completed { .. })
+        ));
+        assert!(matches!(
+            parse_name("20240418173213674.inflight", 1),
+            Some(Parsed::Pending { .. })
+        ));
+        assert!(matches!(
+            parse_name("20240418173213674.commit.requested", 1),
+            Some(Parsed::Pending { .. })
+        ));
         match parse_name("20260307162434124_20260307162438653.replacecommit", 2) {
-            Some(Parsed::Completed { requested, completed, action }) => {
+            Some(Parsed::Completed {
+                requested,
+                completed,
+                action,
+            }) => {
                 assert_eq!(requested, "20260307162434124");
                 assert_eq!(completed.as_deref(), Some("20260307162438653"));
                 assert_eq!(action, "replacecommit");
             }
             _ => panic!("not parsed"),
         }
-        assert!(matches!(parse_name("20260307162454799.clustering.requested", 2), Some(Parsed::Pending { .. })));
+        assert!(matches!(
+            parse_name("20260307162454799.clustering.requested", 2),
+            Some(Parsed::Pending { .. })
+        ));
         assert!(parse_name("hoodie.properties", 1).is_none());
         assert!(parse_name("archived", 1).is_none());
     }
@@ -439,8 +566,12 @@ mod tests {
         assert!(with("hoodie.index.type", "GLOBAL_BLOOM").global_index().is_some());
         assert!(with("hoodie.index.type", "record_index").global_index().is_some());
         assert!(with("hoodie.index.type", "SIMPLE").global_index().is_none());
-        assert!(with("hoodie.table.metadata.partitions", "files,record_index").global_index().is_some());
-        assert!(with("hoodie.table.metadata.partitions", "files,column_stats").global_index().is_none());
+        assert!(with("hoodie.table.metadata.partitions", "files,record_index")
+            .global_index()
+            .is_some());
+        assert!(with("hoodie.table.metadata.partitions", "files,column_stats")
+            .global_index()
+            .is_none());
     }
 
     #[test]

@@ -13,7 +13,12 @@ fn unreadable(message: String) -> SourceError {
     SourceError::Unreadable { message }
 }
 
-pub fn sql_metadata_location(db: &Path, catalog: &str, namespace: &[String], table: &str) -> Result<PathBuf, SourceError> {
+pub fn sql_metadata_location(
+    db: &Path,
+    catalog: &str,
+    namespace: &[String],
+    table: &str,
+) -> Result<PathBuf, SourceError> {
     let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| unreadable(format!("{}: cannot open the sql catalog: {e}", db.display())))?;
     let ns = namespace.join(".");
@@ -30,12 +35,24 @@ pub fn sql_metadata_location(db: &Path, catalog: &str, namespace: &[String], tab
             )),
             other => unreadable(format!("{}: reading iceberg_tables: {other}", db.display())),
         })?;
-    let loc = loc.ok_or_else(|| unreadable(format!("{}: table `{ns}.{table}` has no metadata_location", db.display())))?;
+    let loc = loc.ok_or_else(|| {
+        unreadable(format!(
+            "{}: table `{ns}.{table}` has no metadata_location",
+            db.display()
+        ))
+    })?;
     local(&loc)
 }
 
 pub fn rest_metadata_location(loc: &TableLocation) -> Result<PathBuf, SourceError> {
-    let TableLocation::Rest { uri, warehouse, token, namespace, table } = loc else {
+    let TableLocation::Rest {
+        uri,
+        warehouse,
+        token,
+        namespace,
+        table,
+    } = loc
+    else {
         return Err(unreadable("not a REST catalog".into()));
     };
     let client = reqwest::blocking::Client::builder()
@@ -51,9 +68,13 @@ pub fn rest_metadata_location(loc: &TableLocation) -> Result<PathBuf, SourceErro
         let status = resp.status();
         if !status.is_success() {
             let body = resp.text().unwrap_or_default();
-            return Err(unreadable(format!("REST catalog {url}: HTTP {status}: {}", body.chars().take(300).collect::<String>())));
+            return Err(unreadable(format!(
+                "REST catalog {url}: HTTP {status}: {}",
+                body.chars().take(300).collect::<String>()
+            )));
         }
-        resp.json().map_err(|e| unreadable(format!("REST catalog {url}: bad JSON: {e}")))
+        resp.json()
+            .map_err(|e| unreadable(format!("REST catalog {url}: bad JSON: {e}")))
     };
     let mut config_url = format!("{uri}/v1/config");
     if let Some(w) = warehouse {
@@ -69,10 +90,12 @@ pub fn rest_metadata_location(loc: &TableLocation) -> Result<PathBuf, SourceErro
     // namespace levels are joined with the unit separator, URL-encoded
     let ns = namespace.iter().map(|n| encode(n)).collect::<Vec<_>>().join("%1F");
     let body = get(format!("{uri}/v1/{prefix}namespaces/{ns}/tables/{}", encode(table)))?;
-    let loc = body
-        .get("metadata-location")
-        .and_then(Value::as_str)
-        .ok_or_else(|| unreadable(format!("REST catalog: table {}.{table} has no metadata-location", namespace.join("."))))?;
+    let loc = body.get("metadata-location").and_then(Value::as_str).ok_or_else(|| {
+        unreadable(format!(
+            "REST catalog: table {}.{table} has no metadata-location",
+            namespace.join(".")
+        ))
+    })?;
     local(loc)
 }
 

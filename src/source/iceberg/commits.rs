@@ -34,8 +34,14 @@ impl CurrentCache {
         }
         let path = crate::storage::path_of(location);
         let text = crate::storage::read(&path).ok()?;
-        let current = serde_json::from_slice::<CurrentOnly>(&text).ok()?.current.filter(|c| *c != -1);
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(location.to_string(), current);
+        let current = serde_json::from_slice::<CurrentOnly>(&text)
+            .ok()?
+            .current
+            .filter(|c| *c != -1);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(location.to_string(), current);
         Some(current)
     }
 }
@@ -61,7 +67,10 @@ impl Commits {
                 None => break,
             }
         }
-        Commits { was_current, judged_after_ms }
+        Commits {
+            was_current,
+            judged_after_ms,
+        }
     }
 
     /// Whether `snap` ended a commit: it was current in some metadata version, or it is older
@@ -95,29 +104,52 @@ mod tests {
     use super::*;
 
     fn snap(id: i64, parent: Option<i64>, ts: i64) -> Snapshot {
-        serde_json::from_value(serde_json::json!({"snapshot-id": id, "parent-snapshot-id": parent, "timestamp-ms": ts,
-            "manifest-list": "x", "summary": {"operation": "append"}}))
+        serde_json::from_value(
+            serde_json::json!({"snapshot-id": id, "parent-snapshot-id": parent, "timestamp-ms": ts,
+            "manifest-list": "x", "summary": {"operation": "append"}}),
+        )
         .unwrap()
     }
 
     #[test]
     fn snapshots_never_current_fold_into_the_commit_that_ended_them() {
-        let md: TableMetadata = serde_json::from_value(serde_json::json!({"format-version": 2, "current-snapshot-id": 4}))
-            .unwrap();
-        let md = TableMetadata { snapshots: vec![snap(1, None, 10), snap(2, Some(1), 20), snap(3, Some(2), 21), snap(4, Some(3), 30)], ..md };
+        let md: TableMetadata =
+            serde_json::from_value(serde_json::json!({"format-version": 2, "current-snapshot-id": 4})).unwrap();
+        let md = TableMetadata {
+            snapshots: vec![
+                snap(1, None, 10),
+                snap(2, Some(1), 20),
+                snap(3, Some(2), 21),
+                snap(4, Some(3), 30),
+            ],
+            ..md
+        };
         // versions: v1 current 1 (t=11), v2 current 3 (t=22: snapshot 2 was never current), v3 current 4
-        let commits = Commits { was_current: [1, 3, 4].into(), judged_after_ms: 11 };
+        let commits = Commits {
+            was_current: [1, 3, 4].into(),
+            judged_after_ms: 11,
+        };
         assert!(commits.ends_commit(md.snapshot(1).unwrap()));
         assert!(!commits.ends_commit(md.snapshot(2).unwrap()));
         assert_eq!(commits.base_of(&md, md.snapshot(3).unwrap(), None), Some(1));
         assert_eq!(commits.base_of(&md, md.snapshot(4).unwrap(), None), Some(3));
-        assert_eq!(commits.base_of(&md, md.snapshot(3).unwrap(), Some(2)), Some(2), "never past the floor");
+        assert_eq!(
+            commits.base_of(&md, md.snapshot(3).unwrap(), Some(2)),
+            Some(2),
+            "never past the floor"
+        );
         // an intermediate snapshot whose parent expired ends a unit of its own
-        let expired = TableMetadata { snapshots: md.snapshots[1..].to_vec(), ..md.clone() };
+        let expired = TableMetadata {
+            snapshots: md.snapshots[1..].to_vec(),
+            ..md.clone()
+        };
         assert!(commits.ends_unit(&expired, expired.snapshot(2).unwrap()));
         assert_eq!(commits.base_of(&expired, expired.snapshot(3).unwrap(), None), Some(2));
         // history the log no longer covers is not judged
-        let old = Commits { was_current: [4].into(), judged_after_ms: 25 };
+        let old = Commits {
+            was_current: [4].into(),
+            judged_after_ms: 25,
+        };
         assert!(old.ends_commit(md.snapshot(2).unwrap()));
     }
 }

@@ -55,8 +55,11 @@ impl DeleteSet {
         let n = batch.num_rows();
         let mut live: Vec<bool> = (0..n as u64).map(|i| !self.positions.contains(first + i)).collect();
         for (cols, set) in &self.equality {
-            let proj = RecordBatch::try_new(set.schema.clone(), cols.iter().map(|c| batch.column(*c).clone()).collect())
-                .map_err(crate::source::SourceError::arrow("equality delete columns"))?;
+            let proj = RecordBatch::try_new(
+                set.schema.clone(),
+                cols.iter().map(|c| batch.column(*c).clone()).collect(),
+            )
+            .map_err(crate::source::SourceError::arrow("equality delete columns"))?;
             let rows = set.keys.rows(&proj)?;
             for (i, l) in live.iter_mut().enumerate() {
                 if *l && set.rows.contains(rows.row(i).as_ref()) {
@@ -89,7 +92,13 @@ impl DeleteReader {
                     .file
                     .equality_ids
                     .iter()
-                    .map(|id| target.fields().iter().position(|t| field_id(t) == Some(*id)).expect("checked in equality_set"))
+                    .map(|id| {
+                        target
+                            .fields()
+                            .iter()
+                            .position(|t| field_id(t) == Some(*id))
+                            .expect("checked in equality_set")
+                    })
                     .collect();
                 set.equality.push((cols, eq));
             } else if d.file.is_dv() {
@@ -107,23 +116,37 @@ impl DeleteReader {
             return Ok(hit.clone());
         }
         let path = local(&d.path)?;
-        let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
+        let pq = |e| SourceError::Parquet {
+            path: path.clone(),
+            source: e,
+        };
         let builder = crate::storage::parquet(&path)?;
         let schema = builder.schema().clone();
         let idx: Vec<usize> = ["file_path", "pos"]
             .iter()
-            .map(|n| schema.index_of(n).map_err(|_| SourceError::format(&path, format!("position delete file without `{n}`"))))
+            .map(|n| {
+                schema
+                    .index_of(n)
+                    .map_err(|_| SourceError::format(&path, format!("position delete file without `{n}`")))
+            })
             .collect::<Result<_, _>>()?;
         let mask = ProjectionMask::roots(builder.parquet_schema(), idx);
         let mut out: HashMap<String, RoaringTreemap> = HashMap::new();
         for b in builder.with_projection(mask).build().map_err(pq)? {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
-            let paths = arrow::compute::cast(b.column(0), &arrow_schema::DataType::Utf8).map_err(SourceError::arrow("file_path"))?;
+            let paths = arrow::compute::cast(b.column(0), &arrow_schema::DataType::Utf8)
+                .map_err(SourceError::arrow("file_path"))?;
             let paths = paths.as_any().downcast_ref::<StringArray>().expect("cast to utf8");
-            let pos = b.column(1).as_any().downcast_ref::<Int64Array>().ok_or_else(|| SourceError::format(&path, "`pos` is not a long"))?;
+            let pos = b
+                .column(1)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| SourceError::format(&path, "`pos` is not a long"))?;
             for i in 0..b.num_rows() {
                 if paths.is_valid(i) && pos.is_valid(i) {
-                    out.entry(paths.value(i).to_string()).or_default().insert(pos.value(i) as u64);
+                    out.entry(paths.value(i).to_string())
+                        .or_default()
+                        .insert(pos.value(i) as u64);
                 }
             }
         }
@@ -142,15 +165,26 @@ impl DeleteReader {
             .equality_ids
             .iter()
             .map(|id| {
-                target.fields().iter().find(|t| field_id(t) == Some(*id)).cloned().ok_or_else(|| SourceError::Unsupported {
-                    message: format!("{}: equality field id {id} is not a column of the snapshot's schema", path.display()),
-                })
+                target
+                    .fields()
+                    .iter()
+                    .find(|t| field_id(t) == Some(*id))
+                    .cloned()
+                    .ok_or_else(|| SourceError::Unsupported {
+                        message: format!(
+                            "{}: equality field id {id} is not a column of the snapshot's schema",
+                            path.display()
+                        ),
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let schema = Arc::new(Schema::new(fields));
         let keys = RowKeys::new(&schema, None)?;
         let mut rows = HashSet::new();
-        let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
+        let pq = |e| SourceError::Parquet {
+            path: path.clone(),
+            source: e,
+        };
         for b in crate::storage::parquet(&path)?.build().map_err(pq)? {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let b = conform_by_id(&b, &schema)?;
@@ -169,7 +203,10 @@ impl DeleteReader {
 pub fn read_dv(d: &DataFile) -> Result<RoaringTreemap, SourceError> {
     let path = local(&d.path)?;
     let (Some(off), Some(size)) = (d.content_offset, d.content_size) else {
-        return Err(SourceError::format(&path, "deletion vector entry without content_offset / content_size_in_bytes"));
+        return Err(SourceError::format(
+            &path,
+            "deletion vector entry without content_offset / content_size_in_bytes",
+        ));
     };
     let blob = crate::storage::read_range(&path, off as u64, size as u64).map_err(SourceError::io(&path))?;
     let bad = |m: &str| SourceError::format(&path, format!("deletion vector at offset {off}: {m}"));

@@ -65,7 +65,10 @@ pub struct ManifestCache {
 }
 
 fn field<'a>(rec: &'a [(String, Value)], name: &str) -> Option<&'a Value> {
-    rec.iter().find(|(n, _)| n == name).map(|(_, v)| unwrap_union(v)).filter(|v| !matches!(v, Value::Null))
+    rec.iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| unwrap_union(v))
+        .filter(|v| !matches!(v, Value::Null))
 }
 
 fn unwrap_union(v: &Value) -> &Value {
@@ -117,7 +120,12 @@ fn records(path: &str) -> Result<AvroFile, SourceError> {
     for v in reader {
         match v.map_err(|e| SourceError::format(&p, format!("corrupt Avro manifest: {e}")))? {
             Value::Record(r) => out.push(r),
-            other => return Err(SourceError::format(&p, format!("manifest row is not a record: {other:?}"))),
+            other => {
+                return Err(SourceError::format(
+                    &p,
+                    format!("manifest row is not a record: {other:?}"),
+                ))
+            }
         }
     }
     Ok((out, meta))
@@ -130,7 +138,15 @@ impl ManifestCache {
             // format v1 without a manifest list: data manifests, sequence number 0
             let files = snap.manifests.clone().unwrap_or_default();
             return Ok(Arc::new(
-                files.into_iter().map(|path| ManifestFile { path, content: 0, sequence_number: 0, added_snapshot_id: None }).collect(),
+                files
+                    .into_iter()
+                    .map(|path| ManifestFile {
+                        path,
+                        content: 0,
+                        sequence_number: 0,
+                        added_snapshot_id: None,
+                    })
+                    .collect(),
             ));
         };
         if let Some(hit) = self.lists.lock().expect("cache lock").get(list) {
@@ -168,16 +184,24 @@ impl ManifestCache {
         for r in rows {
             let status = as_i64(field(&r, "status")).unwrap_or(STATUS_EXISTING as i64) as i32;
             let bad = |what: &str| SourceError::format(m.path.as_str(), format!("manifest entry without {what}"));
-            let snapshot_id = as_i64(field(&r, "snapshot_id")).or(m.added_snapshot_id).ok_or_else(|| bad("snapshot_id"))?;
+            let snapshot_id = as_i64(field(&r, "snapshot_id"))
+                .or(m.added_snapshot_id)
+                .ok_or_else(|| bad("snapshot_id"))?;
             let data_seq = match as_i64(field(&r, "sequence_number")) {
                 Some(s) => s,
                 None if status == STATUS_ADDED => m.sequence_number,
                 // v1 manifests (and existing entries of old writers) have no sequence numbers
                 None => 0,
             };
-            let Some(Value::Record(df)) = field(&r, "data_file") else { return Err(bad("data_file")) };
+            let Some(Value::Record(df)) = field(&r, "data_file") else {
+                return Err(bad("data_file"));
+            };
             let partition = match field(df, "partition") {
-                Some(Value::Record(p)) => p.iter().map(|(k, v)| format!("{k}={}", display(v))).collect::<Vec<_>>().join("/"),
+                Some(Value::Record(p)) => p
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", display(v)))
+                    .collect::<Vec<_>>()
+                    .join("/"),
                 _ => String::new(),
             };
             let list_i64 = |name: &str| -> Vec<i64> {
@@ -200,10 +224,18 @@ impl ManifestCache {
                 content_offset: as_i64(field(df, "content_offset")),
                 content_size: as_i64(field(df, "content_size_in_bytes")),
             };
-            out.push(Entry { status, snapshot_id, data_seq, file: Arc::new(file) });
+            out.push(Entry {
+                status,
+                snapshot_id,
+                data_seq,
+                file: Arc::new(file),
+            });
         }
         let out = Arc::new(out);
-        self.manifests.lock().expect("cache lock").insert(m.path.clone(), out.clone());
+        self.manifests
+            .lock()
+            .expect("cache lock")
+            .insert(m.path.clone(), out.clone());
         Ok(out)
     }
 }
@@ -246,10 +278,14 @@ impl SnapshotFiles {
     }
 
     pub fn added_data(&self, snapshot_id: i64) -> impl Iterator<Item = &Entry> {
-        self.data.iter().filter(move |e| e.status == STATUS_ADDED && e.snapshot_id == snapshot_id)
+        self.data
+            .iter()
+            .filter(move |e| e.status == STATUS_ADDED && e.snapshot_id == snapshot_id)
     }
 
     pub fn added_deletes(&self, snapshot_id: i64) -> impl Iterator<Item = &Entry> {
-        self.deletes.iter().filter(move |e| e.status == STATUS_ADDED && e.snapshot_id == snapshot_id)
+        self.deletes
+            .iter()
+            .filter(move |e| e.status == STATUS_ADDED && e.snapshot_id == snapshot_id)
     }
 }

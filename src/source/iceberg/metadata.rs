@@ -124,16 +124,23 @@ impl TableMetadata {
             .iter()
             .find(|s| s.schema_id == id)
             .or_else(|| self.schemas.last())
-            .ok_or_else(|| SourceError::Unsupported { message: "table metadata has no schema".into() })
+            .ok_or_else(|| SourceError::Unsupported {
+                message: "table metadata has no schema".into(),
+            })
     }
 
     /// `Ok` when a row's partition is a function of the columns `key` (ids) in every partition spec
     /// the table ever had, which must all be one spec; else why not.
     pub fn partition_follows(&self, key: &[i32]) -> Result<(), String> {
         let mut specs = self.partition_specs.iter();
-        let Some(first) = specs.next() else { return Err("the table has no partition spec".into()) };
+        let Some(first) = specs.next() else {
+            return Err("the table has no partition spec".into());
+        };
         if let Some(other) = specs.find(|s| s.fields != first.fields) {
-            return Err(format!("the partition spec changed (spec {} and spec {}): a key's partition differs between them", first.spec_id, other.spec_id));
+            return Err(format!(
+                "the partition spec changed (spec {} and spec {}): a key's partition differs between them",
+                first.spec_id, other.spec_id
+            ));
         }
         for f in &first.fields {
             let source = f.get("source-id").and_then(Value::as_i64).map(|i| i as i32);
@@ -152,7 +159,10 @@ impl TableMetadata {
 
     /// Whether a partition spec has no fields (its deletes apply table-wide).
     pub fn spec_unpartitioned(&self, spec_id: i32) -> bool {
-        self.partition_specs.iter().find(|s| s.spec_id == spec_id).is_none_or(|s| s.fields.is_empty())
+        self.partition_specs
+            .iter()
+            .find(|s| s.spec_id == spec_id)
+            .is_none_or(|s| s.fields.is_empty())
     }
 }
 
@@ -176,7 +186,11 @@ pub fn current_metadata_file(loc: &TableLocation) -> Result<PathBuf, SourceError
     match loc {
         TableLocation::Path(p) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
         TableLocation::Path(p) => {
-            let dir = if p.ends_with("metadata") { p.clone() } else { p.join("metadata") };
+            let dir = if p.ends_with("metadata") {
+                p.clone()
+            } else {
+                p.join("metadata")
+            };
             let hint = dir.join("version-hint.text");
             if let Ok(text) = crate::storage::read_to_string(&hint) {
                 let v = text.trim();
@@ -191,17 +205,27 @@ pub fn current_metadata_file(loc: &TableLocation) -> Result<PathBuf, SourceError
                 .filter_map(|e| metadata_version(&e.name).map(|v| (v, e.path)))
                 .max_by_key(|(v, _)| *v);
             newest.map(|(_, p)| p).ok_or_else(|| SourceError::Unreadable {
-                message: format!("{}: no Iceberg metadata (*.metadata.json or version-hint.text) found", dir.display()),
+                message: format!(
+                    "{}: no Iceberg metadata (*.metadata.json or version-hint.text) found",
+                    dir.display()
+                ),
             })
         }
-        TableLocation::Sql { db, catalog, namespace, table } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
+        TableLocation::Sql {
+            db,
+            catalog,
+            namespace,
+            table,
+        } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
         TableLocation::Rest { .. } => super::catalog::rest_metadata_location(loc),
     }
 }
 
 /// Arrow type of an Iceberg type (JSON form).
 pub fn arrow_type(t: &Value) -> Result<DataType, SourceError> {
-    let bad = |what: String| SourceError::Unsupported { message: format!("Iceberg type {what} is not supported") };
+    let bad = |what: String| SourceError::Unsupported {
+        message: format!("Iceberg type {what} is not supported"),
+    };
     if let Some(s) = t.as_str() {
         return Ok(match s {
             "boolean" => DataType::Boolean,
@@ -248,8 +272,14 @@ pub fn arrow_type(t: &Value) -> Result<DataType, SourceError> {
             let kid = t.get("key-id").and_then(Value::as_i64).unwrap_or(0);
             let vid = t.get("value-id").and_then(Value::as_i64).unwrap_or(0);
             let vreq = t.get("value-required").and_then(Value::as_bool).unwrap_or(false);
-            let k = with_id(Field::new("key", arrow_type(t.get("key").unwrap_or(&Value::Null))?, false), kid);
-            let v = with_id(Field::new("value", arrow_type(t.get("value").unwrap_or(&Value::Null))?, !vreq), vid);
+            let k = with_id(
+                Field::new("key", arrow_type(t.get("key").unwrap_or(&Value::Null))?, false),
+                kid,
+            );
+            let v = with_id(
+                Field::new("value", arrow_type(t.get("value").unwrap_or(&Value::Null))?, !vreq),
+                vid,
+            );
             let entries = Field::new("key_value", DataType::Struct(vec![k, v].into()), false);
             Ok(DataType::Map(Arc::new(entries), false))
         }
@@ -264,7 +294,12 @@ fn with_id(f: Field, id: i64) -> Field {
 fn fields_of(fields: &[NestedField]) -> Result<Fields, SourceError> {
     fields
         .iter()
-        .map(|f| Ok(with_id(Field::new(&f.name, arrow_type(&f.ty)?, !f.required), f.id as i64)))
+        .map(|f| {
+            Ok(with_id(
+                Field::new(&f.name, arrow_type(&f.ty)?, !f.required),
+                f.id as i64,
+            ))
+        })
         .collect::<Result<Vec<_>, _>>()
         .map(Fields::from)
 }
@@ -272,7 +307,10 @@ fn fields_of(fields: &[NestedField]) -> Result<Fields, SourceError> {
 /// The Arrow schema of an Iceberg schema: every top-level field nullable (a change event's columns
 /// must accept rows of older files), field ids kept in the field metadata.
 pub fn arrow_schema(schema: &IcebergSchema) -> Result<SchemaRef, SourceError> {
-    let fields: Vec<Field> = fields_of(&schema.fields)?.iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let fields: Vec<Field> = fields_of(&schema.fields)?
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
     Ok(Arc::new(Schema::new(fields)))
 }
 

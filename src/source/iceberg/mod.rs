@@ -43,13 +43,14 @@ pub struct IcebergSource {
     by_partition: bool,
 }
 
-
 /// (batches, (partition, file) of each batch, bytes read).
 type LabelledBatches = (Vec<RecordBatch>, Vec<(String, String)>, u64);
 
 impl IcebergSource {
     pub fn open(cfg: &ConnectorConfig) -> Result<Self, SourceError> {
-        let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported { message: "not an Iceberg connector".into() })?;
+        let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported {
+            message: "not an Iceberg connector".into(),
+        })?;
         let file = metadata::current_metadata_file(&opts.location)?;
         let md = metadata::TableMetadata::load(&file)?;
         let schema = md.schema_of(None)?;
@@ -58,7 +59,11 @@ impl IcebergSource {
             .iter()
             .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
             .collect();
-        if !opts.key_fields.is_empty() && !declared.is_empty() && opts.key_fields != declared && !opts.key_fields_override {
+        if !opts.key_fields.is_empty()
+            && !declared.is_empty()
+            && opts.key_fields != declared
+            && !opts.key_fields_override
+        {
             return Err(SourceError::Config {
                 message: format!(
                     "key.fields {:?} differs from the identifier fields {declared:?} that table {} declares: the events \
@@ -73,8 +78,16 @@ impl IcebergSource {
             for k in &opts.key_fields {
                 if !schema.fields.iter().any(|f| f.name == *k) {
                     return Err(SourceError::Config {
-                        message: format!("key.fields: `{k}` is not a column of table {} (columns: {})", file.display(),
-                            schema.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", ")),
+                        message: format!(
+                            "key.fields: `{k}` is not a column of table {} (columns: {})",
+                            file.display(),
+                            schema
+                                .fields
+                                .iter()
+                                .map(|f| f.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
                     });
                 }
             }
@@ -98,10 +111,14 @@ impl IcebergSource {
                 let loc = md.location.trim_end_matches('/');
                 loc.rsplit('/').next().unwrap_or("table").to_string()
             }
-            crate::config::TableLocation::Sql { table, .. } | crate::config::TableLocation::Rest { table, .. } => table.clone(),
+            crate::config::TableLocation::Sql { table, .. } | crate::config::TableLocation::Rest { table, .. } => {
+                table.clone()
+            }
         };
-        let key_ids: Vec<i32> =
-            key_fields.iter().filter_map(|k| schema.fields.iter().find(|f| f.name == *k).map(|f| f.id)).collect();
+        let key_ids: Vec<i32> = key_fields
+            .iter()
+            .filter_map(|k| schema.fields.iter().find(|f| f.name == *k).map(|f| f.id))
+            .collect();
         let ownership = super::Ownership::decide(cfg, &name, md.partitioned(), md.partition_follows(&key_ids));
         tracing::info!(table = %name, metadata = %file.display(), keys = %key_fields.join(","), "opened Iceberg table");
         Ok(Self {
@@ -111,12 +128,16 @@ impl IcebergSource {
                 connector: "iceberg",
                 db: match &opts.location {
                     crate::config::TableLocation::Path(_) => String::new(),
-                    crate::config::TableLocation::Sql { namespace, .. } | crate::config::TableLocation::Rest { namespace, .. } => {
-                        namespace.join(".")
-                    }
+                    crate::config::TableLocation::Sql { namespace, .. }
+                    | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
                 },
                 required: if cfg.required_columns {
-                    schema.fields.iter().filter(|f| f.required).map(|f| f.name.clone()).collect()
+                    schema
+                        .fields
+                        .iter()
+                        .filter(|f| f.required)
+                        .map(|f| f.name.clone())
+                        .collect()
                 } else {
                     Vec::new()
                 },
@@ -134,13 +155,21 @@ impl IcebergSource {
     }
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
-        let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unsupported { message: "bad snapshot id".into() })?;
+        let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unsupported {
+            message: "bad snapshot id".into(),
+        })?;
         if let Some(p) = self.plans.lock().expect("plans lock").get(&(id, unit.snapshot)) {
             return Ok(p.clone());
         }
         let md = self.metadata()?;
         self.unit(&md, id, unit.snapshot, false, None)?;
-        Ok(self.plans.lock().expect("plans lock").get(&(id, unit.snapshot)).cloned().expect("planned above"))
+        Ok(self
+            .plans
+            .lock()
+            .expect("plans lock")
+            .get(&(id, unit.snapshot))
+            .cloned()
+            .expect("planned above"))
     }
 
     /// Live rows of tasks (a split), labelled per batch with their partition and file.
@@ -152,7 +181,11 @@ impl IcebergSource {
             let rows = read_range(range, &plan.schema)?;
             bytes += rows.bytes;
             for (b, first) in rows.batches {
-                let b = if set.is_empty() { b } else { keep(&b, &set.live(&b, first)?)? };
+                let b = if set.is_empty() {
+                    b
+                } else {
+                    keep(&b, &set.live(&b, first)?)?
+                };
                 if b.num_rows() > 0 {
                     batches.push(b);
                     labels.push((range.file.partition.clone(), range.file.path.clone()));
@@ -163,13 +196,22 @@ impl IcebergSource {
     }
 
     /// A rewritten data file: rows deleted by this snapshot (old side) and rows it brought back.
-    fn read_rewritten(&self, plan: &Plan, range: &FileRange, before: &[manifest::Entry], after: &[manifest::Entry]) -> Result<Sides, SourceError> {
+    fn read_rewritten(
+        &self,
+        plan: &Plan,
+        range: &FileRange,
+        before: &[manifest::Entry],
+        after: &[manifest::Entry],
+    ) -> Result<Sides, SourceError> {
         let b_refs: Vec<_> = before.iter().collect();
         let a_refs: Vec<_> = after.iter().collect();
         let was = plan.deletes.for_file(&range.file, &b_refs, &plan.schema)?;
         let now = plan.deletes.for_file(&range.file, &a_refs, &plan.schema)?;
         let rows = read_range(range, &plan.schema)?;
-        let mut sides = Sides { bytes: rows.bytes, ..Default::default() };
+        let mut sides = Sides {
+            bytes: rows.bytes,
+            ..Default::default()
+        };
         let label = (range.file.partition.clone(), range.file.path.clone());
         for (b, first) in rows.batches {
             let (live_was, live_now) = (was.live(&b, first)?, now.live(&b, first)?);
@@ -190,13 +232,27 @@ impl IcebergSource {
         buckets: u32,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        let DiffPart { old, new, rewritten, .. } = part;
+        let DiffPart {
+            old, new, rewritten, ..
+        } = part;
         let n = old.len() + new.len() + rewritten.len();
         let read = |i: usize| -> Result<Sides, SourceError> {
             let side = |tasks: &[Task], is_new: bool| -> Result<Sides, SourceError> {
                 let (batches, labels, bytes) = self.read_tasks(plan, tasks)?;
                 let rows: Vec<_> = batches.into_iter().zip(labels).collect();
-                Ok(if is_new { Sides { new: rows, bytes, ..Default::default() } } else { Sides { old: rows, bytes, ..Default::default() } })
+                Ok(if is_new {
+                    Sides {
+                        new: rows,
+                        bytes,
+                        ..Default::default()
+                    }
+                } else {
+                    Sides {
+                        old: rows,
+                        bytes,
+                        ..Default::default()
+                    }
+                })
             };
             if i < old.len() {
                 side(std::slice::from_ref(&old[i]), false)
@@ -220,7 +276,11 @@ impl IcebergSource {
         let (mut batches, mut labels, mut old_idx, mut new_idx) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (is_new, side) in [(false, all.old), (true, all.new)] {
             for (b, label) in side {
-                if is_new { new_idx.push(batches.len() as u32) } else { old_idx.push(batches.len() as u32) }
+                if is_new {
+                    new_idx.push(batches.len() as u32)
+                } else {
+                    old_idx.push(batches.len() as u32)
+                }
                 batches.push(b);
                 labels.push(label);
             }
@@ -282,7 +342,9 @@ impl IcebergSource {
             Ok(())
         })?;
         let reader = writer.finish()?;
-        crate::metrics::SPILLED_BYTES.with_label_values(&[&self.connector]).inc_by(reader.bytes);
+        crate::metrics::SPILLED_BYTES
+            .with_label_values(&[&self.connector])
+            .inc_by(reader.bytes);
         let mut first_row = 0u64;
         for p in 0..reader.len() {
             let rows = reader.read(p, 1)?;
@@ -324,13 +386,21 @@ impl IcebergSource {
             .iter()
             .map(|k| {
                 plan.schema.index_of(k).map_err(|_| SourceError::Unreadable {
-                    message: format!("snapshot {}: key column `{k}` is not in the snapshot's schema", plan.snapshot.snapshot_id),
+                    message: format!(
+                        "snapshot {}: key column `{k}` is not in the snapshot's schema",
+                        plan.snapshot.snapshot_id
+                    ),
                 })
             })
             .collect()
     }
 
-    fn read(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
+    fn read(
+        &self,
+        unit: &Unit,
+        resume: &Resume,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
         let done = &resume.done;
         if unit.splits.is_empty() {
             return Ok(());
@@ -349,8 +419,13 @@ impl IcebergSource {
                     }
                 };
                 for split in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
-                    let part = parts.iter().find(|p| split.partition == p.partition).ok_or_else(|| SourceError::Unreadable {
-                        message: format!("snapshot {}: no diff part for split {}", plan.snapshot.snapshot_id, split.id),
+                    let part = parts.iter().find(|p| split.partition == p.partition).ok_or_else(|| {
+                        SourceError::Unreadable {
+                            message: format!(
+                                "snapshot {}: no diff part for split {}",
+                                plan.snapshot.snapshot_id, split.id
+                            ),
+                        }
                     })?;
                     self.read_diff(split, part, &plan, buckets, emit)?;
                 }
@@ -358,15 +433,23 @@ impl IcebergSource {
             }
             PlanKind::Rows { op, splits } => {
                 // the unit's splits (this task's share of the plan's) by their plan index
-                let index: HashMap<String, usize> = (0..splits.len()).map(|i| (monitor::split_spec(i, &splits[i]).id, i)).collect();
+                let index: HashMap<String, usize> = (0..splits.len())
+                    .map(|i| (monitor::split_spec(i, &splits[i]).id, i))
+                    .collect();
                 let todo: Vec<(usize, &SplitSpec)> = unit
                     .splits
                     .iter()
                     .filter(|s| !done.contains(&s.id))
                     .map(|s| {
-                        index.get(&s.id).map(|i| (*i, s)).ok_or_else(|| SourceError::Unreadable {
-                            message: format!("snapshot {}: split {} is not in the snapshot's plan", plan.snapshot.snapshot_id, s.id),
-                        })
+                        index
+                            .get(&s.id)
+                            .map(|i| (*i, s))
+                            .ok_or_else(|| SourceError::Unreadable {
+                                message: format!(
+                                    "snapshot {}: split {} is not in the snapshot's plan",
+                                    plan.snapshot.snapshot_id, s.id
+                                ),
+                            })
                     })
                     .collect::<Result<_, _>>()?;
                 let read = |k: usize| -> Result<SplitChanges, SourceError> {
@@ -379,7 +462,10 @@ impl IcebergSource {
                             (0..batch.num_rows()).map(move |r| ChangeRow {
                                 op: *op,
                                 before: None,
-                                after: Some(RowRef { batch: b as u32, row: r as u32 }),
+                                after: Some(RowRef {
+                                    batch: b as u32,
+                                    row: r as u32,
+                                }),
                             })
                         })
                         .collect();
@@ -449,19 +535,35 @@ impl Source for IcebergSource {
         let (ids, first) = self.pending(&md, after)?;
         ids.iter()
             .enumerate()
-            .map(|(i, id)| self.unit(&md, *id, i == 0 && first == First::Scan, i == 0 && first == First::Nothing, after))
+            .map(|(i, id)| {
+                self.unit(
+                    &md,
+                    *id,
+                    i == 0 && first == First::Scan,
+                    i == 0 && first == First::Nothing,
+                    after,
+                )
+            })
             .collect()
     }
 
     fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
         let md = self.metadata()?;
         let id = position.instant.parse().map_err(|_| SourceError::Unreadable {
-            message: format!("stored position `{}` is not an Iceberg snapshot id; use a new connector name", position.instant),
+            message: format!(
+                "stored position `{}` is not an Iceberg snapshot id; use a new connector name",
+                position.instant
+            ),
         })?;
         self.unit(&md, id, snapshot, false, None)
     }
 
-    fn read_unit(&self, unit: &Unit, resume: &Resume, emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>) -> Result<(), SourceError> {
+    fn read_unit(
+        &self,
+        unit: &Unit,
+        resume: &Resume,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
         self.read(unit, resume, emit).map_err(|e| {
             gone_hint(e, unit, || {
                 let id = unit.position.instant.parse::<i64>().ok()?;
@@ -471,7 +573,11 @@ impl Source for IcebergSource {
     }
 
     fn ownership(&self) -> super::Ownership {
-        if self.by_partition { super::Ownership::Partition } else { super::Ownership::Key }
+        if self.by_partition {
+            super::Ownership::Partition
+        } else {
+            super::Ownership::Key
+        }
     }
 
     fn splits_follow_ownership(&self) -> bool {
@@ -480,9 +586,14 @@ impl Source for IcebergSource {
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {
         let md = self.metadata()?;
-        let snap = p.instant.parse::<i64>().ok().and_then(|id| md.snapshot(id)).ok_or_else(|| SourceError::Unreadable {
-            message: format!("snapshot {} is no longer in the table metadata (expired)", p.instant),
-        })?;
+        let snap = p
+            .instant
+            .parse::<i64>()
+            .ok()
+            .and_then(|id| md.snapshot(id))
+            .ok_or_else(|| SourceError::Unreadable {
+                message: format!("snapshot {} is no longer in the table metadata (expired)", p.instant),
+            })?;
         Ok(format!("{:020}", snap.sequence_number))
     }
 
@@ -490,8 +601,13 @@ impl Source for IcebergSource {
         let file = metadata::current_metadata_file(&self.opts.location)?;
         let md = metadata::TableMetadata::load(&file)?;
         match id.parse::<i64>().ok().and_then(|s| md.snapshot(s)) {
-            Some(s) => Ok(Position { instant: s.snapshot_id.to_string(), completed: None }),
-            None => Err(SourceError::Config { message: format!("snapshot {id} is not a snapshot of the table ({})", file.display()) }),
+            Some(s) => Ok(Position {
+                instant: s.snapshot_id.to_string(),
+                completed: None,
+            }),
+            None => Err(SourceError::Config {
+                message: format!("snapshot {id} is not a snapshot of the table ({})", file.display()),
+            }),
         }
     }
 
@@ -509,6 +625,8 @@ impl Source for IcebergSource {
     }
 
     fn reached_end(&self, issued: &Position) -> bool {
-        self.opts.end_snapshot_id.is_some_and(|end| issued.instant == end.to_string())
+        self.opts
+            .end_snapshot_id
+            .is_some_and(|end| issued.instant == end.to_string())
     }
 }

@@ -23,7 +23,10 @@ pub type Task = (FileRange, Vec<Entry>);
 pub enum PlanKind {
     Nothing(&'static str),
     /// Every live row of the tasks, as `op` events, split by split.
-    Rows { op: Op, splits: Vec<Vec<Task>> },
+    Rows {
+        op: Op,
+        splits: Vec<Vec<Task>>,
+    },
     /// Rows the snapshot removed against rows it added: one part, or one per partition when
     /// tasks divide the table by partition (a split each).
     Diff(Vec<DiffPart>),
@@ -43,12 +46,25 @@ impl DiffPart {
     /// The split of this part: `diff` when the diff is one part (as always before partitions
     /// divided it), else `diff:<partition>`.
     fn split(&self, whole: bool) -> SplitSpec {
-        let id = if whole { "diff".to_string() } else { format!("diff:{}", self.partition) };
-        SplitSpec { id: id.clone(), partition: self.partition.clone(), file_group: id }
+        let id = if whole {
+            "diff".to_string()
+        } else {
+            format!("diff:{}", self.partition)
+        };
+        SplitSpec {
+            id: id.clone(),
+            partition: self.partition.clone(),
+            file_group: id,
+        }
     }
 
     pub fn bytes(&self) -> i64 {
-        self.old.iter().chain(&self.new).map(|t| t.0.len).chain(self.rewritten.iter().map(|r| r.0.len)).sum()
+        self.old
+            .iter()
+            .chain(&self.new)
+            .map(|t| t.0.len)
+            .chain(self.rewritten.iter().map(|r| r.0.len))
+            .sum()
     }
 }
 
@@ -71,7 +87,10 @@ pub enum First {
 }
 
 pub fn position(id: i64) -> Position {
-    Position { instant: id.to_string(), completed: None }
+    Position {
+        instant: id.to_string(),
+        completed: None,
+    }
 }
 
 fn parse_id(p: &Position) -> Result<i64, SourceError> {
@@ -92,7 +111,11 @@ struct DeleteIndex<'a> {
 
 impl<'a> DeleteIndex<'a> {
     fn new(md: &TableMetadata, deletes: impl Iterator<Item = &'a Entry>) -> Self {
-        let mut ix = DeleteIndex { by_file: HashMap::new(), by_partition: HashMap::new(), global: Vec::new() };
+        let mut ix = DeleteIndex {
+            by_file: HashMap::new(),
+            by_partition: HashMap::new(),
+            global: Vec::new(),
+        };
         for d in deletes {
             let f = &d.file;
             if let Some(r) = f.referenced_data_file.as_deref() {
@@ -100,7 +123,10 @@ impl<'a> DeleteIndex<'a> {
             } else if f.content == CONTENT_EQUALITY_DELETES && md.spec_unpartitioned(f.spec_id) {
                 ix.global.push(d);
             } else {
-                ix.by_partition.entry((f.spec_id, f.partition.as_str())).or_default().push(d);
+                ix.by_partition
+                    .entry((f.spec_id, f.partition.as_str()))
+                    .or_default()
+                    .push(d);
             }
         }
         ix
@@ -109,8 +135,16 @@ impl<'a> DeleteIndex<'a> {
     fn for_data(&self, md: &TableMetadata, e: &Entry) -> Vec<Entry> {
         let f = &e.file;
         let file = self.by_file.get(f.path.as_str()).into_iter().flatten();
-        let part = self.by_partition.get(&(f.spec_id, f.partition.as_str())).into_iter().flatten();
-        file.chain(part).chain(self.global.iter()).filter(|d| applies(md, d, e)).map(|d| (*d).clone()).collect()
+        let part = self
+            .by_partition
+            .get(&(f.spec_id, f.partition.as_str()))
+            .into_iter()
+            .flatten();
+        file.chain(part)
+            .chain(self.global.iter())
+            .filter(|d| applies(md, d, e))
+            .map(|d| (*d).clone())
+            .collect()
     }
 }
 
@@ -122,8 +156,14 @@ impl IcebergSource {
 
     /// Snapshots to emit after `after` (or per the starting strategy), oldest first, with how the
     /// first one is emitted.
-    pub(super) fn pending(&self, md: &TableMetadata, after: Option<&Position>) -> Result<(Vec<i64>, First), SourceError> {
-        let Some(current) = md.current_snapshot_id else { return Ok((Vec::new(), First::Changes)) };
+    pub(super) fn pending(
+        &self,
+        md: &TableMetadata,
+        after: Option<&Position>,
+    ) -> Result<(Vec<i64>, First), SourceError> {
+        let Some(current) = md.current_snapshot_id else {
+            return Ok((Vec::new(), First::Changes));
+        };
         // the current snapshot's ancestors still in the metadata, newest first
         let mut chain: Vec<&Snapshot> = Vec::new();
         let mut at = Some(current);
@@ -134,7 +174,10 @@ impl IcebergSource {
         let oldest_first = |c: Vec<&Snapshot>| c.into_iter().rev().map(|s| s.snapshot_id).collect::<Vec<_>>();
         let mut ids = match after.map(parse_id).transpose()? {
             Some(last) => {
-                let Some(n) = chain.iter().position(|s| s.snapshot_id == last || s.parent_snapshot_id == Some(last)) else {
+                let Some(n) = chain
+                    .iter()
+                    .position(|s| s.snapshot_id == last || s.parent_snapshot_id == Some(last))
+                else {
                     return Err(SourceError::Unreadable {
                         message: format!(
                             "snapshot {last} (the last one emitted) is not an ancestor of the current snapshot {current}: the \
@@ -210,7 +253,12 @@ impl IcebergSource {
             Commits::load(md, &self.currents).base_of(md, snap, floor)
         });
         let plan = if exclusive_start {
-            Plan { snapshot: snap.clone(), schema: arrow_schema(md.schema_of(Some(snap))?)?, kind: PlanKind::Nothing("start_at_latest"), deletes: DeleteReader::default() }
+            Plan {
+                snapshot: snap.clone(),
+                schema: arrow_schema(md.schema_of(Some(snap))?)?,
+                kind: PlanKind::Nothing("start_at_latest"),
+                deletes: DeleteReader::default(),
+            }
         } else if let Some(base) = base.filter(|b| *b != snap.parent_snapshot_id) {
             self.plan_commit(md, base.and_then(|b| md.snapshot(b)), snap)?
         } else {
@@ -266,20 +314,43 @@ impl IcebergSource {
             let files = SnapshotFiles::load(&self.manifests, snap, true)?;
             let index = DeleteIndex::new(md, files.deletes.iter());
             let splits = rows(files.data.iter().collect(), &index);
-            let kind = if splits.is_empty() { PlanKind::Nothing("empty_table") } else { PlanKind::Rows { op: Op::Read, splits } };
-            return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
+            let kind = if splits.is_empty() {
+                PlanKind::Nothing("empty_table")
+            } else {
+                PlanKind::Rows { op: Op::Read, splits }
+            };
+            return Ok(Plan {
+                snapshot: snap.clone(),
+                schema,
+                kind,
+                deletes,
+            });
         }
         if snap.operation() == "replace" {
             let kind = PlanKind::Nothing("rewrite");
-            return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
+            return Ok(Plan {
+                snapshot: snap.clone(),
+                schema,
+                kind,
+                deletes,
+            });
         }
         let own = SnapshotFiles::load(&self.manifests, snap, false)?;
         let changed: Vec<&Entry> = own.added_deletes(id).chain(own.removed_deletes.iter()).collect();
         if own.removed_data.is_empty() && changed.is_empty() {
             let index = DeleteIndex::new(md, own.deletes.iter());
             let splits = rows(own.added_data(id).collect(), &index);
-            let kind = if splits.is_empty() { PlanKind::Nothing("no_data_change") } else { PlanKind::Rows { op: Op::Create, splits } };
-            return Ok(Plan { snapshot: snap.clone(), schema, kind, deletes });
+            let kind = if splits.is_empty() {
+                PlanKind::Nothing("no_data_change")
+            } else {
+                PlanKind::Rows { op: Op::Create, splits }
+            };
+            return Ok(Plan {
+                snapshot: snap.clone(),
+                schema,
+                kind,
+                deletes,
+            });
         }
         // deletes as of the snapshot, and as of its parent (live now but not added now, or removed now)
         let after_ix = DeleteIndex::new(md, own.deletes.iter());
@@ -291,8 +362,15 @@ impl IcebergSource {
             .collect();
         let before_ix = DeleteIndex::new(md, before.into_iter());
         let whole = |e: &Entry| FileRange::whole(e.file.clone(), e.data_seq);
-        let old: Vec<Task> = own.removed_data.iter().map(|e| (whole(e), before_ix.for_data(md, e))).collect();
-        let new: Vec<Task> = own.added_data(id).map(|e| (whole(e), after_ix.for_data(md, e))).collect();
+        let old: Vec<Task> = own
+            .removed_data
+            .iter()
+            .map(|e| (whole(e), before_ix.for_data(md, e)))
+            .collect();
+        let new: Vec<Task> = own
+            .added_data(id)
+            .map(|e| (whole(e), after_ix.for_data(md, e)))
+            .collect();
         let mut rewritten = Vec::new();
         if !changed.is_empty() {
             let all = SnapshotFiles::load(&self.manifests, snap, true)?;
@@ -308,7 +386,11 @@ impl IcebergSource {
                     None => {}
                 }
             }
-            for e in all.data.iter().filter(|e| !(e.status == super::manifest::STATUS_ADDED && e.snapshot_id == id)) {
+            for e in all
+                .data
+                .iter()
+                .filter(|e| !(e.status == super::manifest::STATUS_ADDED && e.snapshot_id == id))
+            {
                 let touched = changed.iter().any(|d| {
                     applies(md, d, e) && (d.file.content == CONTENT_EQUALITY_DELETES || named.contains(&e.file.path))
                 });
@@ -318,7 +400,12 @@ impl IcebergSource {
             }
         }
         let parts = self.parts(old, new, rewritten);
-        Ok(Plan { snapshot: snap.clone(), schema, kind: PlanKind::Diff(parts), deletes })
+        Ok(Plan {
+            snapshot: snap.clone(),
+            schema,
+            kind: PlanKind::Diff(parts),
+            deletes,
+        })
     }
 
     /// With tasks dividing the table by partition, a row's partition must still follow its key.
@@ -327,7 +414,12 @@ impl IcebergSource {
             return Ok(());
         }
         let ischema = md.schema_of(Some(snap))?;
-        let key: Vec<i32> = ischema.fields.iter().filter(|f| self.info.key_fields.contains(&f.name)).map(|f| f.id).collect();
+        let key: Vec<i32> = ischema
+            .fields
+            .iter()
+            .filter(|f| self.info.key_fields.contains(&f.name))
+            .map(|f| f.id)
+            .collect();
         md.partition_follows(&key).map_err(|why| SourceError::Unreadable {
             message: format!(
                 "snapshot {}: tasks divide this table by partition, but now {why}; restart the connector (with \
@@ -338,13 +430,26 @@ impl IcebergSource {
     }
 
     /// The diff's parts: one, or one per partition when tasks divide the table by partition.
-    fn parts(&self, old: Vec<Task>, new: Vec<Task>, rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)>) -> Vec<DiffPart> {
+    fn parts(
+        &self,
+        old: Vec<Task>,
+        new: Vec<Task>,
+        rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)>,
+    ) -> Vec<DiffPart> {
         if !self.by_partition {
-            return vec![DiffPart { partition: String::new(), old, new, rewritten }];
+            return vec![DiffPart {
+                partition: String::new(),
+                old,
+                new,
+                rewritten,
+            }];
         }
         let mut by: std::collections::BTreeMap<String, DiffPart> = Default::default();
         fn part<'a>(by: &'a mut std::collections::BTreeMap<String, DiffPart>, p: &str) -> &'a mut DiffPart {
-            by.entry(p.to_string()).or_insert_with(|| DiffPart { partition: p.to_string(), ..Default::default() })
+            by.entry(p.to_string()).or_insert_with(|| DiffPart {
+                partition: p.to_string(),
+                ..Default::default()
+            })
         }
         for t in old {
             part(&mut by, &t.0.file.partition.clone()).old.push(t);
@@ -370,15 +475,26 @@ impl IcebergSource {
             Some(b) => SnapshotFiles::load(&self.manifests, b, true)?,
             None => SnapshotFiles::default(),
         };
-        let (before_ix, after_ix) = (DeleteIndex::new(md, before.deletes.iter()), DeleteIndex::new(md, after.deletes.iter()));
+        let (before_ix, after_ix) = (
+            DeleteIndex::new(md, before.deletes.iter()),
+            DeleteIndex::new(md, after.deletes.iter()),
+        );
         let paths = |f: &SnapshotFiles| -> HashSet<String> { f.data.iter().map(|e| e.file.path.clone()).collect() };
         let (had, has) = (paths(&before), paths(&after));
         let whole = |e: &Entry| FileRange::whole(e.file.clone(), e.data_seq);
         let names = |ds: &[Entry]| ds.iter().map(|d| d.file.path.clone()).collect::<Vec<_>>();
-        let old: Vec<Task> =
-            before.data.iter().filter(|e| !has.contains(&e.file.path)).map(|e| (whole(e), before_ix.for_data(md, e))).collect();
-        let new: Vec<Task> =
-            after.data.iter().filter(|e| !had.contains(&e.file.path)).map(|e| (whole(e), after_ix.for_data(md, e))).collect();
+        let old: Vec<Task> = before
+            .data
+            .iter()
+            .filter(|e| !has.contains(&e.file.path))
+            .map(|e| (whole(e), before_ix.for_data(md, e)))
+            .collect();
+        let new: Vec<Task> = after
+            .data
+            .iter()
+            .filter(|e| !had.contains(&e.file.path))
+            .map(|e| (whole(e), after_ix.for_data(md, e)))
+            .collect();
         let mut rewritten = Vec::new();
         for e in after.data.iter().filter(|e| had.contains(&e.file.path)) {
             let (b, a) = (before_ix.for_data(md, e), after_ix.for_data(md, e));
@@ -388,10 +504,20 @@ impl IcebergSource {
         }
         let deletes = DeleteReader::default();
         if old.is_empty() && new.is_empty() && rewritten.is_empty() {
-            return Ok(Plan { snapshot: last.clone(), schema, kind: PlanKind::Nothing("no_data_change"), deletes });
+            return Ok(Plan {
+                snapshot: last.clone(),
+                schema,
+                kind: PlanKind::Nothing("no_data_change"),
+                deletes,
+            });
         }
         let kind = PlanKind::Diff(self.parts(old, new, rewritten));
-        Ok(Plan { snapshot: last.clone(), schema, kind, deletes })
+        Ok(Plan {
+            snapshot: last.clone(),
+            schema,
+            kind,
+            deletes,
+        })
     }
 
     /// A data file as ranges of about `split-size` bytes, cut at its split offsets (row groups).
@@ -408,7 +534,12 @@ impl IcebergSource {
         let mut start = 0i64;
         for w in offsets.windows(2).map(|w| w[1]) {
             if w - start >= target || w == f.size {
-                out.push(FileRange { file: f.clone(), data_seq: e.data_seq, start, len: w - start });
+                out.push(FileRange {
+                    file: f.clone(),
+                    data_seq: e.data_seq,
+                    start,
+                    len: w - start,
+                });
                 start = w;
             }
         }
@@ -418,7 +549,11 @@ impl IcebergSource {
     /// Flink's bin packing: each task weighs its bytes plus its delete files, at least the open
     /// cost; a task goes into the first of the last `split-lookback` open bins it fits in.
     fn pack(&self, tasks: Vec<Task>) -> Vec<Vec<Task>> {
-        let (target, lookback, cost) = (self.opts.split_size as i64, self.opts.split_lookback, self.opts.split_open_cost as i64);
+        let (target, lookback, cost) = (
+            self.opts.split_size as i64,
+            self.opts.split_lookback,
+            self.opts.split_open_cost as i64,
+        );
         let mut open: std::collections::VecDeque<(i64, Vec<Task>)> = Default::default();
         let mut out = Vec::new();
         for t in tasks {
@@ -443,7 +578,9 @@ impl IcebergSource {
 
 pub(super) fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
     let first = tasks.first().map(|t| &t.0);
-    let name = first.map(|r| r.file.path.rsplit('/').next().unwrap_or_default().to_string()).unwrap_or_default();
+    let name = first
+        .map(|r| r.file.path.rsplit('/').next().unwrap_or_default().to_string())
+        .unwrap_or_default();
     let start = first.map(|r| r.start).unwrap_or(0);
     SplitSpec {
         id: format!("{i:05}:{name}@{start}"),

@@ -18,8 +18,12 @@ use crate::source::SourceError;
 pub fn conform_by_id(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, SourceError> {
     let schema = batch.schema();
     let has_ids = schema.fields().iter().any(|f| field_id(f).is_some());
-    let by_id: HashMap<i32, usize> =
-        schema.fields().iter().enumerate().filter_map(|(i, f)| field_id(f).map(|id| (id, i))).collect();
+    let by_id: HashMap<i32, usize> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| field_id(f).map(|id| (id, i)))
+        .collect();
     let mut cols = Vec::with_capacity(target.fields().len());
     for f in target.fields() {
         let src = match (has_ids, field_id(f)) {
@@ -28,8 +32,12 @@ pub fn conform_by_id(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBa
         };
         let col = match src {
             Some(i) if batch.column(i).data_type() == f.data_type() => batch.column(i).clone(),
-            Some(i) => arrow::compute::cast(batch.column(i), f.data_type())
-                .map_err(SourceError::arrow(format!("column `{}` ({} → {})", f.name(), batch.column(i).data_type(), f.data_type())))?,
+            Some(i) => arrow::compute::cast(batch.column(i), f.data_type()).map_err(SourceError::arrow(format!(
+                "column `{}` ({} → {})",
+                f.name(),
+                batch.column(i).data_type(),
+                f.data_type()
+            )))?,
             None => arrow_array::new_null_array(f.data_type(), batch.num_rows()),
         };
         cols.push(col);
@@ -49,7 +57,12 @@ pub struct FileRange {
 impl FileRange {
     pub fn whole(file: Arc<DataFile>, data_seq: i64) -> Self {
         let len = file.size.max(1);
-        Self { file, data_seq, start: 0, len }
+        Self {
+            file,
+            data_seq,
+            start: 0,
+            len,
+        }
     }
 }
 
@@ -62,10 +75,15 @@ pub struct RangeRows {
 pub fn read_range(range: &FileRange, target: &SchemaRef) -> Result<RangeRows, SourceError> {
     let f = &range.file;
     if !f.format.eq_ignore_ascii_case("parquet") {
-        return Err(SourceError::Unsupported { message: format!("{}: {} data files are not supported (Parquet only)", f.path, f.format) });
+        return Err(SourceError::Unsupported {
+            message: format!("{}: {} data files are not supported (Parquet only)", f.path, f.format),
+        });
     }
     let path = local(&f.path)?;
-    let pq = |e| SourceError::Parquet { path: path.clone(), source: e };
+    let pq = |e| SourceError::Parquet {
+        path: path.clone(),
+        source: e,
+    };
     let builder = crate::storage::parquet(&path)?;
     let file_schema = builder.schema().clone();
     let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
@@ -96,11 +114,22 @@ pub fn read_range(range: &FileRange, target: &SchemaRef) -> Result<RangeRows, So
         }
         pos += rg.num_rows() as u64;
     }
-    let bytes: u64 = selected.iter().map(|i| meta.row_group(*i).compressed_size().max(0) as u64).sum();
-    let mut out = RangeRows { batches: Vec::new(), bytes };
+    let bytes: u64 = selected
+        .iter()
+        .map(|i| meta.row_group(*i).compressed_size().max(0) as u64)
+        .sum();
+    let mut out = RangeRows {
+        batches: Vec::new(),
+        bytes,
+    };
     let Some(mut at) = first else { return Ok(out) };
     let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
-    let reader = builder.with_projection(mask).with_row_groups(selected).with_batch_size(8192).build().map_err(pq)?;
+    let reader = builder
+        .with_projection(mask)
+        .with_row_groups(selected)
+        .with_batch_size(8192)
+        .build()
+        .map_err(pq)?;
     for b in reader {
         let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let n = b.num_rows() as u64;
@@ -117,5 +146,8 @@ pub fn keep(batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch, Sou
 
 /// `a AND NOT b`.
 pub fn and_not(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
-    a.iter().zip(b.iter()).map(|(x, y)| Some(x.unwrap_or(false) && !y.unwrap_or(false))).collect()
+    a.iter()
+        .zip(b.iter())
+        .map(|(x, y)| Some(x.unwrap_or(false) && !y.unwrap_or(false)))
+        .collect()
 }
