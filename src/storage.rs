@@ -385,19 +385,6 @@ impl parquet::file::reader::ChunkReader for Input {
     }
 }
 
-/// Open and parse a local or remote path's Parquet footer.
-pub fn parquet(
-    p: &Path,
-) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<Input>, crate::source::SourceError> {
-    let input = open(p).map_err(crate::source::SourceError::io(p))?;
-    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input).map_err(|source| {
-        crate::source::SourceError::Parquet {
-            path: p.to_path_buf(),
-            source,
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::IoClass;

@@ -17,6 +17,7 @@ use arrow_schema::{DataType, Field, TimeUnit};
 use serde_json::{json, Value};
 
 use super::ChangelogError;
+pub use crate::avro_binary::{write_bytes, write_long};
 pub use crate::config::TimeMode;
 
 /// How a table's columns become Avro: temporal types (`time.precision.mode`), and the
@@ -242,20 +243,6 @@ fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, Kind)> {
 
 fn is_string(dt: &DataType) -> bool {
     matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-}
-
-pub fn write_long(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
-}
-
-pub fn write_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    write_long(out, b.len() as i64);
-    out.extend_from_slice(b);
 }
 
 /// Minimal big-endian two's complement, as Avro's decimal wants.

@@ -23,17 +23,7 @@ enum Auth {
     Bearer(String),
 }
 
-/// How to reach the registry: URL, credentials (Confluent's `schema.registry.basic.auth.user.info`
-/// or a bearer token) and TLS (CA bundle; client certificate and key for mutual TLS), all PEM.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RegistryOptions {
-    pub url: String,
-    pub user_info: Option<String>,
-    pub bearer_token: Option<String>,
-    pub ca_location: Option<std::path::PathBuf>,
-    pub certificate_location: Option<std::path::PathBuf>,
-    pub key_location: Option<std::path::PathBuf>,
-}
+pub use crate::config::RegistryOptions;
 
 impl RegistryClient {
     pub fn new(opts: &RegistryOptions, connector: &str) -> Result<Self, ChangelogError> {

@@ -84,6 +84,18 @@ pub enum TaskOwnership {
     Partition,
 }
 
+/// How to reach the registry: URL, credentials (Confluent's `schema.registry.basic.auth.user.info`
+/// or a bearer token) and TLS (CA bundle; client certificate and key for mutual TLS), all PEM.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryOptions {
+    pub url: String,
+    pub user_info: Option<String>,
+    pub bearer_token: Option<String>,
+    pub ca_location: Option<std::path::PathBuf>,
+    pub certificate_location: Option<std::path::PathBuf>,
+    pub key_location: Option<std::path::PathBuf>,
+}
+
 /// `time.precision.mode`: how date, time and timestamp columns are typed in the events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum TimeMode {
@@ -112,7 +124,7 @@ pub struct ConnectorConfig {
     /// Iceberg table location and read options (`connector.class=iceberg`).
     pub iceberg: Option<IcebergOptions>,
     /// Schema Registry URL, credentials and TLS.
-    pub registry: crate::changelog::registry::RegistryOptions,
+    pub registry: RegistryOptions,
     /// Object-store settings (`s3.*`) for `s3://`, `gs://`, `az://` tables.
     pub storage: crate::storage::StorageOptions,
     pub topic: String,
@@ -445,7 +457,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         table_path,
         table_id,
         iceberg,
-        registry: crate::changelog::registry::RegistryOptions {
+        registry: RegistryOptions {
             url: registry.trim_end_matches('/').to_string(),
             user_info: v.get("schema.registry.basic.auth.user.info"),
             bearer_token: v.get("schema.registry.bearer.auth.token"),

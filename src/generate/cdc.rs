@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fs;
 
 use super::{io, GenerateError, Partition, Row, AVRO_SCHEMA};
-use crate::changelog::avro::{write_bytes, write_long};
+use crate::avro_binary::{write_bytes, write_long};
 use crate::source::hudi::log::{avro_data_content, encode_block, INSTANT_TIME, SCHEMA};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -14,7 +14,8 @@ use serde_json::json;
 
 use super::cdc::Change;
 use super::{io, schema, GenerateError, Partition, Row, AVRO_SCHEMA};
-use crate::changelog::avro::{record, write_bytes, write_long, RowEncoder};
+use crate::avro_binary::{write_bytes, write_long};
+use crate::changelog::avro::{record, RowEncoder};
 use crate::source::hudi::log::{avro_data_content, encode_block, INSTANT_TIME, SCHEMA};
 
 pub struct Writer {

@@ -45,6 +45,19 @@ pub enum SourceError {
     Config { message: String },
 }
 
+/// Open and parse a local or remote path's Parquet footer.
+pub fn parquet(
+    p: &std::path::Path,
+) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<crate::storage::Input>, SourceError> {
+    let input = crate::storage::open(p).map_err(SourceError::io(p))?;
+    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input).map_err(|source| {
+        SourceError::Parquet {
+            path: p.to_path_buf(),
+            source,
+        }
+    })
+}
+
 impl SourceError {
     /// Storage that is busy or out of reach: the runtime retries from the committed position.
     pub fn is_transient(&self) -> bool {

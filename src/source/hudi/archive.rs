@@ -105,7 +105,7 @@ fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceEr
         path: path.into(),
         source,
     };
-    let reader = crate::storage::parquet(path)?.build().map_err(perr)?;
+    let reader = crate::source::parquet(path)?.build().map_err(perr)?;
     for batch in reader {
         let batch = batch.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let col = |name: &str| {

@@ -208,7 +208,7 @@ pub fn open_base(
         path: path.into(),
         source,
     };
-    let builder = crate::storage::parquet(path)?;
+    let builder = crate::source::parquet(path)?;
     let size = crate::storage::size(path).unwrap_or(0);
     let keep: Vec<usize> = builder
         .schema()

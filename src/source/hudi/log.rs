@@ -401,16 +401,16 @@ pub fn avro_block_batches(
      -> Result<bool, SourceError> {
         let mut ocf = Vec::with_capacity(data.len() + schema.len() + 64);
         ocf.extend_from_slice(b"Obj\x01");
-        crate::changelog::avro::write_long(&mut ocf, 2);
+        crate::avro_binary::write_long(&mut ocf, 2);
         for (k, v) in [("avro.schema", schema.as_bytes()), ("avro.codec", b"null".as_slice())] {
-            crate::changelog::avro::write_bytes(&mut ocf, k.as_bytes());
-            crate::changelog::avro::write_bytes(&mut ocf, v);
+            crate::avro_binary::write_bytes(&mut ocf, k.as_bytes());
+            crate::avro_binary::write_bytes(&mut ocf, v);
         }
         ocf.push(0);
         let sync = [0x5au8; 16];
         ocf.extend_from_slice(&sync);
-        crate::changelog::avro::write_long(&mut ocf, n as i64);
-        crate::changelog::avro::write_long(&mut ocf, data.len() as i64);
+        crate::avro_binary::write_long(&mut ocf, n as i64);
+        crate::avro_binary::write_long(&mut ocf, data.len() as i64);
         ocf.extend_from_slice(data);
         ocf.extend_from_slice(&sync);
         let reader = arrow_avro::reader::ReaderBuilder::new()
@@ -640,8 +640,8 @@ mod tests {
         content.extend_from_slice(&(n as i32).to_be_bytes());
         for i in 0..n {
             let mut datum = Vec::new();
-            crate::changelog::avro::write_bytes(&mut datum, format!("key-{:012}", i).as_bytes());
-            crate::changelog::avro::write_long(&mut datum, i + from);
+            crate::avro_binary::write_bytes(&mut datum, format!("key-{:012}", i).as_bytes());
+            crate::avro_binary::write_long(&mut datum, i + from);
             content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
             content.extend_from_slice(&datum);
         }

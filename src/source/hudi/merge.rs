@@ -1,4 +1,4 @@
-//! The streaming merge of one file slice (planned by [`SliceReader::open`]): log records merged
+//! The streaming merge of one file slice (planned by [`SliceMerge::plan`]): log records merged
 //! among themselves first, then the base file streamed batch by batch past them, then the winning
 //! log records. Memory: the block layout of the slice's log files (a file of at most 4 MiB is
 //! read whole, its contents held only until its records are first decoded), the merge columns of the log records (key, ordering fields,
@@ -17,13 +17,15 @@ use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 use hashbrown::hash_table::Entry;
 
-use super::files::{with_virtual_keys, LAYOUT_META_COLUMNS};
-use super::log::{self, BlockType, LogBlock};
+use std::collections::HashSet;
+
+use super::files::{base_as_of, partition_dir, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
+use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
 use super::slice::{split_operations, BaseBatches, CachedLog, MergeMode, SliceReader, SliceState};
 use crate::source::rows::{conform, nullable, RowKeys};
 use crate::source::SourceError;
 
-/// The merge of one file slice, planned by [`SliceReader::open`] and run by [`SliceMerge::run`]:
+/// The merge of one file slice, planned by [`SliceMerge::plan`] and run by [`SliceMerge::run`]:
 /// log records are merged first (held as merge columns only), then the base file streams through
 /// batch by batch, then the winning log records follow in log order, decoded again from their
 /// blocks. The output order is the same as merging everything at once in
@@ -41,6 +43,87 @@ pub struct SliceMerge<'a> {
     /// The newest file that contributed (for `source.file`).
     pub file: Option<String>,
     pub bytes_read: u64,
+}
+
+impl<'a> SliceMerge<'a> {
+    /// Plan the merge of one file group as of `at`: which base file and log blocks take part, the
+    /// slice's schema and newest file. Nothing is merged yet. `None`: no visible slice.
+    pub fn plan(
+        reader: &'a SliceReader<'a>,
+        partition: &str,
+        base_files: &[BaseFile],
+        log_files: &[LogFile],
+        at: &str,
+        inclusive: bool,
+    ) -> Result<Option<Self>, SourceError> {
+        let dir = partition_dir(&reader.table.path, partition);
+        let base = base_as_of(base_files, reader.timeline, at, inclusive);
+        let logs = reader.slice_logs(base, log_files);
+        let mut file = None;
+        let mut bytes_read = 0;
+        let base_stream = match base {
+            Some(b) => {
+                let (_, batches, size) = reader.cache.base(&dir.join(&b.name))?;
+                bytes_read += size;
+                file = Some(b.name.clone());
+                Some(batches)
+            }
+            None => None,
+        };
+        // blocks of visible instants, rollbacks applied, in commit order: (order, file, block)
+        let mut blocks: Vec<(String, usize, usize)> = Vec::new();
+        let mut rolled_back: HashSet<String> = HashSet::new();
+        let mut cached = Vec::new();
+        for l in &logs {
+            let path = dir.join(&l.name);
+            cached.push((reader.cache.log(&path, reader.connector)?, path, l.name.clone()));
+        }
+        for (i, (c, _, name)) in cached.iter().enumerate() {
+            bytes_read += c.1;
+            for (j, b) in c.0.iter().enumerate() {
+                let Some(instant) = b.instant() else { continue };
+                if b.block_type == BlockType::Command {
+                    if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
+                        if let Some(t) = b.header.get(&TARGET_INSTANT_TIME) {
+                            rolled_back.insert(t.clone());
+                        }
+                    }
+                    continue;
+                }
+                if !reader.visible(instant, at, inclusive) {
+                    continue;
+                }
+                let order = reader.timeline.completed_order(instant).unwrap_or_default();
+                blocks.push((order, i, j));
+                if file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
+                    file = Some(name.clone());
+                }
+            }
+        }
+        blocks.retain(|&(_, i, j)| {
+            cached[i].0 .0[j]
+                .instant()
+                .map(|x| !rolled_back.contains(x))
+                .unwrap_or(true)
+        });
+        blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        if base.is_none() && blocks.is_empty() {
+            return Ok(None);
+        }
+        let mut merge = SliceMerge {
+            reader,
+            partition: partition.to_string(),
+            base: base_stream.map(|b| b.peekable()),
+            blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
+            cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
+            last_schema: None,
+            target: None,
+            file,
+            bytes_read,
+        };
+        merge.plan_schema()?;
+        Ok(Some(merge))
+    }
 }
 
 /// Decoded log rows are kept (not decoded again) while they take at most `budget / KEEP_SHARE`

@@ -47,7 +47,14 @@ impl HudiSource {
     ) -> Result<Option<SliceMerge<'r>>, SourceError> {
         let files = r.listings.partition(&sp.partition)?;
         let (base, logs) = files.group(&sp.file_group);
-        reader.open(&sp.partition, base, logs, r.unit.position.order_key(), inclusive)
+        SliceMerge::plan(
+            reader,
+            &sp.partition,
+            base,
+            logs,
+            r.unit.position.order_key(),
+            inclusive,
+        )
     }
 
     fn load_sides(&self, r: &UnitRead<'_>, splits: &[SplitSpec], cache: &FileCache) -> Result<Sides, SourceError> {

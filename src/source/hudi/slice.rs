@@ -13,8 +13,7 @@ use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
 use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile};
-use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
-use super::merge::SliceMerge;
+use super::log::{self, BlockType, LogBlock, TARGET_INSTANT_TIME};
 use super::timeline::{TableConfig, Timeline};
 use crate::source::SourceError;
 
@@ -149,7 +148,7 @@ impl FileCache {
         }
     }
 
-    fn base(&self, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
+    pub(super) fn base(&self, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
         }
@@ -162,7 +161,7 @@ impl FileCache {
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
-    fn log(&self, path: &Path, connector: &str) -> Result<CachedLog, SourceError> {
+    pub(super) fn log(&self, path: &Path, connector: &str) -> Result<CachedLog, SourceError> {
         if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
             return Ok(v.clone());
         }
@@ -194,7 +193,7 @@ pub struct SliceReader<'a> {
 }
 
 impl SliceReader<'_> {
-    fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
+    pub(super) fn visible(&self, instant: &str, at: &str, inclusive: bool) -> bool {
         match self.timeline.completed_order(instant) {
             Some(o) => {
                 if inclusive {
@@ -208,7 +207,7 @@ impl SliceReader<'_> {
     }
 
     /// The log files of the slice that starts at `base` (all of them for a log-only group).
-    fn slice_logs<'l>(&self, base: Option<&BaseFile>, logs: &'l [LogFile]) -> Vec<&'l LogFile> {
+    pub(super) fn slice_logs<'l>(&self, base: Option<&BaseFile>, logs: &'l [LogFile]) -> Vec<&'l LogFile> {
         let mut out: Vec<&LogFile> = logs
             .iter()
             .filter(|l| match base {
@@ -300,85 +299,6 @@ impl SliceReader<'_> {
             }
         }
         Ok(out)
-    }
-
-    /// Plan the merge of one file group as of `at`: which base file and log blocks take part, the
-    /// slice's schema and newest file. Nothing is merged yet. `None`: no visible slice.
-    pub fn open(
-        &self,
-        partition: &str,
-        base_files: &[BaseFile],
-        log_files: &[LogFile],
-        at: &str,
-        inclusive: bool,
-    ) -> Result<Option<SliceMerge<'_>>, SourceError> {
-        let dir = partition_dir(&self.table.path, partition);
-        let base = base_as_of(base_files, self.timeline, at, inclusive);
-        let logs = self.slice_logs(base, log_files);
-        let mut file = None;
-        let mut bytes_read = 0;
-        let base_stream = match base {
-            Some(b) => {
-                let (_, batches, size) = self.cache.base(&dir.join(&b.name))?;
-                bytes_read += size;
-                file = Some(b.name.clone());
-                Some(batches)
-            }
-            None => None,
-        };
-        // blocks of visible instants, rollbacks applied, in commit order: (order, file, block)
-        let mut blocks: Vec<(String, usize, usize)> = Vec::new();
-        let mut rolled_back: HashSet<String> = HashSet::new();
-        let mut cached = Vec::new();
-        for l in &logs {
-            let path = dir.join(&l.name);
-            cached.push((self.cache.log(&path, self.connector)?, path, l.name.clone()));
-        }
-        for (i, (c, _, name)) in cached.iter().enumerate() {
-            bytes_read += c.1;
-            for (j, b) in c.0.iter().enumerate() {
-                let Some(instant) = b.instant() else { continue };
-                if b.block_type == BlockType::Command {
-                    if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
-                        if let Some(t) = b.header.get(&TARGET_INSTANT_TIME) {
-                            rolled_back.insert(t.clone());
-                        }
-                    }
-                    continue;
-                }
-                if !self.visible(instant, at, inclusive) {
-                    continue;
-                }
-                let order = self.timeline.completed_order(instant).unwrap_or_default();
-                blocks.push((order, i, j));
-                if file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
-                    file = Some(name.clone());
-                }
-            }
-        }
-        blocks.retain(|&(_, i, j)| {
-            cached[i].0 .0[j]
-                .instant()
-                .map(|x| !rolled_back.contains(x))
-                .unwrap_or(true)
-        });
-        blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-        if base.is_none() && blocks.is_empty() {
-            return Ok(None);
-        }
-        let mut merge = SliceMerge {
-            reader: self,
-            partition: partition.to_string(),
-            base: base_stream.map(|b| b.peekable()),
-            blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
-            cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
-            last_schema: None,
-            target: None,
-            file,
-            bytes_read,
-        };
-        merge.plan_schema()?;
-        Ok(Some(merge))
     }
 }
 

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::metadata::local;
 use crate::config::TableLocation;
 use crate::source::SourceError;
 
@@ -106,4 +105,9 @@ fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// The storage path of a metadata location (`file:/x`, `file:///x`, `/x`, `s3://b/x`, ...).
+pub fn local(location: &str) -> Result<PathBuf, SourceError> {
+    crate::storage::parse_location(location).map_err(|message| SourceError::Unsupported { message })
 }

@@ -120,7 +120,7 @@ impl DeleteReader {
             path: path.clone(),
             source: e,
         };
-        let builder = crate::storage::parquet(&path)?;
+        let builder = crate::source::parquet(&path)?;
         let schema = builder.schema().clone();
         let idx: Vec<usize> = ["file_path", "pos"]
             .iter()
@@ -185,7 +185,7 @@ impl DeleteReader {
             path: path.clone(),
             source: e,
         };
-        for b in crate::storage::parquet(&path)?.build().map_err(pq)? {
+        for b in crate::source::parquet(&path)?.build().map_err(pq)? {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let b = conform_by_id(&b, &schema)?;
             let r = keys.rows(&b)?;

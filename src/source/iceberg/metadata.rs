@@ -166,10 +166,7 @@ impl TableMetadata {
     }
 }
 
-/// The storage path of a metadata location (`file:/x`, `file:///x`, `/x`, `s3://b/x`, ...).
-pub fn local(location: &str) -> Result<PathBuf, SourceError> {
-    crate::storage::parse_location(location).map_err(|message| SourceError::Unsupported { message })
-}
+pub use super::catalog::local;
 
 /// The version number of a metadata file name: `v12.metadata.json` or `00012-<uuid>.metadata.json`.
 fn metadata_version(name: &str) -> Option<u64> {

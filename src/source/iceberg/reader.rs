@@ -84,7 +84,7 @@ pub fn read_range(range: &FileRange, target: &SchemaRef) -> Result<RangeRows, So
         path: path.clone(),
         source: e,
     };
-    let builder = crate::storage::parquet(&path)?;
+    let builder = crate::source::parquet(&path)?;
     let file_schema = builder.schema().clone();
     let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
     let wanted: Vec<usize> = file_schema
