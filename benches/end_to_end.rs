@@ -175,7 +175,7 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
             lakestream::sink::TxnSink::start(&cfg, lakestream::health::Health::new().task("bench", 0, Duration::MAX))
                 .await
                 .expect("producer");
-        let offsets = lakestream::sink::offsets::Offsets::default();
+        let offsets = lakestream::runtime::state::Offsets::default();
         for i in 0..count as usize {
             sink.send(std::slice::from_ref(&samples[i % samples.len()]))
                 .expect("send");

@@ -7,9 +7,9 @@
 
 use std::collections::HashMap;
 
+use super::state::{read_offsets_matching, Offsets};
 use super::{open_source_async, RuntimeError};
 use crate::config::ConnectorConfig;
-use crate::sink::offsets::{read_offsets_matching, Offsets};
 use crate::source::Ownership;
 
 /// A connector's offsets records: key -> (tasks, task, by partition, record).

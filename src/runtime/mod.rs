@@ -11,13 +11,14 @@ use tokio::sync::watch;
 
 pub mod admin;
 mod progress;
+pub mod state;
 mod tasks;
 
+use self::state::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
-use crate::sink::offsets::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;

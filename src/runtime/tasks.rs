@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::state::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::offsets::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use crate::sink::{fence, SinkError};
 use crate::source::{Ownership, Position, Source};
 

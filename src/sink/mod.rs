@@ -26,7 +26,7 @@ use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
 use crate::health::TaskHealthHandle;
 use crate::metrics;
-use offsets::{is_client_security_key, Offsets};
+use offsets::is_client_security_key;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -389,7 +389,7 @@ impl TxnSink {
     }
 
     /// Write `offsets` and commit the transaction with everything sent since it began.
-    pub async fn commit(&mut self, offsets: &Offsets) -> Result<(), SinkError> {
+    pub async fn commit(&mut self, offsets: &impl serde::Serialize) -> Result<(), SinkError> {
         let value = serde_json::to_vec(offsets).map_err(|e| SinkError::Offsets(e.to_string()))?;
         let (ot, ok) = (self.offsets_topic.clone(), self.offsets_key.clone());
         self.send_to(&ot, ok.as_bytes(), Some(&value))?;
