@@ -96,6 +96,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
             once: true,
             shutdown: rx,
             health: lakestream::health::Health::new(),
+            first_units: Default::default(),
         },
     ))
     .expect("run");

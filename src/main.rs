@@ -323,11 +323,13 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         });
     }
     let mut set = tokio::task::JoinSet::new();
+    let first_units = std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default());
     for cfg in cfgs {
         let opts = RunOptions {
             once,
             shutdown: rx.clone(),
             health: health.clone(),
+            first_units: first_units.clone(),
         };
         set.spawn(async move {
             let name = cfg.name.clone();

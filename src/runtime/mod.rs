@@ -12,7 +12,7 @@ use tokio::sync::watch;
 pub mod admin;
 mod progress;
 pub mod state;
-mod tasks;
+pub mod tasks;
 
 use self::state::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
 use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
@@ -79,6 +79,8 @@ pub struct RunOptions {
     pub shutdown: watch::Receiver<bool>,
     /// Where the task reports progress and connectivity (`/healthz`, `/ready`).
     pub health: Arc<Health>,
+    /// How task 0 tells the other tasks of its connector in this process where it starts.
+    pub first_units: Arc<tasks::FirstUnits>,
 }
 
 struct Task {
@@ -389,7 +391,7 @@ impl Task {
             if fresh && self.cfg.task_id != 0 {
                 // every task starts where task 0's start strategy chose, so a later change of
                 // tasks.max can hand over from one common first unit
-                if let Some(f) = tasks::first_unit_of_task0(&self.cfg).await {
+                if let Some(f) = tasks::first_unit_of_task0(&self.opts.first_units, &self.cfg).await {
                     self.state.first = Some(f.clone());
                     self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
                 }
@@ -404,7 +406,7 @@ impl Task {
             .await
             .expect("poll panicked")?;
             if fresh && self.cfg.task_id == 0 {
-                tasks::publish_first_unit(
+                self.opts.first_units.publish(
                     &self.cfg,
                     units.first().map(|u| FirstUnit {
                         unit: u.position.clone(),

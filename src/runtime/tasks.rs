@@ -321,29 +321,35 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
     Ok((state, true))
 }
 
-/// Task 0's first unit per connector, for the other tasks of a fresh connector in this process
-/// (`None` inside: task 0 found nothing to emit yet).
-type FirstUnits = std::sync::Mutex<HashMap<String, tokio::sync::watch::Sender<Option<Option<FirstUnit>>>>>;
-static FIRST_UNITS: std::sync::OnceLock<FirstUnits> = std::sync::OnceLock::new();
-
-fn first_units_channel(cfg: &ConnectorConfig) -> tokio::sync::watch::Sender<Option<Option<FirstUnit>>> {
-    let map = FIRST_UNITS.get_or_init(Default::default);
-    let key = format!("{}\u{0}{}", cfg.name, cfg.table_id);
-    map.lock()
-        .expect("first units lock")
-        .entry(key)
-        .or_insert_with(|| tokio::sync::watch::channel(None).0)
-        .clone()
+/// Task 0's first unit per connector, for the other tasks of a fresh connector in the same
+/// process (`None` inside: task 0 found nothing to emit yet). One per process, handed to every
+/// task in [`super::RunOptions`].
+#[derive(Default)]
+pub struct FirstUnits {
+    by_connector: std::sync::Mutex<HashMap<String, tokio::sync::watch::Sender<Option<Option<FirstUnit>>>>>,
 }
 
-pub fn publish_first_unit(cfg: &ConnectorConfig, first: Option<FirstUnit>) {
-    first_units_channel(cfg).send_replace(Some(first));
+impl FirstUnits {
+    fn channel(&self, cfg: &ConnectorConfig) -> tokio::sync::watch::Sender<Option<Option<FirstUnit>>> {
+        let key = format!("{}\u{0}{}", cfg.name, cfg.table_id);
+        self.by_connector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_insert_with(|| tokio::sync::watch::channel(None).0)
+            .clone()
+    }
+
+    /// Task 0 chose its first unit (`None`: nothing to emit yet).
+    pub fn publish(&self, cfg: &ConnectorConfig, first: Option<FirstUnit>) {
+        self.channel(cfg).send_replace(Some(first));
+    }
 }
 
 /// Task 0's first unit: from this process when task 0 runs here, else from its offsets record.
 /// Waits up to a minute; `None` when task 0 has none (the task then applies the start strategy).
-pub async fn first_unit_of_task0(cfg: &ConnectorConfig) -> Option<FirstUnit> {
-    let mut rx = first_units_channel(cfg).subscribe();
+pub async fn first_unit_of_task0(units: &FirstUnits, cfg: &ConnectorConfig) -> Option<FirstUnit> {
+    let mut rx = units.channel(cfg).subscribe();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         if let Some(v) = rx.borrow().clone() {
