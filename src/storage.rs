@@ -25,14 +25,54 @@ pub struct StorageOptions {
     pub s3_allow_http: bool,
 }
 
-static OPTIONS: OnceLock<StorageOptions> = OnceLock::new();
+/// Each connector's object-store options, by the table location they were given for (`None`:
+/// a catalog table, whose location is not known up front).
+static OPTIONS: Mutex<Vec<(Option<String>, StorageOptions)>> = Mutex::new(Vec::new());
+/// Clients by bucket and options (two connectors reading one bucket with different credentials
+/// get a client each).
 type Stores = Mutex<HashMap<String, Arc<dyn ObjectStore>>>;
 static STORES: OnceLock<Stores> = OnceLock::new();
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 
-/// Set the process's object-store options (the first connector's; later calls are ignored).
-pub fn configure(opts: &StorageOptions) {
-    let _ = OPTIONS.set(opts.clone());
+/// Register a connector's object-store options for the paths under `root` (its table location).
+pub fn configure(root: Option<&Path>, opts: &StorageOptions) {
+    let root = root
+        .and_then(Path::to_str)
+        .filter(|r| !r.is_empty())
+        .map(|r| r.trim_end_matches('/').to_string());
+    let mut all = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if !all.iter().any(|(r, o)| *r == root && o == opts) {
+        all.push((root, opts.clone()));
+    }
+}
+
+/// The options of the connector whose table holds `path` (the longest registered root it is
+/// under); a path under none takes the options every connector shares, and when they differ the
+/// read fails rather than use another connector's credentials.
+fn options_for(path: &str) -> io::Result<StorageOptions> {
+    let all = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let under = |root: &str| path == root || path.starts_with(&format!("{root}/"));
+    if let Some((_, o)) = all
+        .iter()
+        .filter_map(|(r, o)| r.as_deref().filter(|r| under(r)).map(|r| (r.len(), o)))
+        .max_by_key(|(len, _)| *len)
+    {
+        return Ok(o.clone());
+    }
+    let mut distinct: Vec<&StorageOptions> = Vec::new();
+    for (_, o) in all.iter() {
+        if !distinct.contains(&o) {
+            distinct.push(o);
+        }
+    }
+    match distinct.as_slice() {
+        [] => Ok(StorageOptions::default()),
+        [one] => Ok((*one).clone()),
+        _ => Err(other(format!(
+            "{path} is outside every table location of this process's connectors, and they have different s3.* \
+             settings, so which apply is unknown; run those connectors in separate processes"
+        ))),
+    }
 }
 
 const SCHEMES: &[&str] = &["s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://"];
@@ -181,13 +221,13 @@ fn store(p: &Path) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     let s = p.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
     let (scheme, rest) = s.split_once("://").ok_or_else(|| other(format!("{s}: not a URL")))?;
     let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-    let id = format!("{scheme}://{bucket}");
+    let opts = options_for(s)?;
+    let id = format!("{scheme}://{bucket}\u{0}{opts:?}");
     let stores = STORES.get_or_init(Default::default);
-    let mut map = stores.lock().expect("stores lock");
+    let mut map = stores.lock().unwrap_or_else(|e| e.into_inner());
     let st = match map.get(&id) {
         Some(st) => st.clone(),
         None => {
-            let opts = OPTIONS.get().cloned().unwrap_or_default();
             let st: Arc<dyn ObjectStore> = match scheme {
                 "s3" => {
                     let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
@@ -387,8 +427,27 @@ impl parquet::file::reader::ChunkReader for Input {
 
 #[cfg(test)]
 mod tests {
-    use super::IoClass;
+    use super::{configure, options_for, IoClass, StorageOptions};
     use std::io::{Error, ErrorKind};
+    use std::path::Path;
+
+    #[test]
+    fn each_connector_reads_its_table_with_its_own_settings() {
+        let opts = |region: &str| StorageOptions {
+            s3_region: Some(region.into()),
+            ..Default::default()
+        };
+        configure(Some(Path::new("s3://lake/orders")), &opts("a"));
+        configure(Some(Path::new("s3://lake/orders_v2/")), &opts("b"));
+        assert_eq!(options_for("s3://lake/orders/p=1/f.parquet").unwrap(), opts("a"));
+        assert_eq!(
+            options_for("s3://lake/orders_v2/f.parquet").unwrap(),
+            opts("b"),
+            "a root is a whole path segment"
+        );
+        let err = options_for("s3://other/f.parquet").unwrap_err().to_string();
+        assert!(err.contains("separate processes"), "{err}");
+    }
 
     #[test]
     fn storage_errors_are_classed_by_kind_and_by_the_object_store_text() {

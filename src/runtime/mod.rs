@@ -327,7 +327,7 @@ pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn S
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
 /// opens it too, so a table that does not fit the settings fails there.
 pub fn open_source(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
-    crate::storage::configure(&cfg.storage);
+    crate::storage::configure(Some(&cfg.table_path), &cfg.storage);
     Ok(match cfg.kind {
         ConnectorKind::Hudi => Arc::new(HudiSource::open(cfg)?),
         ConnectorKind::Iceberg => Arc::new(IcebergSource::open(cfg)?),
