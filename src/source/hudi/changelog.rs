@@ -235,9 +235,14 @@ mod tests {
     use crate::source::hudi::log::DeletedKey;
     use crate::source::hudi::slice::MergeMode;
 
-    /// Rows `(key, partition, ts, op)` as a log block (or slice) batch.
-    fn batch(rows: &[(&str, &str, i64, Option<&str>)]) -> RecordBatch {
-        let col = |f: &dyn Fn(&(&str, &str, i64, Option<&str>)) -> Option<String>| -> ArrayRef {
+    /// `(key, partition, ts, op)`.
+    type Row<'a> = (&'a str, &'a str, i64, Option<&'a str>);
+    /// (op, before (batch, row), after (batch, row)).
+    type Shape = (&'static str, Option<(u32, u32)>, Option<(u32, u32)>);
+
+    /// Rows as a log block (or slice) batch.
+    fn batch(rows: &[Row]) -> RecordBatch {
+        let col = |f: &dyn Fn(&Row) -> Option<String>| -> ArrayRef {
             Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
         };
         let schema = Schema::new(vec![
@@ -267,8 +272,7 @@ mod tests {
         }
     }
 
-    /// (op, before (batch, row), after (batch, row)) of each change row.
-    fn shape(rows: &[ChangeRow]) -> Vec<(&'static str, Option<(u32, u32)>, Option<(u32, u32)>)> {
+    fn shape(rows: &[ChangeRow]) -> Vec<Shape> {
         rows.iter()
             .map(|r| {
                 (
