@@ -228,6 +228,79 @@ pub fn read_dv(d: &DataFile) -> Result<RoaringTreemap, SourceError> {
 mod tests {
     use super::*;
 
+    /// An entry of `content` (0 data, 1 position deletes, 2 equality deletes) at `seq`.
+    fn entry(content: i32, seq: i64, spec: i32, partition: &str, path: &str, refers: Option<&str>) -> Entry {
+        Entry {
+            status: 1,
+            snapshot_id: seq,
+            data_seq: seq,
+            file: Arc::new(DataFile {
+                content,
+                path: path.into(),
+                format: "PARQUET".into(),
+                partition: partition.into(),
+                spec_id: spec,
+                record_count: 1,
+                size: 1,
+                split_offsets: vec![],
+                equality_ids: vec![],
+                referenced_data_file: refers.map(String::from),
+                content_offset: None,
+                content_size: None,
+            }),
+        }
+    }
+
+    /// Spec 0 partitioned by a field, spec 1 unpartitioned (a table whose spec evolved).
+    fn metadata() -> TableMetadata {
+        serde_json::from_value(serde_json::json!({
+            "format-version": 2,
+            "partition-specs": [
+                {"spec-id": 0, "fields": [{"name": "cat", "transform": "identity", "source-id": 2, "field-id": 1000}]},
+                {"spec-id": 1, "fields": []}
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn delete_files_apply_by_the_spec_sequence_number_rules() {
+        let md = metadata();
+        let data = entry(0, 5, 0, "cat=a", "d1.parquet", None);
+        // position deletes: same or later sequence number, same partition (or the file they name)
+        assert!(
+            applies(&md, &entry(1, 5, 0, "cat=a", "p.parquet", None), &data),
+            "a position delete of the same commit applies"
+        );
+        assert!(
+            !applies(&md, &entry(1, 4, 0, "cat=a", "p.parquet", None), &data),
+            "an older position delete does not"
+        );
+        assert!(
+            !applies(&md, &entry(1, 6, 0, "cat=b", "p.parquet", None), &data),
+            "another partition's does not"
+        );
+        assert!(
+            applies(&md, &entry(1, 6, 0, "cat=b", "dv.puffin", Some("d1.parquet")), &data),
+            "a delete naming the file does"
+        );
+        assert!(
+            !applies(&md, &entry(1, 6, 0, "cat=a", "dv.puffin", Some("d2.parquet")), &data),
+            "one naming another file does not"
+        );
+        // equality deletes: strictly later, same partition, or table-wide from an unpartitioned spec
+        assert!(
+            !applies(&md, &entry(2, 5, 0, "cat=a", "e.parquet", None), &data),
+            "an equality delete of the same commit does not"
+        );
+        assert!(applies(&md, &entry(2, 6, 0, "cat=a", "e.parquet", None), &data));
+        assert!(!applies(&md, &entry(2, 6, 0, "cat=b", "e.parquet", None), &data));
+        assert!(
+            applies(&md, &entry(2, 6, 1, "", "e.parquet", None), &data),
+            "an unpartitioned equality delete is global"
+        );
+    }
+
     #[test]
     fn deletion_vector_blob_round_trip_and_checksum() {
         let mut bm = RoaringTreemap::new();
