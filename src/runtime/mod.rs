@@ -3,26 +3,27 @@
 //! record inside. Resumes from the stored offsets, skipping what was committed; replays from the
 //! last committed offsets after an aborted transaction; commits and exits on shutdown.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 pub mod admin;
+mod emit;
 mod progress;
 pub mod state;
 pub mod tasks;
 
-use self::state::{read_offsets_matching, FirstUnit, InFlight, Offsets, RowOwner};
-use crate::changelog::{ChangelogEncoder, ChangelogError, KafkaRecord};
+use self::state::{read_offsets_matching, FirstUnit, InFlight, Offsets};
+use crate::changelog::{ChangelogEncoder, ChangelogError};
 use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
 use crate::sink::{SinkError, TxnSink};
 use crate::source::hudi::HudiSource;
 use crate::source::iceberg::IcebergSource;
-use crate::source::{Op, Ownership, Resume, Source, SourceError, SplitChanges, Unit};
+use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -443,222 +444,6 @@ impl Task {
                 return Ok(Flow::Continue);
             }
         }
-    }
-
-    async fn emit_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
-        let name = self.cfg.name.clone();
-        let resumed = self
-            .state
-            .in_flight
-            .clone()
-            .filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot);
-        let mut progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
-        if let Some(why) = unit.skipped {
-            tracing::debug!(connector = %name, instant = %unit.position.instant, why, "instant emits nothing");
-            metrics::UNITS.with_label_values(&[name.as_str(), "skipped"]).inc();
-            metrics::SKIPPED.with_label_values(&[name.as_str(), why]).inc();
-            return self.finish_unit(unit).await;
-        }
-        if self.state.issued.is_none() && self.state.first.is_none() {
-            self.state.first = Some(FirstUnit {
-                unit: unit.position.clone(),
-                snapshot: unit.snapshot,
-            });
-        }
-        let done: HashSet<String> = progress
-            .iter()
-            .filter(|(_, p)| p.done)
-            .map(|(k, _)| k.clone())
-            .collect();
-        // the row order of a unit read in key buckets depends on their number: a resumed unit,
-        // or one an old task of a handoff had half emitted, is read as it was first read
-        let buckets = resumed.as_ref().and_then(InFlight::pinned_buckets).or_else(|| {
-            self.state.handoff.as_ref().and_then(|h| {
-                h.old
-                    .values()
-                    .filter_map(|o| o.in_flight.as_ref())
-                    .filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot)
-                    .find_map(InFlight::pinned_buckets)
-            })
-        });
-        tracing::info!(connector = %name, instant = %unit.position.instant, action = %unit.action,
-            operation = %unit.operation.as_deref().unwrap_or(""), snapshot = unit.snapshot, splits = unit.splits.len(),
-            resumed_splits = done.len(), buckets = buckets.unwrap_or(0), "emitting instant");
-        let resume = Resume { done, buckets };
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
-        let (src, mut u) = (self.source.clone(), unit.clone());
-        // divided by partition: this task reads only the splits of its partitions
-        let (tasks, me) = (self.cfg.tasks, self.cfg.task_id);
-        let by_partition = tasks > 1 && self.cfg.by_partition;
-        if by_partition {
-            u.splits
-                .retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
-        }
-        let total = u.splits.len();
-        let reader = tokio::task::spawn_blocking(move || {
-            src.read_unit(&u, &resume, &mut |sc| {
-                tx.blocking_send(sc).map_err(|_| SourceError::Unsupported {
-                    message: "reader stopped".into(),
-                })
-            })
-        });
-        let mut finished = progress.values().filter(|p| p.done).count();
-        let mut shown = progress::UnitProgress::start(&name, unit, total, finished);
-        let mut records: Vec<KafkaRecord> = Vec::with_capacity(4);
-        let mut key_buf = Vec::with_capacity(64);
-        let filter = (tasks > 1 && !by_partition) || self.state.handoff.is_some();
-        let txn_age_limit = Duration::from_millis(self.cfg.transaction_timeout_ms / 3);
-        let task_label = self.cfg.task_id.to_string();
-        let in_flight =
-            |progress: &std::collections::BTreeMap<String, _>, buckets: Option<u32>, events: u64| InFlight {
-                unit: unit.position.clone(),
-                snapshot: unit.snapshot,
-                splits: progress.clone(),
-                buckets: buckets.filter(|b| *b != 1),
-                events,
-            };
-        // transaction metadata: the commit's events so far (its BEGIN went out with the first)
-        let markers = if self.cfg.txn_metadata {
-            Some(self.encoder.markers().await?)
-        } else {
-            None
-        };
-        let txn_id = unit.position.instant.clone();
-        let mut events = resumed.as_ref().map_or(0, |f| f.events);
-        while let Some(sc) = rx.recv().await {
-            self.moved();
-            metrics::ROWS_READ
-                .with_label_values(&[&name, &task_label])
-                .inc_by(sc.rows_read);
-            metrics::BYTES_READ
-                .with_label_values(&[&name, &task_label])
-                .inc_by(sc.bytes_read);
-            self.read.0 += sc.rows_read;
-            self.read.1 += sc.bytes_read;
-            // the partition of each batch hashed once per chunk, not once per row (only when
-            // rows are divided among tasks)
-            let split_partition = if filter {
-                Ownership::partition_hash(&sc.split.partition)
-            } else {
-                0
-            };
-            let batch_partitions: Vec<u32> = if filter {
-                sc.batch_files
-                    .iter()
-                    .map(|(p, _)| Ownership::partition_hash(p))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let enc = self.encoder.split(unit, &sc).await?;
-            let consumed = progress.entry(sc.split.id.clone()).or_default().consumed;
-            let ts = now_ms();
-            let skip = consumed.saturating_sub(sc.first_row) as usize;
-            // counted per chunk: a labelled metric lookup per record was 3 % of a full scan's CPU
-            let (mut record_bytes, mut polled, mut tombstones) = (0u64, [0u64; 4], 0u64);
-            for (i, row) in sc.rows.iter().enumerate().skip(skip) {
-                let index = sc.first_row + i as u64;
-                if filter {
-                    let partition_hash = match row.after.or(row.before) {
-                        Some(r) if !batch_partitions.is_empty() => batch_partitions[r.batch as usize],
-                        _ => split_partition,
-                    };
-                    let owner = RowOwner {
-                        key_hash: enc.key_hash(row, &mut key_buf),
-                        partition_hash,
-                    };
-                    let mine = by_partition || owner.task(Ownership::Key, tasks) == me;
-                    let published = self
-                        .state
-                        .handoff
-                        .as_ref()
-                        .is_some_and(|ho| ho.published(owner, &unit.position, unit.snapshot, &sc.split.id, index));
-                    if !mine || published {
-                        progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
-                        continue;
-                    }
-                }
-                records.clear();
-                if let Some(m) = &markers {
-                    if events == 0 {
-                        self.sink.send_marker(&m.begin(&txn_id, ts))?;
-                    }
-                }
-                events += 1;
-                enc.encode(
-                    row,
-                    ts,
-                    markers.is_some().then_some((txn_id.as_str(), events)),
-                    &mut records,
-                );
-                record_bytes += records
-                    .iter()
-                    .map(|r| (r.key.len() + r.value.as_ref().map_or(0, Vec::len)) as u64)
-                    .sum::<u64>();
-                self.sink.send(&records)?;
-                polled[row.op as usize] += 1;
-                *self.written.entry(row.op.code()).or_default() += 1;
-                if records.len() > 1 {
-                    *self.written.entry("tombstone").or_default() += 1;
-                    tombstones += 1;
-                }
-                self.state.records += records.len() as u64;
-                progress.get_mut(&sc.split.id).expect("inserted above").consumed = index + 1;
-                // by size, by age (a transaction older than transaction.timeout.ms is aborted by the
-                // broker: the unit would replay forever), and on shutdown
-                let old = i % 1024 == 0 && self.sink.txn_age().is_some_and(|a| a >= txn_age_limit);
-                if self.sink.txn_records() >= self.cfg.max_txn_records as u64
-                    || old
-                    || (i % 1024 == 0 && self.stopping())
-                {
-                    self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
-                    self.commit().await?;
-                    shown.transactions += 1;
-                    if self.stopping() {
-                        drop(rx);
-                        let _ = reader.await;
-                        return Ok(());
-                    }
-                }
-            }
-            metrics::RECORD_BYTES.with_label_values(&[&name]).inc_by(record_bytes);
-            for op in [Op::Read, Op::Create, Op::Update, Op::Delete] {
-                if polled[op as usize] > 0 {
-                    metrics::RECORDS_POLLED
-                        .with_label_values(&[&name, op.code()])
-                        .inc_by(polled[op as usize]);
-                }
-            }
-            if sc.last {
-                progress.get_mut(&sc.split.id).expect("inserted above").done = true;
-                finished += 1;
-                metrics::SPLITS_IN_FLIGHT
-                    .with_label_values(&[&name, &self.cfg.task_id.to_string()])
-                    .set((total - finished) as f64);
-            }
-            shown.chunk(&name, &polled, tombstones, sc.rows_read, sc.last);
-            self.state.in_flight = Some(in_flight(&progress, Some(sc.buckets), events));
-            if self.stopping() {
-                break;
-            }
-        }
-        drop(rx); // a reader blocked on a full channel must see the end
-        reader
-            .await
-            .expect("reader panicked")
-            .or_else(|e| if self.stopping() { Ok(()) } else { Err(e) })?;
-        if self.stopping() && finished < total {
-            return self.commit().await;
-        }
-        metrics::UNITS
-            .with_label_values(&[name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }])
-            .inc();
-        if let (Some(m), true) = (&markers, events > 0) {
-            // in the transaction that records the unit as issued
-            self.sink.send_marker(&m.end(&txn_id, events, now_ms()))?;
-        }
-        shown.finish(&name, unit);
-        self.finish_unit(unit).await
     }
 
     async fn finish_unit(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
