@@ -322,13 +322,6 @@ pub fn exists(p: &Path) -> bool {
     size(p).is_ok() || list(p).is_ok_and(|l| !l.is_empty())
 }
 
-pub fn is_dir(p: &Path) -> bool {
-    if !is_remote(p) {
-        return p.is_dir();
-    }
-    list(p).is_ok_and(|l| !l.is_empty())
-}
-
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub name: String,

@@ -14,7 +14,7 @@ pub const STATUS_ADDED: i32 = 1;
 pub const STATUS_DELETED: i32 = 2;
 
 pub const CONTENT_DATA: i32 = 0;
-pub const CONTENT_POSITION_DELETES: i32 = 1;
+// 1: position deletes (every delete file that is not equality deletes)
 pub const CONTENT_EQUALITY_DELETES: i32 = 2;
 
 #[derive(Debug, Clone)]
