@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 /// Object-store settings (`s3.*` connector keys; unset ones come from the usual environment
 /// variables and credential chain of each store).

@@ -81,7 +81,10 @@ fn encoded_rows_decode_with_an_independent_avro_reader() {
     for i in 0..b.num_rows() {
         let mut buf = Vec::new();
         enc.write(i, &mut buf);
-        let v = apache_avro::from_avro_datum(&schema, &mut &buf[..], None).unwrap();
+        let v = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+            .build()
+            .and_then(|r| r.read_value(&mut &buf[..]))
+            .unwrap();
         rows.push(v);
     }
     let AV::Record(r0) = &rows[0] else { panic!() };
@@ -177,7 +180,10 @@ fn round_trip(b: &RecordBatch, shape: &super::avro::Shape) -> (serde_json::Value
         .map(|i| {
             let mut buf = Vec::new();
             enc.write(i, &mut buf);
-            let v = apache_avro::from_avro_datum(&schema, &mut &buf[..], None).unwrap();
+            let v = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+                .build()
+                .and_then(|r| r.read_value(&mut &buf[..]))
+                .unwrap();
             let AV::Record(r) = v else { panic!("{v:?}") };
             r
         })

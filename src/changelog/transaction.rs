@@ -115,7 +115,10 @@ mod tests {
         ] {
             let value = rec.value.unwrap();
             assert_eq!(&value[..5], &[0, 0, 0, 0, 8]);
-            let v = apache_avro::from_avro_datum(&schema, &mut &value[5..], None).unwrap();
+            let v = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+                .build()
+                .and_then(|r| r.read_value(&mut &value[5..]))
+                .unwrap();
             let apache_avro::types::Value::Record(fields) = v else {
                 panic!("record")
             };
@@ -137,6 +140,9 @@ mod tests {
         }
         let key_schema = apache_avro::Schema::parse(&key_schema("lakestream.orders")).unwrap();
         let key = m.begin("42", 5).key;
-        assert!(apache_avro::from_avro_datum(&key_schema, &mut &key[5..], None).is_ok());
+        assert!(apache_avro::reader::datum::GenericDatumReader::builder(&key_schema)
+            .build()
+            .and_then(|r| r.read_value(&mut &key[5..]))
+            .is_ok());
     }
 }

@@ -375,9 +375,12 @@ pub fn avro_block_json(block: &LogBlock, path: &Path) -> Result<Vec<serde_json::
     let bad = |m: String| avro_bad(block, path, m);
     let schema =
         apache_avro::Schema::parse_str(avro_block_schema(block, path)?).map_err(|e| bad(format!("schema: {e}")))?;
+    let reader = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+        .build()
+        .map_err(|e| bad(format!("schema: {e}")))?;
     let mut out = Vec::new();
     avro_block_each(block, path, &mut |d| {
-        let v = apache_avro::from_avro_datum(&schema, &mut &d[..], None).map_err(|e| bad(e.to_string()))?;
+        let v = reader.read_value(&mut &d[..]).map_err(|e| bad(e.to_string()))?;
         out.push(serde_json::Value::try_from(v).map_err(|e| bad(e.to_string()))?);
         Ok(true)
     })?;
@@ -533,7 +536,10 @@ pub fn delete_block_keys(block: &LogBlock, path: &Path) -> Result<Vec<DeletedKey
         .ok_or_else(|| bad("bad length".into()))?;
     let data = c.take(len).ok_or_else(|| bad("truncated".into()))?;
     let schema = apache_avro::Schema::parse_str(DELETE_RECORD_LIST_SCHEMA).expect("static schema");
-    let value = apache_avro::from_avro_datum(&schema, &mut &data[..], None).map_err(|e| bad(e.to_string()))?;
+    let value = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+        .build()
+        .and_then(|r| r.read_value(&mut &data[..]))
+        .map_err(|e| bad(e.to_string()))?;
     use apache_avro::types::Value as V;
     let unwrap = |v: &V| -> Option<String> {
         match v {
