@@ -50,9 +50,14 @@ fn batch() -> RecordBatch {
         ("l", list),
         ("s", st),
     ];
+    batch_of(cols, true)
+}
+
+/// A batch of named columns, all nullable or all required.
+fn batch_of(cols: Vec<(&str, ArrayRef)>, nullable: bool) -> RecordBatch {
     let fields: Vec<Field> = cols
         .iter()
-        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), nullable))
         .collect();
     RecordBatch::try_new(
         Arc::new(Schema::new(fields)),
@@ -159,15 +164,7 @@ fn temporal_batch() -> RecordBatch {
             Arc::new(TimestampNanosecondArray::from(vec![1_700_000_000_123_456_789, 0]).with_timezone("+00:00")),
         ),
     ];
-    let fields: Vec<Field> = cols
-        .iter()
-        .map(|(n, a)| Field::new(*n, a.data_type().clone(), false))
-        .collect();
-    RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        cols.into_iter().map(|(_, a)| a).collect(),
-    )
-    .unwrap()
+    batch_of(cols, false)
 }
 
 /// (schema JSON, decoded rows as (column, value) lists) of `b` under `shape`.

@@ -261,12 +261,7 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
         location: location(v)?,
         start,
         end_snapshot_id: i64_key(v, "end-snapshot-id")?,
-        max_planning_snapshots: v
-            .get("max-planning-snapshot-count")
-            .map(|_| v.u64_or("max-planning-snapshot-count", 0))
-            .transpose()?
-            .map(|n| n as usize)
-            .filter(|n| *n > 0),
+        max_planning_snapshots: v.limit("max-planning-snapshot-count")?,
         split_size: size_key(v, "split-size", 128 << 20)?,
         split_lookback: v.u64_in("split-lookback", 10, 1..=10_000)? as usize,
         split_open_cost: size_key(v, "split-file-open-cost", 4 << 20)?,

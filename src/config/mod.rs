@@ -490,12 +490,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         } else {
             v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?
         },
-        commits_limit: v
-            .get("read.commits.limit")
-            .map(|_| v.u64_or("read.commits.limit", 0))
-            .transpose()?
-            .map(|n| n as usize)
-            .filter(|n| *n > 0),
+        commits_limit: v.limit("read.commits.limit")?,
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
         tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
@@ -665,6 +660,10 @@ impl Validator<'_> {
                 let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
                 self.invalid(key, format!("`{s}` is not one of: {}", names.join(", ")))
             })
+    }
+    /// An optional positive count (absent or 0: no limit).
+    fn limit(&self, key: &str) -> Result<Option<usize>, ConfigError> {
+        Ok(Some(self.u64_or(key, 0)? as usize).filter(|n| *n > 0))
     }
     fn u64_or(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
         match self.get(key) {
