@@ -98,9 +98,7 @@ impl Task {
         let (src, total) = (self.source.clone(), read.splits.len());
         let reader = tokio::task::spawn_blocking(move || {
             src.read_unit(&read, &resume, &mut |sc| {
-                tx.blocking_send(sc).map_err(|_| SourceError::Unsupported {
-                    message: "reader stopped".into(),
-                })
+                tx.blocking_send(sc).map_err(|_| SourceError::Stopped)
             })
         });
         let by_partition = self.cfg.tasks > 1 && self.cfg.by_partition;

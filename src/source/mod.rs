@@ -39,6 +39,10 @@ pub enum SourceError {
     Unreadable { message: String },
     #[error("{message}")]
     Unsupported { message: String },
+    /// Reading was stopped from outside (the task shutting down, or failing elsewhere): not a
+    /// problem of the table.
+    #[error("reading stopped")]
+    Stopped,
     /// The table and the connector's settings do not fit (no key, a key column the table lacks):
     /// the operator fixes the properties (exit 2, also from `validate`).
     #[error("{message}")]

@@ -115,9 +115,7 @@ pub fn ordered_streams<R: Send>(
     }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let stopped = || SourceError::Unsupported {
-        message: "reading stopped".into(),
-    };
+    let stopped = || SourceError::Stopped;
     std::thread::scope(|scope| {
         let (senders, next, stop) = (&senders, &next, &stop);
         for _ in 0..threads {

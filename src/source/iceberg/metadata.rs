@@ -124,8 +124,8 @@ impl TableMetadata {
             .iter()
             .find(|s| s.schema_id == id)
             .or_else(|| self.schemas.last())
-            .ok_or_else(|| SourceError::Unsupported {
-                message: "table metadata has no schema".into(),
+            .ok_or_else(|| SourceError::Unreadable {
+                message: "the table metadata has no schema (damaged metadata.json?)".into(),
             })
     }
 

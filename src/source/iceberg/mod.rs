@@ -155,8 +155,12 @@ impl IcebergSource {
     }
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
-        let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unsupported {
-            message: "bad snapshot id".into(),
+        let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unreadable {
+            message: format!(
+                "position `{}` is not an Iceberg snapshot id (an offsets record written for another table?); \
+                 inspect it with `lakestream offsets show`",
+                unit.position.instant
+            ),
         })?;
         if let Some(p) = self.plans.lock().expect("plans lock").get(&(id, unit.snapshot)) {
             return Ok(p.clone());
