@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use lakestream::config::{load_connector, ConnectorConfig};
 use lakestream::generate::{self, GenerateOptions};
-use lakestream::runtime::{run_connector, show_offsets, RunOptions};
+use lakestream::runtime::admin::show_offsets;
+use lakestream::runtime::{run_connector, RunOptions};
 
 #[derive(Parser)]
 #[command(
@@ -183,7 +184,7 @@ fn main() -> ExitCode {
                         continue;
                     }
                     if online {
-                        match rt.block_on(lakestream::runtime::validate_online(&c)) {
+                        match rt.block_on(lakestream::runtime::admin::validate_online(&c)) {
                             Ok(lines) => println!("# {}: ok\n{}\n{}", c.file.display(), lines.join("\n"), c.describe()),
                             Err(e) => {
                                 eprintln!("error: {}: {}", c.file.display(), lakestream::causes::with_causes(&e));
@@ -193,7 +194,7 @@ fn main() -> ExitCode {
                         continue;
                     }
                     // the table must fit the settings too (a key, its columns)
-                    match lakestream::runtime::open_source(&c) {
+                    match lakestream::source::open(&c) {
                         Ok(source) => {
                             let info = source.info();
                             println!(

@@ -3,7 +3,8 @@
 //! transactional id that could still write one is fenced, so no running task can commit over
 //! the change (it is fenced and exits). `reset` forgets the position: the next run applies the
 //! start strategy. `set` puts every task of the configured generation at a completed instant /
-//! snapshot: the next run emits what follows it.
+//! snapshot: the next run emits what follows it. Also what only looks: `offsets show` and
+//! `validate --online`.
 
 use std::collections::HashMap;
 
@@ -134,4 +135,70 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
         "connector {}: position set to {} for {tasks} task(s); the next run emits what follows it",
         cfg.name, position.instant
     ))
+}
+
+/// `validate --online`: reach the table, Kafka (the topics, the stored position) and the
+/// Schema Registry with the connector's settings, and say what is there.
+pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, RuntimeError> {
+    let source = open_source_async(cfg).await?;
+    let info = source.info().clone();
+    let s = source.clone();
+    let mut lines = vec![
+        format!(
+            "table: {}",
+            tokio::task::spawn_blocking(move || s.describe())
+                .await
+                .expect("describe panicked")?
+        ),
+        format!(
+            "key: {}",
+            if info.keyless() {
+                "none (key.mode=none)".to_string()
+            } else {
+                info.key_fields.join(", ")
+            }
+        ),
+    ];
+    crate::sink::reach(cfg).await?;
+    lines.push(format!("kafka: {} answers", cfg.bootstrap_servers));
+    lines.extend(crate::sink::describe_topics(cfg).await?);
+    let c = cfg.clone();
+    let stored = tokio::task::spawn_blocking(move || show_offsets(&c))
+        .await
+        .expect("offsets panicked")?;
+    lines.push(match stored {
+        None => "position: none stored (the start strategy applies at the first run)".to_string(),
+        Some(o) => format!(
+            "position: issued {}{} (task {} of {}, stored key {})",
+            o.issued.as_ref().map_or("nothing yet", |p| p.instant.as_str()),
+            if o.in_flight.is_some() {
+                ", a unit in flight"
+            } else {
+                ""
+            },
+            cfg.task_id,
+            o.tasks.max(1),
+            o.key.join(",")
+        ),
+    });
+    let registry = crate::changelog::registry::RegistryClient::new(&cfg.registry, &cfg.name)?;
+    for subject in [format!("{}-key", cfg.topic), format!("{}-value", cfg.topic)] {
+        let versions = registry.versions(&subject).await?;
+        lines.push(match versions {
+            None => format!("registry: subject {subject} absent (registered at the first event)"),
+            Some(v) => format!("registry: subject {subject} versions {v:?}"),
+        });
+    }
+    Ok(lines)
+}
+
+/// Print the stored offsets of a connector (for `lakestream offsets show`).
+/// The task's record under either ownership scheme (the newer generation's when both exist).
+pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
+    let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
+    let mut found = read_offsets_matching(cfg, &|k| keys.iter().any(|key| key.as_bytes() == k))?;
+    Ok(keys
+        .iter()
+        .filter_map(|k| found.remove(k.as_bytes()))
+        .max_by_key(|o| o.epoch))
 }

@@ -15,14 +15,12 @@ mod progress;
 pub mod state;
 pub mod tasks;
 
-use self::state::{read_offsets_matching, FirstUnit, InFlight, Offsets};
+use self::state::{FirstUnit, InFlight, Offsets};
 use crate::changelog::{ChangelogEncoder, ChangelogError};
-use crate::config::{ConfigError, ConnectorConfig, ConnectorKind, TxnBoundary};
+use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
 use crate::sink::{SinkError, TxnSink};
-use crate::source::hudi::HudiSource;
-use crate::source::iceberg::IcebergSource;
 use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -262,77 +260,12 @@ fn kept_record_key(cfg: &ConnectorConfig, stored: &[String], key: &[String]) -> 
         && stored == &key[..key.len() - 1]
 }
 
-/// `validate --online`: reach the table, Kafka (the topics, the stored position) and the
-/// Schema Registry with the connector's settings, and say what is there.
-pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, RuntimeError> {
-    let source = open_source_async(cfg).await?;
-    let info = source.info().clone();
-    let s = source.clone();
-    let mut lines = vec![
-        format!(
-            "table: {}",
-            tokio::task::spawn_blocking(move || s.describe())
-                .await
-                .expect("describe panicked")?
-        ),
-        format!(
-            "key: {}",
-            if info.keyless() {
-                "none (key.mode=none)".to_string()
-            } else {
-                info.key_fields.join(", ")
-            }
-        ),
-    ];
-    crate::sink::reach(cfg).await?;
-    lines.push(format!("kafka: {} answers", cfg.bootstrap_servers));
-    lines.extend(crate::sink::describe_topics(cfg).await?);
-    let c = cfg.clone();
-    let stored = tokio::task::spawn_blocking(move || show_offsets(&c))
-        .await
-        .expect("offsets panicked")?;
-    lines.push(match stored {
-        None => "position: none stored (the start strategy applies at the first run)".to_string(),
-        Some(o) => format!(
-            "position: issued {}{} (task {} of {}, stored key {})",
-            o.issued.as_ref().map_or("nothing yet", |p| p.instant.as_str()),
-            if o.in_flight.is_some() {
-                ", a unit in flight"
-            } else {
-                ""
-            },
-            cfg.task_id,
-            o.tasks.max(1),
-            o.key.join(",")
-        ),
-    });
-    let registry = crate::changelog::registry::RegistryClient::new(&cfg.registry, &cfg.name)?;
-    for subject in [format!("{}-key", cfg.topic), format!("{}-value", cfg.topic)] {
-        let versions = registry.versions(&subject).await?;
-        lines.push(match versions {
-            None => format!("registry: subject {subject} absent (registered at the first event)"),
-            Some(v) => format!("registry: subject {subject} versions {v:?}"),
-        });
-    }
-    Ok(lines)
-}
-
-/// [`open_source`] on a blocking thread.
+/// [`crate::source::open`] on a blocking thread.
 pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
     let c = cfg.clone();
-    tokio::task::spawn_blocking(move || open_source(&c))
+    tokio::task::spawn_blocking(move || crate::source::open(&c))
         .await
         .expect("open panicked")
-}
-
-/// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
-/// opens it too, so a table that does not fit the settings fails there.
-pub fn open_source(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
-    crate::storage::configure(Some(&cfg.table_path), &cfg.storage);
-    Ok(match cfg.kind {
-        ConnectorKind::Hudi => Arc::new(HudiSource::open(cfg)?),
-        ConnectorKind::Iceberg => Arc::new(IcebergSource::open(cfg)?),
-    })
 }
 
 fn now_ms() -> i64 {
@@ -510,15 +443,4 @@ impl Task {
     fn moved(&self) {
         self.health.progress();
     }
-}
-
-/// Print the stored offsets of a connector (for `lakestream offsets show`).
-/// The task's record under either ownership scheme (the newer generation's when both exist).
-pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
-    let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
-    let mut found = read_offsets_matching(cfg, &|k| keys.iter().any(|key| key.as_bytes() == k))?;
-    Ok(keys
-        .iter()
-        .filter_map(|k| found.remove(k.as_bytes()))
-        .max_by_key(|o| o.epoch))
 }

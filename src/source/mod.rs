@@ -49,6 +49,16 @@ pub enum SourceError {
     Config { message: String },
 }
 
+/// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
+/// opens it too, so a table that does not fit the settings fails there.
+pub fn open(cfg: &crate::config::ConnectorConfig) -> Result<std::sync::Arc<dyn Source>, SourceError> {
+    crate::storage::configure(Some(&cfg.table_path), &cfg.storage);
+    Ok(match cfg.kind {
+        crate::config::ConnectorKind::Hudi => std::sync::Arc::new(hudi::HudiSource::open(cfg)?),
+        crate::config::ConnectorKind::Iceberg => std::sync::Arc::new(iceberg::IcebergSource::open(cfg)?),
+    })
+}
+
 /// Open and parse a local or remote path's Parquet footer.
 pub fn parquet(
     p: &std::path::Path,
