@@ -16,6 +16,7 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, TimeUnit};
 use serde_json::{json, Value};
 
+use super::temporal::{decimal, temporal, zoned, zoned_in_range, TimeWrite};
 use super::ChangelogError;
 pub use crate::avro_binary::{write_bytes, write_long};
 pub use crate::config::TimeMode;
@@ -118,129 +119,6 @@ fn data_type(dt: &DataType, path: &str, time: TimeMode) -> Result<Value, Changel
     })
 }
 
-/// Avro's decimal; under the Kafka Connect modes also Connect's `Decimal` (what Confluent's
-/// AvroConverter writes, so a Connect sink reads it back as a decimal of that scale).
-fn decimal(precision: u8, scale: i8, time: TimeMode) -> Value {
-    let mut v = json!({"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale});
-    if time != TimeMode::Avro {
-        v["connect.version"] = json!(1);
-        v["connect.name"] = json!("org.apache.kafka.connect.data.Decimal");
-        v["connect.parameters"] =
-            json!({"scale": scale.to_string(), "connect.decimal.precision": precision.to_string()});
-    }
-    v
-}
-
-/// A temporal column's Avro schema and how its values are written, by `time.precision.mode`:
-/// - `avro`: Avro's logical types at the column's precision (`timestamp-micros`,
-///   `local-timestamp-micros`, `date`, `time-micros`, ...);
-/// - `adaptive`: Debezium's semantic types at the column's precision (`io.debezium.time.Date`,
-///   `Time`/`MicroTime`/`NanoTime`, `Timestamp`/`MicroTimestamp`/`NanoTimestamp` for timestamps
-///   without a zone, `ZonedTimestamp` ISO-8601 strings for instants); `adaptive_time_microseconds`:
-///   the same with every time of day in microseconds;
-/// - `connect`: Kafka Connect's logical types (`Date`, `Time`, `Timestamp`), milliseconds, as
-///   JDBC sinks expect (sub-millisecond digits are dropped, rounding down).
-fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, Kind)> {
-    use TimeMode::*;
-    use TimeUnit::*;
-    let t = |avro: &str, logical: Option<&str>, connect: Option<&str>| {
-        let mut v = json!({ "type": avro });
-        if let Some(l) = logical {
-            v["logicalType"] = json!(l);
-        }
-        if let Some(c) = connect {
-            v["connect.version"] = json!(1);
-            v["connect.name"] = json!(c);
-        }
-        v
-    };
-    const DBZ: &str = "io.debezium.time.";
-    const CONNECT: &str = "org.apache.kafka.connect.data.";
-    let dbz = |n: &str| Some(format!("{DBZ}{n}"));
-    let connect = |n: &str| Some(format!("{CONNECT}{n}"));
-    Some(match dt {
-        DataType::Date32 | DataType::Date64 => {
-            let kind = if *dt == DataType::Date32 {
-                Kind::Date32
-            } else {
-                Kind::Date64
-            };
-            let schema = match time {
-                Avro => t("int", Some("date"), None),
-                Adaptive | AdaptiveTimeMicroseconds => t("int", None, dbz("Date").as_deref()),
-                Connect => t("int", Some("date"), connect("Date").as_deref()),
-            };
-            (schema, kind)
-        }
-        DataType::Time32(unit) => {
-            let ms = if *unit == Second { 1000 } else { 1 };
-            match time {
-                Avro => (t("int", Some("time-millis"), None), Kind::Time32(ms)),
-                Adaptive => (t("int", None, dbz("Time").as_deref()), Kind::Time32(ms)),
-                AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime").as_deref()), Kind::Time32(ms * 1000)),
-                Connect => (
-                    t("int", Some("time-millis"), connect("Time").as_deref()),
-                    Kind::Time32(ms),
-                ),
-            }
-        }
-        DataType::Time64(unit) => {
-            let nanos = *unit == Nanosecond;
-            match time {
-                Avro => (
-                    t("long", Some("time-micros"), None),
-                    Kind::Scaled64(1, if nanos { 1000 } else { 1 }),
-                ),
-                Adaptive | AdaptiveTimeMicroseconds if nanos => {
-                    (t("long", None, dbz("NanoTime").as_deref()), Kind::Scaled64(1, 1))
-                }
-                Adaptive | AdaptiveTimeMicroseconds => {
-                    (t("long", None, dbz("MicroTime").as_deref()), Kind::Scaled64(1, 1))
-                }
-                Connect => (
-                    t("int", Some("time-millis"), connect("Time").as_deref()),
-                    Kind::Scaled64(1, if nanos { 1_000_000 } else { 1000 }),
-                ),
-            }
-        }
-        DataType::Timestamp(unit, tz) => {
-            let (to_millis, precise) = match unit {
-                Second => (Kind::Scaled64(1000, 1), Kind::Scaled64(1000, 1)),
-                Millisecond => (Kind::Scaled64(1, 1), Kind::Scaled64(1, 1)),
-                Microsecond => (Kind::Scaled64(1, 1000), Kind::Scaled64(1, 1)),
-                Nanosecond => (Kind::Scaled64(1, 1_000_000), Kind::Scaled64(1, 1)),
-            };
-            let suffix = match unit {
-                Second | Millisecond => "millis",
-                Microsecond => "micros",
-                Nanosecond => "nanos",
-            };
-            match time {
-                Avro => {
-                    let local = if tz.is_some() { "" } else { "local-" };
-                    (t("long", Some(&format!("{local}timestamp-{suffix}")), None), precise)
-                }
-                Adaptive | AdaptiveTimeMicroseconds if tz.is_some() => {
-                    (t("string", None, dbz("ZonedTimestamp").as_deref()), Kind::Zoned(*unit))
-                }
-                Adaptive | AdaptiveTimeMicroseconds => {
-                    let name = match unit {
-                        Second | Millisecond => "Timestamp",
-                        Microsecond => "MicroTimestamp",
-                        Nanosecond => "NanoTimestamp",
-                    };
-                    (t("long", None, dbz(name).as_deref()), precise)
-                }
-                Connect => (
-                    t("long", Some("timestamp-millis"), connect("Timestamp").as_deref()),
-                    to_millis,
-                ),
-            }
-        }
-        _ => return None,
-    })
-}
-
 fn is_string(dt: &DataType) -> bool {
     matches!(dt, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
@@ -316,10 +194,17 @@ impl ColumnEncoder {
             DataType::Dictionary(_, v) => v.as_ref().clone(),
             d => d.clone(),
         };
-        if let Some((_, kind)) = temporal(&dt, time) {
-            if let Kind::Zoned(unit) = kind {
-                zoned_in_range(&array, unit, field.name())?;
-            }
+        if let Some((_, write)) = temporal(&dt, time) {
+            let kind = match write {
+                TimeWrite::Date32 => Kind::Date32,
+                TimeWrite::Date64 => Kind::Date64,
+                TimeWrite::Time32(mul) => Kind::Time32(mul),
+                TimeWrite::Scaled64(mul, div) => Kind::Scaled64(mul, div),
+                TimeWrite::Zoned(unit) => {
+                    zoned_in_range(&array, unit, field.name())?;
+                    Kind::Zoned(unit)
+                }
+            };
             return Ok(Self {
                 nullable: field.is_nullable(),
                 array,
@@ -472,55 +357,6 @@ impl ColumnEncoder {
             _ => write_bytes(out, self.array.as_string_view().value(i).as_bytes()),
         }
     }
-}
-
-/// Nanoseconds in one `unit`.
-fn unit_nanos(unit: TimeUnit) -> i64 {
-    match unit {
-        TimeUnit::Second => 1_000_000_000,
-        TimeUnit::Millisecond => 1_000_000,
-        TimeUnit::Microsecond => 1_000,
-        TimeUnit::Nanosecond => 1,
-    }
-}
-
-fn instant(v: i64, unit: TimeUnit) -> Option<chrono::DateTime<chrono::Utc>> {
-    let per_second = 1_000_000_000 / unit_nanos(unit);
-    let nanos = v.rem_euclid(per_second) * unit_nanos(unit);
-    chrono::DateTime::from_timestamp(v.div_euclid(per_second), nanos as u32)
-}
-
-/// `2024-05-01T12:30:00.123456Z`: as many fraction digits as the unit has.
-fn zoned(v: i64, unit: TimeUnit) -> String {
-    use chrono::SecondsFormat::*;
-    let digits = match unit {
-        TimeUnit::Second => Secs,
-        TimeUnit::Millisecond => Millis,
-        TimeUnit::Microsecond => Micros,
-        TimeUnit::Nanosecond => Nanos,
-    };
-    // checked in range by `zoned_in_range` before any row is written
-    instant(v, unit)
-        .map(|t| t.to_rfc3339_opts(digits, true))
-        .unwrap_or_default()
-}
-
-/// Every value of a column written as an ISO-8601 string must be a date chrono can print
-/// (years -262143 to 262142): refuse the column rather than write a wrong one.
-fn zoned_in_range(array: &ArrayRef, unit: TimeUnit, name: &str) -> Result<(), ChangelogError> {
-    let values = array.as_primitive::<Int64Type>();
-    for v in [arrow::compute::min(values), arrow::compute::max(values)]
-        .into_iter()
-        .flatten()
-    {
-        if instant(v, unit).is_none() {
-            return Err(ChangelogError::Unsupported(format!(
-                "column `{name}` holds {v} ({unit:?}s since the epoch), beyond the years an ISO-8601 ZonedTimestamp can \
-                 print; use time.precision.mode=avro for this table"
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ChangelogError> {

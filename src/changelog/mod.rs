@@ -3,6 +3,7 @@
 
 pub mod avro;
 pub mod registry;
+pub mod temporal;
 pub mod transaction;
 
 use std::collections::HashMap;
