@@ -197,6 +197,11 @@ fn column<'a>(schema: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
         .unwrap()["type"]
 }
 
+/// Every column optional, temporal columns as `time` says.
+fn mode(time: crate::config::TimeMode) -> super::avro::Shape {
+    super::avro::Shape { time, required: vec![] }
+}
+
 fn value(rows: &[Vec<(String, AV)>], row: usize, name: &str) -> AV {
     rows[row].iter().find(|(n, _)| n == name).unwrap().1.clone()
 }
@@ -205,13 +210,7 @@ fn value(rows: &[Vec<(String, AV)>], row: usize, name: &str) -> AV {
 fn adaptive_time_mode_writes_debezium_semantic_types() {
     use crate::config::TimeMode;
     let b = temporal_batch();
-    let (schema, rows) = round_trip(
-        &b,
-        &super::avro::Shape {
-            time: TimeMode::Adaptive,
-            required: vec![],
-        },
-    );
+    let (schema, rows) = round_trip(&b, &mode(TimeMode::Adaptive));
     let name = |c: &str| column(&schema, c)["connect.name"].as_str().unwrap().to_string();
     assert_eq!(name("day"), "io.debezium.time.Date");
     assert_eq!(name("t_s"), "io.debezium.time.Time");
@@ -244,13 +243,7 @@ fn adaptive_time_mode_writes_debezium_semantic_types() {
     assert_eq!(value(&rows, 0, "local_us"), AV::Long(1_700_000_000_123_456));
     assert_eq!(value(&rows, 0, "local_ms"), AV::Long(1_700_000_000_123));
 
-    let (schema, rows) = round_trip(
-        &b,
-        &super::avro::Shape {
-            time: TimeMode::AdaptiveTimeMicroseconds,
-            required: vec![],
-        },
-    );
+    let (schema, rows) = round_trip(&b, &mode(TimeMode::AdaptiveTimeMicroseconds));
     assert_eq!(column(&schema, "t_s")["connect.name"], "io.debezium.time.MicroTime");
     assert_eq!(value(&rows, 0, "t_s"), AV::Long(3_661_000_000));
 }
@@ -259,13 +252,7 @@ fn adaptive_time_mode_writes_debezium_semantic_types() {
 fn connect_time_mode_writes_kafka_connect_logical_types_in_milliseconds() {
     use crate::config::TimeMode;
     let b = temporal_batch();
-    let (schema, rows) = round_trip(
-        &b,
-        &super::avro::Shape {
-            time: TimeMode::Connect,
-            required: vec![],
-        },
-    );
+    let (schema, rows) = round_trip(&b, &mode(TimeMode::Connect));
     for (c, n) in [
         ("day", "Date"),
         ("t_us", "Time"),
