@@ -52,7 +52,7 @@ pub fn decimal(precision: u8, scale: i8, time: TimeMode) -> Value {
 pub fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, TimeWrite)> {
     use TimeMode::*;
     use TimeUnit::*;
-    let t = |avro: &str, logical: Option<&str>, connect: Option<&str>| {
+    let t = |avro: &str, logical: Option<&str>, connect: Option<String>| {
         let mut v = json!({ "type": avro });
         if let Some(l) = logical {
             v["logicalType"] = json!(l);
@@ -76,8 +76,8 @@ pub fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, TimeWrite)> {
             };
             let schema = match time {
                 Avro => t("int", Some("date"), None),
-                Adaptive | AdaptiveTimeMicroseconds => t("int", None, dbz("Date").as_deref()),
-                Connect => t("int", Some("date"), connect("Date").as_deref()),
+                Adaptive | AdaptiveTimeMicroseconds => t("int", None, dbz("Date")),
+                Connect => t("int", Some("date"), connect("Date")),
             };
             (schema, kind)
         }
@@ -85,15 +85,9 @@ pub fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, TimeWrite)> {
             let ms = if *unit == Second { 1000 } else { 1 };
             match time {
                 Avro => (t("int", Some("time-millis"), None), TimeWrite::Time32(ms)),
-                Adaptive => (t("int", None, dbz("Time").as_deref()), TimeWrite::Time32(ms)),
-                AdaptiveTimeMicroseconds => (
-                    t("long", None, dbz("MicroTime").as_deref()),
-                    TimeWrite::Time32(ms * 1000),
-                ),
-                Connect => (
-                    t("int", Some("time-millis"), connect("Time").as_deref()),
-                    TimeWrite::Time32(ms),
-                ),
+                Adaptive => (t("int", None, dbz("Time")), TimeWrite::Time32(ms)),
+                AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime")), TimeWrite::Time32(ms * 1000)),
+                Connect => (t("int", Some("time-millis"), connect("Time")), TimeWrite::Time32(ms)),
             }
         }
         DataType::Time64(unit) => {
@@ -104,13 +98,11 @@ pub fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, TimeWrite)> {
                     TimeWrite::Scaled64(1, if nanos { 1000 } else { 1 }),
                 ),
                 Adaptive | AdaptiveTimeMicroseconds if nanos => {
-                    (t("long", None, dbz("NanoTime").as_deref()), TimeWrite::Scaled64(1, 1))
+                    (t("long", None, dbz("NanoTime")), TimeWrite::Scaled64(1, 1))
                 }
-                Adaptive | AdaptiveTimeMicroseconds => {
-                    (t("long", None, dbz("MicroTime").as_deref()), TimeWrite::Scaled64(1, 1))
-                }
+                Adaptive | AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime")), TimeWrite::Scaled64(1, 1)),
                 Connect => (
-                    t("int", Some("time-millis"), connect("Time").as_deref()),
+                    t("int", Some("time-millis"), connect("Time")),
                     TimeWrite::Scaled64(1, if nanos { 1_000_000 } else { 1000 }),
                 ),
             }
@@ -132,22 +124,18 @@ pub fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, TimeWrite)> {
                     let local = if tz.is_some() { "" } else { "local-" };
                     (t("long", Some(&format!("{local}timestamp-{suffix}")), None), precise)
                 }
-                Adaptive | AdaptiveTimeMicroseconds if tz.is_some() => (
-                    t("string", None, dbz("ZonedTimestamp").as_deref()),
-                    TimeWrite::Zoned(*unit),
-                ),
+                Adaptive | AdaptiveTimeMicroseconds if tz.is_some() => {
+                    (t("string", None, dbz("ZonedTimestamp")), TimeWrite::Zoned(*unit))
+                }
                 Adaptive | AdaptiveTimeMicroseconds => {
                     let name = match unit {
                         Second | Millisecond => "Timestamp",
                         Microsecond => "MicroTimestamp",
                         Nanosecond => "NanoTimestamp",
                     };
-                    (t("long", None, dbz(name).as_deref()), precise)
+                    (t("long", None, dbz(name)), precise)
                 }
-                Connect => (
-                    t("long", Some("timestamp-millis"), connect("Timestamp").as_deref()),
-                    to_millis,
-                ),
+                Connect => (t("long", Some("timestamp-millis"), connect("Timestamp")), to_millis),
             }
         }
         _ => return None,

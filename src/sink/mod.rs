@@ -227,6 +227,8 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
 pub struct StatsContext {
     connector: String,
     task: String,
+    /// `task <id>`: the client in log lines.
+    client: String,
     /// (txmsg_bytes, txmsgs) at the last report.
     last: std::sync::Mutex<(u64, u64)>,
     quiet: quiet::Throttle,
@@ -234,13 +236,11 @@ pub struct StatsContext {
 
 impl ClientContext for StatsContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        self.quiet
-            .error(&self.connector, &format!("task {}", self.task), &error, reason);
+        self.quiet.error(&self.connector, &self.client, &error, reason);
     }
 
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.quiet
-            .log(&self.connector, &format!("task {}", self.task), level, fac, log_message);
+        self.quiet.log(&self.connector, &self.client, level, fac, log_message);
     }
 
     fn stats(&self, s: Statistics) {
@@ -298,6 +298,7 @@ impl TxnSink {
         let ctx = StatsContext {
             connector: cfg.name.clone(),
             task: cfg.task_id.to_string(),
+            client: format!("task {}", cfg.task_id),
             last: Default::default(),
             quiet: Default::default(),
         };

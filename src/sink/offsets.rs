@@ -8,7 +8,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::SinkError;
 
@@ -21,19 +21,12 @@ pub fn read_records_matching<T>(
     parse: &dyn Fn(&[u8]) -> Result<T, String>,
 ) -> Result<std::collections::HashMap<Vec<u8>, T>, SinkError> {
     let topic = connector.offsets_topic.as_str();
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", &connector.bootstrap_servers)
+    let consumer: BaseConsumer<super::QuietContext> = super::client_config(connector)
         .set("group.id", "lakestream-offsets-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest");
-    for (k, v) in &connector.producer_overrides {
-        if is_client_security_key(k) {
-            cfg.set(k, v);
-        }
-    }
-    let consumer: BaseConsumer<super::QuietContext> = cfg
+        .set("auto.offset.reset", "earliest")
         .create_with_context(super::QuietContext::new(&connector.name, "offsets reader"))
         .map_err(|e| SinkError::kafka("offsets consumer", e))?;
     let md = consumer
