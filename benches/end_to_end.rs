@@ -97,6 +97,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
             shutdown: rx,
             health: lakestream::health::Health::new(),
             first_units: Default::default(),
+            cluster: std::sync::Arc::new(lakestream::sink::Kafka),
         },
     ))
     .expect("run");
@@ -181,10 +182,14 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
             sink.send(std::slice::from_ref(&samples[i % samples.len()]))
                 .expect("send");
             if sink.txn_records() >= cfg.max_txn_records as u64 {
-                sink.commit(&offsets).await.expect("commit");
+                sink.commit(serde_json::to_vec(&offsets).expect("offsets"))
+                    .await
+                    .expect("commit");
             }
         }
-        sink.commit(&offsets).await.expect("commit");
+        sink.commit(serde_json::to_vec(&offsets).expect("offsets"))
+            .await
+            .expect("commit");
     });
     let secs = t.elapsed().as_secs_f64();
     println!(

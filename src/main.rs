@@ -331,6 +331,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
             shutdown: rx.clone(),
             health: health.clone(),
             first_units: first_units.clone(),
+            cluster: std::sync::Arc::new(lakestream::sink::Kafka),
         };
         set.spawn(async move {
             let name = cfg.name.clone();

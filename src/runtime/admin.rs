@@ -29,7 +29,7 @@ fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
             o.get("by").and_then(|b| b.as_str()) == Some("partition"),
         ))
     };
-    let found = read_offsets_matching(cfg, &|k| shape(k).is_some())?;
+    let found = read_offsets_matching(&crate::sink::Kafka, cfg, &|k| shape(k).is_some())?;
     Ok(found
         .into_iter()
         .filter_map(|(k, o)| {
@@ -196,7 +196,9 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
 /// The task's record under either ownership scheme (the newer generation's when both exist).
 pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
     let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
-    let mut found = read_offsets_matching(cfg, &|k| keys.iter().any(|key| key.as_bytes() == k))?;
+    let mut found = read_offsets_matching(&crate::sink::Kafka, cfg, &|k| {
+        keys.iter().any(|key| key.as_bytes() == k)
+    })?;
     Ok(keys
         .iter()
         .filter_map(|k| found.remove(k.as_bytes()))

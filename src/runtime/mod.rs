@@ -20,7 +20,7 @@ use crate::changelog::{ChangelogEncoder, ChangelogError};
 use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
-use crate::sink::{SinkError, TxnSink};
+use crate::sink::{Cluster, Sink, SinkError};
 use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -80,12 +80,14 @@ pub struct RunOptions {
     pub health: Arc<Health>,
     /// How task 0 tells the other tasks of its connector in this process where it starts.
     pub first_units: Arc<tasks::FirstUnits>,
+    /// Where the connector writes: [`crate::sink::Kafka`] (tests put an in-memory one here).
+    pub cluster: Arc<dyn Cluster>,
 }
 
 struct Task {
     cfg: ConnectorConfig,
     source: Arc<dyn Source>,
-    sink: TxnSink,
+    sink: Box<dyn Sink>,
     encoder: ChangelogEncoder,
     /// What the open transaction will commit.
     state: Offsets,
@@ -132,7 +134,7 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
     // (when this outage began, the next wait)
     let mut outage: Option<(Instant, Duration)> = None;
     // a wrong address fails at start, naming it; once running, an outage is ridden out
-    crate::sink::reach(cfg).await?;
+    opts.cluster.reach(cfg).await?;
     loop {
         let attempt = Instant::now();
         let err = match run_inner(cfg.clone(), opts.clone(), health.clone()).await {
@@ -168,8 +170,8 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
 async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealthHandle) -> Result<(), RuntimeError> {
     let mut source = open_source_async(&cfg).await?;
     cfg.by_partition = source.ownership() == Ownership::Partition;
-    let sink = TxnSink::start(&cfg, health.clone()).await?;
-    let (mut state, new_state) = tasks::resume_state(&cfg, &source).await?;
+    let sink = opts.cluster.start(&cfg, health.clone()).await?;
+    let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, &source).await?;
     if kept_record_key(&cfg, &state.key, &source.info().key_fields) {
         // published before `key.partition-path=auto` keyed Hudi rows by partition too: the
         // connector keeps its key (a topic never mixes two); the README says how to switch
@@ -325,7 +327,8 @@ impl Task {
             if fresh && self.cfg.task_id != 0 {
                 // every task starts where task 0's start strategy chose, so a later change of
                 // tasks.max can hand over from one common first unit
-                if let Some(f) = tasks::first_unit_of_task0(&self.opts.first_units, &self.cfg).await {
+                if let Some(f) = tasks::first_unit_of_task0(&self.opts.first_units, &self.opts.cluster, &self.cfg).await
+                {
                     self.state.first = Some(f.clone());
                     self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
                 }
@@ -425,7 +428,8 @@ impl Task {
 
     async fn commit(&mut self) -> Result<(), RuntimeError> {
         self.state.updated_ms = now_ms();
-        self.sink.commit(&self.state).await?;
+        let record = serde_json::to_vec(&self.state).map_err(|e| SinkError::Offsets(e.to_string()))?;
+        self.sink.commit(record).await?;
         for (op, n) in self.written.drain() {
             metrics::RECORDS_WRITTEN
                 .with_label_values(&[&self.cfg.name, op])
@@ -444,3 +448,6 @@ impl Task {
         self.health.progress();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,8 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConnectorConfig;
-use crate::sink::offsets::read_records_matching;
-use crate::sink::SinkError;
+use crate::sink::{Cluster, SinkError};
 use crate::source::{Ownership, Position};
 
 /// Progress inside a unit that is not fully emitted yet.
@@ -190,10 +189,25 @@ impl Handoff {
 /// (read_committed, to the end). Must run after the task's producer has fenced/aborted any
 /// transaction it left open. A record that is not a lakestream position stops the read.
 pub fn read_offsets_matching(
+    cluster: &dyn Cluster,
     cfg: &ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
 ) -> Result<HashMap<Vec<u8>, Offsets>, SinkError> {
-    read_records_matching(cfg, want, &parse_record)
+    let mut out = HashMap::new();
+    for (key, r) in cluster.read_offsets(cfg, want)? {
+        let o = parse_record(&r.value).map_err(|e| {
+            SinkError::Offsets(format!(
+                "offsets record of `{}` at partition {} offset {} is not a lakestream position ({e}); it was not \
+                 written by this connector. Inspect it with `lakestream offsets show`; delete it (a tombstone for that \
+                 key) only if the connector should start over",
+                String::from_utf8_lossy(&key),
+                r.partition,
+                r.offset
+            ))
+        })?;
+        out.insert(key, o);
+    }
+    Ok(out)
 }
 
 /// An offsets record's value: the JSON object lakestream writes, every field known and

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::state::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::{fence, SinkError};
+use crate::sink::{Cluster, SinkError};
 use crate::source::{Ownership, Position, Source};
 
 /// A generation's shape: its `tasks.max` and how it divides the table.
@@ -40,7 +40,7 @@ impl Shape {
 type Records = HashMap<(Shape, u32), Offsets>;
 
 /// Every committed offsets record of this connector and table, by (shape, task).
-fn read_generations(cfg: &ConnectorConfig) -> Result<Records, SinkError> {
+fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig) -> Result<Records, SinkError> {
     let parse = |k: &[u8]| -> Option<(u32, u32)> {
         let v: serde_json::Value = serde_json::from_slice(k).ok()?;
         let (name, part) = (v.get(0)?.as_str()?, v.get(1)?);
@@ -51,7 +51,7 @@ fn read_generations(cfg: &ConnectorConfig) -> Result<Records, SinkError> {
         let tasks = part.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
         Some((tasks, task))
     };
-    let all = read_offsets_matching(cfg, &|k| parse(k).is_some())?;
+    let all = read_offsets_matching(cluster, cfg, &|k| parse(k).is_some())?;
     Ok(all
         .into_iter()
         .filter_map(|(k, o)| {
@@ -269,11 +269,18 @@ fn handoff_state(
 /// Where this task starts (and whether that state is new, to be committed at once): its own
 /// record, a fresh start, or a handoff from the previous generation, whose transactional ids are
 /// fenced first so none of its tasks can still commit.
-pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Result<(Offsets, bool), RuntimeError> {
-    let read = |cfg: ConnectorConfig| async move {
-        tokio::task::spawn_blocking(move || read_generations(&cfg))
-            .await
-            .expect("offsets reader panicked")
+pub async fn resume_state(
+    cluster: &Arc<dyn Cluster>,
+    cfg: &ConnectorConfig,
+    source: &Arc<dyn Source>,
+) -> Result<(Offsets, bool), RuntimeError> {
+    let read = |cfg: ConnectorConfig| {
+        let cluster = cluster.clone();
+        async move {
+            tokio::task::spawn_blocking(move || read_generations(cluster.as_ref(), &cfg))
+                .await
+                .expect("offsets reader panicked")
+        }
     };
     let all = read(cfg.clone()).await?;
     let newest = all.values().map(|o| o.epoch).max();
@@ -306,7 +313,7 @@ pub async fn resume_state(cfg: &ConnectorConfig, source: &Arc<dyn Source>) -> Re
             for j in 0..old.tasks {
                 let id = cfg.transactional_id_for(old.tasks, j, old.ownership == Ownership::Partition);
                 if id != cfg.transactional_id() {
-                    fence(cfg, &id).await?;
+                    cluster.fence(cfg, &id).await?;
                 }
             }
             e + 1
@@ -348,15 +355,19 @@ impl FirstUnits {
 
 /// Task 0's first unit: from this process when task 0 runs here, else from its offsets record.
 /// Waits up to a minute; `None` when task 0 has none (the task then applies the start strategy).
-pub async fn first_unit_of_task0(units: &FirstUnits, cfg: &ConnectorConfig) -> Option<FirstUnit> {
+pub async fn first_unit_of_task0(
+    units: &FirstUnits,
+    cluster: &Arc<dyn Cluster>,
+    cfg: &ConnectorConfig,
+) -> Option<FirstUnit> {
     let mut rx = units.channel(cfg).subscribe();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         if let Some(v) = rx.borrow().clone() {
             return v;
         }
-        let c = cfg.clone();
-        let recorded = tokio::task::spawn_blocking(move || read_generations(&c))
+        let (c, cl) = (cfg.clone(), cluster.clone());
+        let recorded = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c))
             .await
             .ok()?
             .ok()?;

@@ -4,8 +4,11 @@
 //! retriable (retry), abortable (abort, replay from the last committed offsets) or fatal
 //! (fenced by a newer instance, or broken producer: exit non-zero).
 
+mod cluster;
 pub mod offsets;
 mod quiet;
+
+pub use cluster::{Cluster, Kafka, Sink, StoredRecord};
 
 pub use quiet::QuietContext;
 mod reach;
@@ -390,8 +393,7 @@ impl TxnSink {
     }
 
     /// Write `offsets` and commit the transaction with everything sent since it began.
-    pub async fn commit(&mut self, offsets: &impl serde::Serialize) -> Result<(), SinkError> {
-        let value = serde_json::to_vec(offsets).map_err(|e| SinkError::Offsets(e.to_string()))?;
+    pub async fn commit(&mut self, value: Vec<u8>) -> Result<(), SinkError> {
         let (ot, ok) = (self.offsets_topic.clone(), self.offsets_key.clone());
         self.send_to(&ot, ok.as_bytes(), Some(&value))?;
         let started = Instant::now();
@@ -454,6 +456,27 @@ impl TxnSink {
         self.txn_records = 0;
         self.txn_started = None;
         Ok(())
+    }
+}
+
+impl Sink for TxnSink {
+    fn txn_records(&self) -> u64 {
+        TxnSink::txn_records(self)
+    }
+    fn txn_age(&self) -> Option<Duration> {
+        TxnSink::txn_age(self)
+    }
+    fn send_marker(&mut self, record: &KafkaRecord) -> Result<(), SinkError> {
+        TxnSink::send_marker(self, record)
+    }
+    fn send(&mut self, records: &[KafkaRecord]) -> Result<(), SinkError> {
+        TxnSink::send(self, records)
+    }
+    fn commit(&mut self, offsets: Vec<u8>) -> futures::future::BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(TxnSink::commit(self, offsets))
+    }
+    fn abort(&mut self) -> futures::future::BoxFuture<'_, Result<(), SinkError>> {
+        Box::pin(TxnSink::abort(self))
     }
 }
 

@@ -10,16 +10,15 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::cluster::StoredRecord;
 use super::SinkError;
 
 /// The latest committed value of every key `want` accepts in the connector's offsets topic
-/// (read_committed, to the end; a tombstone forgets the key), each parsed by `parse` (whose error
-/// stops the read, naming the record).
-pub fn read_records_matching<T>(
+/// (read_committed, to the end; a tombstone forgets the key).
+pub fn read_records_matching(
     connector: &crate::config::ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
-    parse: &dyn Fn(&[u8]) -> Result<T, String>,
-) -> Result<std::collections::HashMap<Vec<u8>, T>, SinkError> {
+) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
     let topic = connector.offsets_topic.as_str();
     let consumer: BaseConsumer<super::QuietContext> = super::client_config(connector)
         .set("group.id", "lakestream-offsets-reader")
@@ -82,16 +81,11 @@ pub fn read_records_matching<T>(
                         latest.remove(key);
                     }
                     Some(v) => {
-                        let o = parse(v).map_err(|e| {
-                            SinkError::Offsets(format!(
-                                "offsets record of `{}` at partition {} offset {} is not a lakestream position ({e}); it was not \
-                                 written by this connector. Inspect it with `lakestream offsets show`; delete it (a tombstone \
-                                 for that key) only if the connector should start over",
-                                String::from_utf8_lossy(key),
-                                m.partition(),
-                                m.offset()
-                            ))
-                        })?;
+                        let o = StoredRecord {
+                            value: v.to_vec(),
+                            partition: m.partition(),
+                            offset: m.offset(),
+                        };
                         latest.insert(key.to_vec(), o);
                     }
                 }

@@ -1,0 +1,97 @@
+//! What the runtime needs of Kafka, as two traits: a [`Cluster`] (reach it, start a task's
+//! transactional sink, read the offsets topic, fence a transactional id) and the [`Sink`] a task
+//! writes through. [`Kafka`] and [`super::TxnSink`] are the real ones; the runtime's tests put an
+//! in-memory cluster behind the same traits to check resume, abort-and-replay, shutdown and
+//! handoff without a broker. The futures are boxed so both traits can be used as `dyn`.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::SinkError;
+use crate::changelog::KafkaRecord;
+use crate::config::ConnectorConfig;
+use crate::health::TaskHealthHandle;
+
+/// A task's transactional sink: records are queued into the open transaction (one begins with
+/// the first record) and become visible together with the position record at `commit`.
+pub trait Sink: Send {
+    /// Change records queued in the open transaction (0 when none is open).
+    fn txn_records(&self) -> u64;
+    /// How long the open transaction has been open.
+    fn txn_age(&self) -> Option<Duration>;
+    /// Queue a transaction-metadata record (BEGIN/END).
+    fn send_marker(&mut self, record: &KafkaRecord) -> Result<(), SinkError>;
+    /// Queue change records.
+    fn send(&mut self, records: &[KafkaRecord]) -> Result<(), SinkError>;
+    /// Write the position record `offsets` and commit it with everything queued since the
+    /// transaction began. An error leaves the outcome unknown: the caller re-reads the position.
+    fn commit(&mut self, offsets: Vec<u8>) -> BoxFuture<'_, Result<(), SinkError>>;
+    /// Abort the open transaction, if any.
+    fn abort(&mut self) -> BoxFuture<'_, Result<(), SinkError>>;
+}
+
+/// One committed record of the offsets topic, as the latest value of its key.
+#[derive(Debug, Clone)]
+pub struct StoredRecord {
+    pub value: Vec<u8>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The cluster a connector writes to.
+pub trait Cluster: Send + Sync {
+    /// Wait until the cluster answers (or fail after `bootstrap.timeout.ms`, naming why).
+    fn reach<'a>(&'a self, cfg: &'a ConnectorConfig) -> BoxFuture<'a, Result<(), SinkError>>;
+    /// Create the topics if missing and start the task's sink, fencing any older instance of it
+    /// and aborting what it left open.
+    fn start<'a>(
+        &'a self,
+        cfg: &'a ConnectorConfig,
+        health: TaskHealthHandle,
+    ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>>;
+    /// The latest committed value of every key `want` accepts in the offsets topic
+    /// (read_committed, to its end; a tombstone forgets its key). Blocking.
+    fn read_offsets(
+        &self,
+        cfg: &ConnectorConfig,
+        want: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError>;
+    /// Fence `transactional_id` so a zombie holding it can no longer commit.
+    fn fence<'a>(&'a self, cfg: &'a ConnectorConfig, transactional_id: &'a str)
+        -> BoxFuture<'a, Result<(), SinkError>>;
+}
+
+/// The Kafka cluster named by the connector's `bootstrap.servers`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Kafka;
+
+impl Cluster for Kafka {
+    fn reach<'a>(&'a self, cfg: &'a ConnectorConfig) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(super::reach(cfg))
+    }
+
+    fn start<'a>(
+        &'a self,
+        cfg: &'a ConnectorConfig,
+        health: TaskHealthHandle,
+    ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>> {
+        Box::pin(async move { Ok(Box::new(super::TxnSink::start(cfg, health).await?) as Box<dyn Sink>) })
+    }
+
+    fn read_offsets(
+        &self,
+        cfg: &ConnectorConfig,
+        want: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
+        super::offsets::read_records_matching(cfg, want)
+    }
+
+    fn fence<'a>(
+        &'a self,
+        cfg: &'a ConnectorConfig,
+        transactional_id: &'a str,
+    ) -> BoxFuture<'a, Result<(), SinkError>> {
+        Box::pin(super::fence(cfg, transactional_id))
+    }
+}
