@@ -601,3 +601,6 @@ impl SliceMerge<'_> {
         Ok(rows_read)
     }
 }
+
+#[cfg(test)]
+mod tests;
