@@ -377,46 +377,27 @@ pub fn list(dir: &Path) -> io::Result<Vec<Entry>> {
     Ok(out)
 }
 
-/// A file to read Parquet from: the local file, or the object's bytes.
-pub enum Input {
-    File(std::fs::File),
-    Bytes(Bytes),
-}
+pub use input::Input;
 
+/// Open a file to read Parquet from: a local file, or a remote object read in ranges.
 pub fn open(p: &Path) -> io::Result<Input> {
     if is_remote(p) {
-        read(p).map(Input::Bytes)
+        let (st, key) = store(p)?;
+        input::RemoteFile::open(st, key).map(|r| Input::Remote(Arc::new(r)))
     } else {
-        std::fs::File::open(p).map(Input::File)
+        std::fs::File::open(p).map(|f| Input::File(Arc::new(f)))
     }
 }
 
-impl parquet::file::reader::Length for Input {
-    fn len(&self) -> u64 {
-        match self {
-            Input::File(f) => f.len(),
-            Input::Bytes(b) => b.len() as u64,
-        }
-    }
+/// In the text of an error that passed through a format library (Parquet, Arrow), a storage
+/// failure that a later attempt can get past: the library keeps only the text.
+pub const TRANSIENT: &str = "transient storage failure";
+
+/// Whether an error's text carries [`TRANSIENT`].
+pub fn is_transient_text(text: &str) -> bool {
+    text.contains(TRANSIENT)
 }
 
-impl parquet::file::reader::ChunkReader for Input {
-    type T = Box<dyn io::Read + Send>;
-
-    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        Ok(match self {
-            Input::File(f) => Box::new(f.get_read(start)?),
-            Input::Bytes(b) => Box::new(b.get_read(start)?),
-        })
-    }
-
-    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        match self {
-            Input::File(f) => f.get_bytes(start, length),
-            Input::Bytes(b) => b.get_bytes(start, length),
-        }
-    }
-}
-
+mod input;
 #[cfg(test)]
 mod tests;

@@ -64,18 +64,27 @@ pub fn parquet(
     p: &std::path::Path,
 ) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<crate::storage::Input>, SourceError> {
     let input = crate::storage::open(p).map_err(SourceError::io(p))?;
-    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input).map_err(|source| {
-        SourceError::Parquet {
-            path: p.to_path_buf(),
-            source,
-        }
-    })
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(|source| {
+            SourceError::Parquet {
+                path: p.to_path_buf(),
+                source,
+            }
+        })?;
+    input.plan(builder.metadata());
+    Ok(builder)
 }
 
 impl SourceError {
     /// Storage that is busy or out of reach: the runtime retries from the committed position.
     pub fn is_transient(&self) -> bool {
-        matches!(self, SourceError::Io { source, .. } if crate::storage::IoClass::of(source).is_transient())
+        match self {
+            SourceError::Io { source, .. } => crate::storage::IoClass::of(source).is_transient(),
+            // a remote read that failed inside the Parquet reader keeps only its text
+            SourceError::Parquet { source, .. } => crate::storage::is_transient_text(&source.to_string()),
+            SourceError::Arrow { source, .. } => crate::storage::is_transient_text(&source.to_string()),
+            _ => false,
+        }
     }
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SourceError {
         let path = path.into();

@@ -46,3 +46,86 @@ fn storage_errors_are_classed_by_kind_and_by_the_object_store_text() {
             && !IoClass::Corrupt.is_transient()
     );
 }
+
+/// A Parquet file of 4 row groups: a small key column and a large text column.
+fn parquet_file() -> Vec<u8> {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    let n = 20_000;
+    let id: ArrayRef = std::sync::Arc::new(Int64Array::from_iter_values(0..n));
+    let text: ArrayRef = std::sync::Arc::new(StringArray::from_iter_values(
+        (0..n).map(|i| format!("{i:08}-{}", "x".repeat(200 + (i % 7) as usize))),
+    ));
+    let batch = RecordBatch::try_from_iter([("id", id), ("text", text)]).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(5_000))
+        .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+        .set_dictionary_enabled(false)
+        .build();
+    let mut out = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    out
+}
+
+fn remote(bytes: Vec<u8>) -> super::Input {
+    use object_store::ObjectStoreExt;
+    let store: std::sync::Arc<dyn object_store::ObjectStore> =
+        std::sync::Arc::new(object_store::memory::InMemory::new());
+    let key = object_store::path::Path::from("t/f.parquet");
+    let (st, k) = (store.clone(), key.clone());
+    super::block_on(async move { st.put(&k, bytes.into()).await }).unwrap();
+    super::Input::Remote(std::sync::Arc::new(super::input::RemoteFile::open(store, key).unwrap()))
+}
+
+fn read_all(input: &super::Input, columns: &[usize]) -> Vec<arrow_array::RecordBatch> {
+    let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input.clone()).unwrap();
+    input.plan(b.metadata());
+    let mask = parquet::arrow::ProjectionMask::roots(b.parquet_schema(), columns.to_vec());
+    b.with_projection(mask).build().unwrap().map(Result::unwrap).collect()
+}
+
+#[test]
+fn a_remote_parquet_file_is_read_in_column_chunk_ranges_never_whole() {
+    let file = parquet_file();
+    let size = file.len() as u64;
+    // every column: the same rows as the whole object read at once
+    let input = remote(file.clone());
+    let whole: Vec<_> =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(file))
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    assert_eq!(read_all(&input, &[0, 1]), whole);
+    assert!(
+        input.fetched() <= size + (64 << 10),
+        "fetched {} of {size}",
+        input.fetched()
+    );
+    assert!(
+        input.peak_held() < size / 3,
+        "held {} of {size} at once",
+        input.peak_held()
+    );
+    // the key column alone: the text column (nearly all of the file) is never fetched
+    let input = remote(parquet_file());
+    let ids = read_all(&input, &[0]);
+    assert_eq!(ids.iter().map(|b| b.num_rows()).sum::<usize>(), 20_000);
+    assert!(
+        input.fetched() < size / 10,
+        "fetched {} of {size} for the key column",
+        input.fetched()
+    );
+}
+
+#[test]
+fn transient_storage_failures_keep_their_class_through_the_format_libraries() {
+    let e = Error::other("Generic S3 error: error sending request: connection refused");
+    let tagged = super::input::tag_transient(e);
+    let through = parquet::errors::ParquetError::External(Box::new(tagged));
+    assert!(super::is_transient_text(&through.to_string()), "{through}");
+    let corrupt = super::input::tag_transient(Error::new(ErrorKind::InvalidData, "bad magic"));
+    assert!(!super::is_transient_text(&corrupt.to_string()));
+}
