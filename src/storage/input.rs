@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use object_store::{GetOptions, GetRange, ObjectStore};
 use parquet::file::metadata::ParquetMetaData;
 
 /// The most a remote file fetches for one column chunk at a time.
@@ -64,11 +64,32 @@ pub struct RemoteFile {
     store: Arc<dyn ObjectStore>,
     key: ObjectPath,
     size: u64,
-    /// Column chunks: byte range and row group, by start.
-    chunks: Mutex<Vec<(Range<u64>, usize)>>,
+    /// Column chunks, by start.
+    chunks: Mutex<Vec<Chunk>>,
     held: Mutex<Held>,
     fetched: AtomicU64,
+    requests: AtomicU64,
     peak: AtomicU64,
+}
+
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        tracing::debug!(
+            object = %self.key,
+            size = self.size,
+            fetched = self.fetched.load(Ordering::Relaxed),
+            requests = self.requests.load(Ordering::Relaxed),
+            peak_held = self.peak.load(Ordering::Relaxed),
+            "remote Parquet file read"
+        );
+    }
+}
+
+#[derive(Clone)]
+struct Chunk {
+    range: Range<u64>,
+    row_group: usize,
+    column: usize,
 }
 
 #[derive(Default)]
@@ -78,6 +99,8 @@ struct Held {
     /// Windows of the row group being read: (start, bytes).
     windows: Vec<(u64, Bytes)>,
     row_group: Option<usize>,
+    /// The columns read so far: entering a row group fetches their first windows together.
+    columns: std::collections::BTreeSet<usize>,
 }
 
 impl Held {
@@ -117,6 +140,7 @@ impl RemoteFile {
             chunks: Mutex::new(Vec::new()),
             held: Mutex::new(Held::default()),
             fetched: AtomicU64::new(tail.len() as u64),
+            requests: AtomicU64::new(1),
             peak: AtomicU64::new(tail.len() as u64),
         };
         lock(&file.held).tail = Some((range.start, tail));
@@ -124,61 +148,87 @@ impl RemoteFile {
     }
 
     fn plan(&self, meta: &ParquetMetaData) {
-        let mut chunks: Vec<(Range<u64>, usize)> = meta
+        let mut chunks: Vec<Chunk> = meta
             .row_groups()
             .iter()
             .enumerate()
-            .flat_map(|(rg, g)| {
-                g.columns().iter().map(move |c| {
+            .flat_map(|(row_group, g)| {
+                g.columns().iter().enumerate().map(move |(column, c)| {
                     let (start, len) = c.byte_range();
-                    (start..start + len, rg)
+                    Chunk {
+                        range: start..start + len,
+                        row_group,
+                        column,
+                    }
                 })
             })
             .collect();
-        chunks.sort_by_key(|(r, _)| r.start);
+        chunks.sort_by_key(|c| c.range.start);
         *lock(&self.chunks) = chunks;
     }
 
     /// Held bytes from `start` on (at least one byte unless `start` is the end of the file),
-    /// fetching the window `start` falls in when it is not held.
+    /// fetching the window `start` falls in when it is not held. The first read in a row group
+    /// also fetches, in the same round trip, the first windows of the columns read in earlier
+    /// row groups (the projection, learned), so a row group costs one round of requests.
     fn window(&self, start: u64) -> io::Result<Bytes> {
         if start >= self.size {
             return Ok(Bytes::new());
         }
-        if let Some(b) = lock(&self.held).at(start) {
+        let mut held = lock(&self.held);
+        if let Some(b) = held.at(start) {
             return Ok(b);
         }
-        let chunk = {
+        let (chunk, others) = {
             let chunks = lock(&self.chunks);
-            let i = chunks.partition_point(|(r, _)| r.start <= start);
-            i.checked_sub(1)
+            let i = chunks.partition_point(|c| c.range.start <= start);
+            let chunk = i
+                .checked_sub(1)
                 .map(|i| chunks[i].clone())
-                .filter(|(r, _)| start < r.end)
+                .filter(|c| start < c.range.end);
+            let others: Vec<Range<u64>> = match &chunk {
+                Some(c) if held.row_group != Some(c.row_group) => chunks
+                    .iter()
+                    .filter(|o| o.row_group == c.row_group && o.column != c.column && held.columns.contains(&o.column))
+                    .map(|o| o.range.start..o.range.end.min(o.range.start + WINDOW))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            (chunk, others)
         };
-        let (end, row_group) = match &chunk {
-            Some((r, rg)) => (r.end.min(start + WINDOW), Some(*rg)),
-            // outside every column chunk (metadata, page indexes): a small window
-            None => ((start + TAIL).min(self.size), None),
+        let Some(chunk) = chunk else {
+            // outside every column chunk (metadata, page indexes): a small window, kept with
+            // the row group's
+            let small = start..(start + TAIL).min(self.size);
+            let b = self.fetch(std::iter::once(small).collect())?.remove(0);
+            held.windows.push((start, b.clone()));
+            return Ok(b);
         };
-        let bytes = self.fetch(start..end)?;
-        let mut held = lock(&self.held);
-        if row_group.is_some() && row_group != held.row_group {
+        let first = start..chunk.range.end.min(start + WINDOW);
+        let ranges: Vec<Range<u64>> = std::iter::once(first).chain(others).collect();
+        // the lock is held while fetching: readers of one file take turns anyway
+        let fetched = self.fetch(ranges.clone())?;
+        if held.row_group != Some(chunk.row_group) {
             held.windows.clear();
-            held.row_group = row_group;
+            held.row_group = Some(chunk.row_group);
         }
+        held.columns.insert(chunk.column);
         // one window per column chunk: the chunk's earlier window is done with
-        if let Some((r, _)) = &chunk {
-            held.windows.retain(|(s, _)| !r.contains(s));
+        held.windows.retain(|(s, _)| !chunk.range.contains(s));
+        for (r, b) in ranges.iter().zip(&fetched) {
+            held.windows.push((r.start, b.clone()));
         }
-        held.windows.push((start, bytes.clone()));
         self.peak.fetch_max(held.bytes(), Ordering::Relaxed);
-        Ok(bytes)
+        Ok(fetched[0].clone())
     }
 
-    fn fetch(&self, range: Range<u64>) -> io::Result<Bytes> {
-        self.fetched.fetch_add(range.end - range.start, Ordering::Relaxed);
+    /// The byte ranges, fetched concurrently.
+    fn fetch(&self, ranges: Vec<Range<u64>>) -> io::Result<Vec<Bytes>> {
+        let bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+        self.fetched.fetch_add(bytes, Ordering::Relaxed);
+        self.requests.fetch_add(ranges.len() as u64, Ordering::Relaxed);
         let (st, key) = (self.store.clone(), self.key.clone());
-        super::block_on(async move { st.get_range(&key, range).await })
+        super::block_on(async move { st.get_ranges(&key, &ranges).await })
             .map_err(super::map_err)
             .map_err(tag_transient)
     }
