@@ -188,7 +188,7 @@ fn main() -> ExitCode {
                             Ok(lines) => println!("# {}: ok\n{}\n{}", c.file.display(), lines.join("\n"), c.describe()),
                             Err(e) => {
                                 eprintln!("error: {}: {}", c.file.display(), lakestream::causes::with_causes(&e));
-                                return ExitCode::from(e.exit_code() as u8);
+                                return ExitCode::from(e.exit_code());
                             }
                         }
                         continue;
@@ -209,7 +209,7 @@ fn main() -> ExitCode {
                             let e = lakestream::runtime::RuntimeError::from(e);
                             eprintln!("error: {}: {e}", c.file.display());
                             let code = e.exit_code();
-                            return ExitCode::from(code as u8);
+                            return ExitCode::from(code);
                         }
                     }
                 }
@@ -231,7 +231,7 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code() as u8)
+                    ExitCode::from(e.exit_code())
                 }
             }
         }
@@ -346,7 +346,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
                 let e_text = lakestream::causes::with_causes(&e);
                 tracing::error!(connector = %name, error = %e_text, "connector failed");
                 eprintln!("error: connector {name}: {e_text}");
-                code = code.max(e.exit_code() as u8);
+                code = code.max(e.exit_code());
             }
             Err(e) => {
                 eprintln!("error: connector task panicked: {e}");
@@ -377,7 +377,7 @@ fn offsets_admin(
         }
         Err(e) => {
             eprintln!("error: {}", lakestream::causes::with_causes(&e));
-            ExitCode::from(e.exit_code() as u8)
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -324,7 +324,6 @@ pub const SKIP_REASONS: &[&str] = &[
     "empty_table",
     "rewrite",
 ];
-pub const ERROR_KINDS: &[&str] = &["config", "source", "changelog", "sink", "position"];
 pub const REGISTRY_RESULTS: &[&str] = &["ok", "rejected", "error"];
 
 /// Every series of a connector's task, created at 0 (or its resting value); the process series
@@ -347,8 +346,8 @@ pub fn init_task(connector: &str, task: &str) {
     for r in SKIP_REASONS {
         SKIPPED.with_label_values(&[c, r]);
     }
-    for k in ERROR_KINDS {
-        ERRORS.with_label_values(&[c, k]);
+    for k in crate::error::ErrorKind::ALL {
+        ERRORS.with_label_values(&[c, k.as_str()]);
     }
     for r in REGISTRY_RESULTS {
         REGISTRY_REQUESTS.with_label_values(&[c, r]);

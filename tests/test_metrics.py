@@ -50,7 +50,8 @@ def test_series_exist_at_zero_and_a_caught_up_table_has_no_lag(env, registry, tm
         # nothing emitted yet: every counter is there, at 0
         for op in ["r", "c", "u", "d", "tombstone"]:
             assert value(text, f'lakestream_source_records_written_total{{{c},op="{op}"}}') == 0
-        for kind in ["config", "source", "changelog", "sink", "position"]:
+        for kind in ["config", "unavailable", "unreachable", "data", "unsupported", "rejected", "fenced", "position",
+                     "stopped", "internal"]:
             assert value(text, f'lakestream_errors_total{{{c},kind="{kind}"}}') == 0
         for series in [f'lakestream_outage_retries_total{{{c}}}', f'lakestream_source_corrupt_log_blocks_total{{{c}}}',
                        f'lakestream_schema_registry_requests_total{{{c},result="error"}}',

@@ -391,7 +391,7 @@ impl RowEncoder {
                 let field = shape.field(schema.field(c));
                 let array = batch.column(c);
                 if !field.is_nullable() && array.null_count() > 0 {
-                    return Err(ChangelogError::Schema(format!(
+                    return Err(ChangelogError::Value(format!(
                         "column `{}` is required by the table's schema but {} of this split's rows have no value in it \
                          (a file written before the column became required?); schema.nullability=optional writes every \
                          column as nullable",

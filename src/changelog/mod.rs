@@ -16,17 +16,41 @@ use self::avro::{avro_name, record, write_bytes, write_long, RowEncoder, Shape};
 use self::registry::{RegistryClient, RegistryOptions};
 use crate::source::{ChangeRow, Op, SplitChanges, TableInfo, Unit};
 
+/// A failure to turn rows into events: what happened, with the column, subject or URL.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
+    /// A column (type or value) this encoder cannot write.
     #[error("cannot encode: {0}")]
     Unsupported(String),
-    #[error("schema registry: {0}")]
-    Registry(String),
+    /// A value the events' schema cannot hold: a null in a column the table declares required.
+    #[error("{0}")]
+    Value(String),
+    /// The `schema.registry.*` settings cannot be used (an unreadable CA or key file).
+    #[error("schema registry settings: {0}")]
+    Settings(String),
+    /// The registry answered and refused (a schema its compatibility level forbids, bad auth).
+    #[error("schema registry {url}: {message}")]
+    Registry { url: String, message: String },
     /// The registry did not answer (unreachable, 5xx) through the client's own retries.
-    #[error("schema registry unavailable: {0}")]
-    RegistryUnavailable(String),
+    #[error("schema registry unavailable: {url}: {message}")]
+    RegistryUnavailable { url: String, message: String },
+    /// A schema this build generated is not valid Avro (a bug).
     #[error("{0}")]
     Schema(String),
+}
+
+impl ChangelogError {
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind as K;
+        match self {
+            ChangelogError::Unsupported(_) => K::Unsupported,
+            ChangelogError::Value(_) => K::Data,
+            ChangelogError::Settings(_) => K::Config,
+            ChangelogError::Registry { .. } => K::Rejected,
+            ChangelogError::RegistryUnavailable { .. } => K::Unavailable,
+            ChangelogError::Schema(_) => K::Internal,
+        }
+    }
 }
 
 /// A record to produce: Confluent-framed Avro key (empty: a null key, for a keyless table), and

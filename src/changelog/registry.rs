@@ -27,7 +27,7 @@ pub use crate::config::RegistryOptions;
 
 impl RegistryClient {
     pub fn new(opts: &RegistryOptions, connector: &str) -> Result<Self, ChangelogError> {
-        let bad = |what: &str, e: &dyn std::fmt::Display| ChangelogError::Registry(format!("{what}: {e}"));
+        let bad = |what: &str, e: &dyn std::fmt::Display| ChangelogError::Settings(format!("{what}: {e}"));
         let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
         if let Some(ca) = &opts.ca_location {
             let pem =
@@ -72,20 +72,23 @@ impl RegistryClient {
             Some(Auth::Bearer(t)) => self.http.get(&url).bearer_auth(t),
             None => self.http.get(&url),
         };
-        let res = req
-            .send()
-            .await
-            .map_err(|e| ChangelogError::RegistryUnavailable(format!("{url}: {}", crate::causes::with_causes(&e))))?;
+        let res = req.send().await.map_err(|e| ChangelogError::RegistryUnavailable {
+            url: url.clone(),
+            message: crate::causes::with_causes(&e),
+        })?;
         if res.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !res.status().is_success() {
-            return Err(ChangelogError::Registry(format!("{url}: HTTP {}", res.status())));
+            return Err(ChangelogError::Registry {
+                url,
+                message: format!("HTTP {}", res.status()),
+            });
         }
-        res.json()
-            .await
-            .map(Some)
-            .map_err(|e| ChangelogError::Registry(format!("{url}: bad response: {e}")))
+        res.json().await.map(Some).map_err(|e| ChangelogError::Registry {
+            url,
+            message: format!("bad response: {e}"),
+        })
     }
 
     /// Register `schema` under `subject` (idempotent in the registry) and return its global id.
@@ -112,13 +115,14 @@ impl RegistryClient {
                 .await;
             match res {
                 Ok(r) if r.status().is_success() => {
-                    let v: serde_json::Value = r
-                        .json()
-                        .await
-                        .map_err(|e| ChangelogError::Registry(format!("{url}: bad response: {e}")))?;
-                    let id = v["id"]
-                        .as_u64()
-                        .ok_or_else(|| ChangelogError::Registry(format!("{url}: response without id: {v}")))?;
+                    let v: serde_json::Value = r.json().await.map_err(|e| ChangelogError::Registry {
+                        url: url.clone(),
+                        message: format!("bad response: {e}"),
+                    })?;
+                    let id = v["id"].as_u64().ok_or_else(|| ChangelogError::Registry {
+                        url: url.clone(),
+                        message: format!("response without id: {v}"),
+                    })?;
                     metrics::REGISTRY_REQUESTS
                         .with_label_values(&[&self.connector, "ok"])
                         .inc();
@@ -131,10 +135,13 @@ impl RegistryClient {
                         .inc();
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
-                    return Err(ChangelogError::Registry(format!(
-                        "{url}: schema rejected ({status}): {text}; a table schema change that the subject's \
-                         compatibility level forbids needs the subject's compatibility relaxed or a new topic"
-                    )));
+                    return Err(ChangelogError::Registry {
+                        url,
+                        message: format!(
+                            "schema rejected ({status}): {text}; a table schema change that the subject's \
+                             compatibility level forbids needs the subject's compatibility relaxed or a new topic"
+                        ),
+                    });
                 }
                 Ok(r) => {
                     metrics::REGISTRY_REQUESTS
@@ -154,8 +161,9 @@ impl RegistryClient {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(5));
         }
-        Err(ChangelogError::RegistryUnavailable(format!(
-            "{url}: no answer after 6 attempts (last: {last_error})"
-        )))
+        Err(ChangelogError::RegistryUnavailable {
+            url,
+            message: format!("no answer after 6 attempts (last: {last_error})"),
+        })
     }
 }

@@ -51,6 +51,13 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// Always [`crate::error::ErrorKind::Config`]: the operator fixes the file (exit 2).
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        crate::error::ErrorKind::Config
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectorKind {
     Hudi,

@@ -18,6 +18,7 @@ pub mod tasks;
 use self::state::{FirstUnit, InFlight, Offsets};
 use crate::changelog::{ChangelogEncoder, ChangelogError};
 use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
+use crate::error::ErrorKind;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
 use crate::sink::{Cluster, Sink, SinkError};
@@ -42,32 +43,27 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
-    pub fn exit_code(&self) -> i32 {
+    /// What the failure means: each layer's error says it; the exit code and the choice between
+    /// riding it out and stopping follow from it.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            RuntimeError::Config(_) | RuntimeError::Source(SourceError::Config { .. }) | RuntimeError::Usage(_) => 2,
-            _ => 1,
-        }
-    }
-    /// A broker, registry or storage outage, which a new producer and the committed position
-    /// recover from.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            RuntimeError::Sink(e) => e.is_transient(),
-            RuntimeError::Source(e) => e.is_transient(),
-            RuntimeError::Changelog(ChangelogError::RegistryUnavailable(_)) => true,
-            _ => false,
+            RuntimeError::Config(e) => e.kind(),
+            RuntimeError::Usage(_) => ErrorKind::Config,
+            RuntimeError::Source(e) => e.kind(),
+            RuntimeError::Changelog(e) => e.kind(),
+            RuntimeError::Sink(e) => e.kind(),
+            RuntimeError::Position(_) => ErrorKind::Position,
         }
     }
 
-    fn kind(&self) -> &'static str {
-        match self {
-            RuntimeError::Config(_) => "config",
-            RuntimeError::Source(_) => "source",
-            RuntimeError::Changelog(_) => "changelog",
-            RuntimeError::Sink(_) => "sink",
-            RuntimeError::Position(_) => "position",
-            RuntimeError::Usage(_) => "config",
-        }
+    pub fn exit_code(&self) -> u8 {
+        self.kind().exit_code()
+    }
+
+    /// A broker, registry or storage outage, which a new producer and the committed position
+    /// recover from.
+    pub fn is_transient(&self) -> bool {
+        self.kind().is_transient()
     }
 }
 
@@ -141,7 +137,9 @@ async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthH
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        metrics::ERRORS.with_label_values(&[name.as_str(), err.kind()]).inc();
+        metrics::ERRORS
+            .with_label_values(&[name.as_str(), err.kind().as_str()])
+            .inc();
         if !err.is_transient() || *opts.shutdown.borrow() {
             return Err(err);
         }

@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::{Cluster, SinkError};
+use crate::sink::Cluster;
 use crate::source::{Ownership, Position};
 
 /// Progress inside a unit that is not fully emitted yet.
@@ -192,11 +193,11 @@ pub fn read_offsets_matching(
     cluster: &dyn Cluster,
     cfg: &ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
-) -> Result<HashMap<Vec<u8>, Offsets>, SinkError> {
+) -> Result<HashMap<Vec<u8>, Offsets>, RuntimeError> {
     let mut out = HashMap::new();
     for (key, r) in cluster.read_offsets(cfg, want)? {
         let o = parse_record(&r.value).map_err(|e| {
-            SinkError::Offsets(format!(
+            RuntimeError::Position(format!(
                 "offsets record of `{}` at partition {} offset {} is not a lakestream position ({e}); it was not \
                  written by this connector. Inspect it with `lakestream offsets show`; delete it (a tombstone for that \
                  key) only if the connector should start over",

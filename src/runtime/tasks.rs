@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::state::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::{Cluster, SinkError};
+use crate::sink::Cluster;
 use crate::source::{Ownership, Position, Source};
 
 /// A generation's shape: its `tasks.max` and how it divides the table.
@@ -40,7 +40,7 @@ impl Shape {
 type Records = HashMap<(Shape, u32), Offsets>;
 
 /// Every committed offsets record of this connector and table, by (shape, task).
-fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig) -> Result<Records, SinkError> {
+fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
     let parse = |k: &[u8]| -> Option<(u32, u32)> {
         let v: serde_json::Value = serde_json::from_slice(k).ok()?;
         let (name, part) = (v.get(0)?.as_str()?, v.get(1)?);
@@ -144,13 +144,13 @@ fn handoff_state(
 ) -> Result<Offsets, RuntimeError> {
     let (tasks, new_tasks) = (shape.tasks, new.tasks);
     let stuck = |why: &str, undo: String, until: &str| {
-        RuntimeError::Sink(SinkError::Offsets(format!(
+        RuntimeError::Position(format!(
             "connector {}: the tasks changed (tasks.max {tasks} → {new_tasks}, divided by {} → by {}), but {why}; \
              run it with {undo} until {until}, then make the change",
             cfg.name,
             shape.ownership.name(),
             new.ownership.name()
-        )))
+        ))
     };
     let fresh = old
         .values()

@@ -45,8 +45,13 @@ pub enum SinkError {
     /// broker no longer knows); a new producer and the committed position recover.
     #[error("fatal producer error: {0}")]
     Fatal(String),
+    /// The offsets topic could not be read to its end.
     #[error("offsets: {0}")]
     Offsets(String),
+    /// A topic could not be created or described, or is not fit for its use (an offsets topic
+    /// that is not compacted).
+    #[error("topic: {0}")]
+    Topic(String),
     /// `bootstrap.servers` did not answer at start within `bootstrap.timeout.ms`.
     #[error("{0}")]
     Unreachable(String),
@@ -104,10 +109,19 @@ impl SinkError {
     /// Whether a new producer and the committed position can recover from this (a broker
     /// outage, restart or stall), as opposed to fencing or a problem with the offsets data.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Fatal(_)
-        )
+        self.kind().is_transient()
+    }
+
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind as K;
+        match self {
+            // what a new producer and the committed position recover from
+            SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Fatal(_) => K::Unavailable,
+            SinkError::Fenced(_) => K::Fenced,
+            SinkError::Offsets(_) => K::Position,
+            SinkError::Topic(_) => K::Rejected,
+            SinkError::Unreachable(_) => K::Unreachable,
+        }
     }
 }
 
@@ -520,7 +534,7 @@ async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
             Ok(t) => tracing::info!(topic = %t, "topic created"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((t, code)) => {
-                return Err(SinkError::Offsets(format!("cannot create topic `{t}`: {code}")));
+                return Err(SinkError::Topic(format!("cannot create topic `{t}`: {code}")));
             }
         }
     }
@@ -535,14 +549,14 @@ async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
         .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
     for r in described {
         let resource = r.map_err(|code| {
-            SinkError::Offsets(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic))
+            SinkError::Topic(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic))
         })?;
         let policy = resource
             .get("cleanup.policy")
             .and_then(|e| e.value.clone())
             .unwrap_or_default();
         if !policy.split(',').any(|p| p.trim() == "compact") {
-            return Err(SinkError::Offsets(format!(
+            return Err(SinkError::Topic(format!(
                 "offsets topic `{}` has cleanup.policy={policy}: retention would delete connector positions. Set it to \
                  compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic",
                 cfg.offsets_topic

@@ -78,12 +78,21 @@ pub fn parquet(
 impl SourceError {
     /// Storage that is busy or out of reach: the runtime retries from the committed position.
     pub fn is_transient(&self) -> bool {
+        self.kind().is_transient()
+    }
+
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind as K;
+        let storage = |transient: bool| if transient { K::Unavailable } else { K::Data };
         match self {
-            SourceError::Io { source, .. } => crate::storage::IoClass::of(source).is_transient(),
+            SourceError::Io { source, .. } => storage(crate::storage::IoClass::of(source).is_transient()),
             // a remote read that failed inside the Parquet reader keeps only its text
-            SourceError::Parquet { source, .. } => crate::storage::is_transient_text(&source.to_string()),
-            SourceError::Arrow { source, .. } => crate::storage::is_transient_text(&source.to_string()),
-            _ => false,
+            SourceError::Parquet { source, .. } => storage(crate::storage::is_transient_text(&source.to_string())),
+            SourceError::Arrow { source, .. } => storage(crate::storage::is_transient_text(&source.to_string())),
+            SourceError::Format { .. } | SourceError::Unreadable { .. } => K::Data,
+            SourceError::Unsupported { .. } => K::Unsupported,
+            SourceError::Stopped => K::Stopped,
+            SourceError::Config { .. } => K::Config,
         }
     }
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SourceError {
