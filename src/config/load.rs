@@ -1,0 +1,331 @@
+//! Loading one connector file: every key checked against the key table, then each section of
+//! the settings (the table, the registry and storage, reading, events, transactions and outages,
+//! tasks) read by a function of its own, so a key's rules sit in one place.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::values::Validator;
+use super::{
+    checks, iceberg, keys, parse_size, ConfigError, ConnectorConfig, ConnectorKind, IcebergOptions, Properties,
+    RegistryOptions, StartCommit, TableLocation, TaskOwnership, TimeMode, TxnBoundary,
+};
+
+/// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
+pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, ConfigError> {
+    let props = Properties::load(file)?;
+    let v = Validator { props: &props };
+    known_keys(&props)?;
+    let kind = connector_class(&v)?;
+    let name = v.required("name", "the connector's unique name")?;
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
+        return Err(v.invalid("name", "must be non-empty and contain no whitespace".into()));
+    }
+    let (iceberg, table_path, table_id) = table(&v, kind)?;
+    let registry = registry(&v)?;
+    let tasks = v.u64_in("tasks.max", 1, 1..=256)?;
+    let txn_metadata = v.bool_or("provide.transaction.metadata", false)?;
+    undividable(&v, tasks, txn_metadata, iceberg.as_ref())?;
+    checks::converters(&v)?;
+    checks::producer_overrides(&v)?;
+    let producer_overrides = props
+        .entries
+        .iter()
+        .filter_map(|(k, (val, _))| {
+            k.strip_prefix("producer.override.")
+                .map(|r| (r.to_string(), val.clone()))
+        })
+        .collect();
+    let check_interval = match v.get("monitor-interval") {
+        Some(_) => v.duration_or("monitor-interval", Duration::from_secs(60))?,
+        None => v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?,
+    };
+    Ok(ConnectorConfig {
+        file: props.file.clone(),
+        name,
+        kind,
+        table_path,
+        table_id,
+        iceberg,
+        schema_registry_url: registry.url.clone(),
+        registry,
+        storage: storage(&v)?,
+        topic: checks::topic_name(&v, "topic", v.required("topic", "the Kafka topic for change events")?)?,
+        bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
+        offsets_topic: checks::topic_name(
+            &v,
+            "offsets.storage.topic",
+            v.get("offsets.storage.topic")
+                .unwrap_or_else(|| "lakestream-offsets".into()),
+        )?,
+        start: start_commit(&v)?,
+        end_commit: end_commit(&v)?,
+        check_interval,
+        commits_limit: v.limit("read.commits.limit")?,
+        skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
+        skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
+        tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
+        txn_metadata,
+        changelog: v.bool_or("changelog.enabled", false)?,
+        skip_merge: v.one_of(
+            "hoodie.datasource.merge.type",
+            false,
+            &[("payload_combine", false), ("skip_merge", true)],
+        )?,
+        column_exclude: column_exclude(&v)?,
+        time_mode: v.one_of(
+            "time.precision.mode",
+            TimeMode::Avro,
+            &[
+                ("avro", TimeMode::Avro),
+                ("adaptive", TimeMode::Adaptive),
+                ("adaptive_time_microseconds", TimeMode::AdaptiveTimeMicroseconds),
+                ("connect", TimeMode::Connect),
+            ],
+        )?,
+        required_columns: v.one_of("schema.nullability", false, &[("optional", false), ("table", true)])?,
+        cdc_from_log: auto_bool(&v, "read.cdc.from-log")?,
+        boundary: boundary(&v)?,
+        max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
+        // the broker's transaction.max.timeout.ms defaults to 15 minutes
+        transaction_timeout_ms: v.u64_in("transaction.timeout.ms", 60_000, 1_000..=900_000)?,
+        retry_timeout: retry_timeout(&v)?,
+        retry_delay_max: Duration::from_millis(v.u64_in("errors.retry.delay.max.ms", 60_000, 1..=3_600_000)?),
+        bootstrap_timeout: Duration::from_millis(v.u64_in("bootstrap.timeout.ms", 30_000, 1_000..=3_600_000)?),
+        task_id,
+        tasks: tasks as u32,
+        ownership: v.one_of(
+            "tasks.ownership",
+            TaskOwnership::Auto,
+            &[
+                ("auto", TaskOwnership::Auto),
+                ("key", TaskOwnership::Key),
+                ("partition", TaskOwnership::Partition),
+            ],
+        )?,
+        key_partition_path: auto_bool(&v, "key.partition-path")?,
+        by_partition: false,
+        metrics_port: v
+            .get("metrics.port")
+            .map(|_| v.u64_in("metrics.port", 0, 1..=65_535))
+            .transpose()?
+            .map(|p| p as u16),
+        memory_budget: memory_budget(&v)?,
+        spill_dir: v
+            .get("read.spill.dir")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir),
+        topic_partitions: v.u64_in("topic.creation.default.partitions", 1, 1..=10_000)? as i32,
+        replication_factor: v.u64_in("topic.creation.default.replication.factor", 1, 1..=16)? as i32,
+        producer_overrides,
+        raw: props
+            .entries
+            .iter()
+            .map(|(k, (val, _))| (k.clone(), val.clone()))
+            .collect(),
+    })
+}
+
+fn known_keys(props: &Properties) -> Result<(), ConfigError> {
+    match props.entries.iter().find(|(key, _)| !keys::is_known(key)) {
+        Some((key, (_, line))) => Err(ConfigError::UnknownKey {
+            file: props.file.clone(),
+            line: *line,
+            key: key.clone(),
+            hint: keys::hint(key),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn connector_class(v: &Validator) -> Result<ConnectorKind, ConfigError> {
+    match v
+        .required("connector.class", "hudi or iceberg")?
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "hudi" | "lakestream.hudi" | "io.lakestream.hudi" => Ok(ConnectorKind::Hudi),
+        "iceberg" | "lakestream.iceberg" | "io.lakestream.iceberg" => Ok(ConnectorKind::Iceberg),
+        other => Err(v.invalid("connector.class", format!("`{other}` is not one of: hudi, iceberg"))),
+    }
+}
+
+/// The table: Iceberg options (location, read options), the table path and its stable id.
+fn table(v: &Validator, kind: ConnectorKind) -> Result<(Option<IcebergOptions>, PathBuf, String), ConfigError> {
+    match kind {
+        ConnectorKind::Iceberg => {
+            let o = iceberg::load(v)?;
+            let path = match &o.location {
+                TableLocation::Path(p) => p.clone(),
+                _ => PathBuf::new(),
+            };
+            let id = o.table_id();
+            Ok((Some(o), path, id))
+        }
+        ConnectorKind::Hudi => {
+            if let Some(k) = iceberg::ICEBERG_KEYS.iter().find(|k| v.get(k).is_some()) {
+                return Err(v.invalid(
+                    k,
+                    "is an Iceberg option; this connector is `connector.class=hudi`".into(),
+                ));
+            }
+            let raw_path = v.required("table.path", "a local path or file:// URI of the table")?;
+            let p = parse_table_path(&raw_path).map_err(|m| v.invalid("table.path", m))?;
+            let id = p.display().to_string();
+            Ok((None, p, id))
+        }
+    }
+}
+
+fn registry(v: &Validator) -> Result<RegistryOptions, ConfigError> {
+    let Some(url) = v
+        .get("schema.registry.url")
+        .or_else(|| v.get("value.converter.schema.registry.url"))
+    else {
+        return Err(ConfigError::Missing {
+            file: v.props.file.clone(),
+            key: "schema.registry.url".into(),
+            help: "or value.converter.schema.registry.url: the Schema Registry base URL",
+        });
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(v.invalid("schema.registry.url", format!("`{url}` is not an http(s) URL")));
+    }
+    Ok(RegistryOptions {
+        url: url.trim_end_matches('/').to_string(),
+        user_info: v.get("schema.registry.basic.auth.user.info"),
+        bearer_token: v.get("schema.registry.bearer.auth.token"),
+        ca_location: v.get("schema.registry.ssl.ca.location").map(PathBuf::from),
+        certificate_location: v.get("schema.registry.ssl.certificate.location").map(PathBuf::from),
+        key_location: v.get("schema.registry.ssl.key.location").map(PathBuf::from),
+    })
+}
+
+fn storage(v: &Validator) -> Result<crate::storage::StorageOptions, ConfigError> {
+    Ok(crate::storage::StorageOptions {
+        s3_endpoint: v.get("s3.endpoint"),
+        s3_region: v.get("s3.region"),
+        s3_access_key_id: v.get("s3.access-key-id"),
+        s3_secret_access_key: v.get("s3.secret-access-key"),
+        s3_session_token: v.get("s3.session-token"),
+        s3_path_style: v.bool_or("s3.path-style-access", false)?,
+        s3_allow_http: v.bool_or("s3.allow-http", false)?,
+    })
+}
+
+/// What cannot be divided among tasks.
+fn undividable(
+    v: &Validator,
+    tasks: u64,
+    txn_metadata: bool,
+    iceberg: Option<&IcebergOptions>,
+) -> Result<(), ConfigError> {
+    if tasks > 1 && txn_metadata {
+        return Err(v.invalid(
+            "provide.transaction.metadata",
+            "needs tasks.max=1: one BEGIN/END per lake commit cannot be split among tasks".into(),
+        ));
+    }
+    if tasks > 1 && iceberg.is_some_and(|o| o.keyless) {
+        return Err(v.invalid(
+            "key.mode",
+            "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn start_commit(v: &Validator) -> Result<StartCommit, ConfigError> {
+    match v.get("read.start-commit").as_deref() {
+        None | Some("latest") => Ok(StartCommit::Latest),
+        Some("earliest") => Ok(StartCommit::Earliest),
+        Some(s) if s.len() >= 8 && s.chars().all(|c| c.is_ascii_digit()) => Ok(StartCommit::Instant(s.to_string())),
+        Some(s) => Err(v.invalid(
+            "read.start-commit",
+            format!("`{s}` is not `earliest`, `latest` or an instant time (digits, e.g. 20240101120000000)"),
+        )),
+    }
+}
+
+fn end_commit(v: &Validator) -> Result<Option<String>, ConfigError> {
+    match v.get("read.end-commit") {
+        Some(s) if s.chars().all(|c| c.is_ascii_digit()) && !s.is_empty() => Ok(Some(s)),
+        Some(s) => Err(v.invalid("read.end-commit", format!("`{s}` is not an instant time (digits)"))),
+        None => Ok(None),
+    }
+}
+
+fn boundary(v: &Validator) -> Result<TxnBoundary, ConfigError> {
+    let interval = v.one_of("transaction.boundary", false, &[("instant", false), ("interval", true)])?;
+    Ok(match interval {
+        false => TxnBoundary::Instant,
+        true => TxnBoundary::Interval(Duration::from_millis(v.u64_in(
+            "transaction.interval.ms",
+            1000,
+            1..=3_600_000,
+        )?)),
+    })
+}
+
+/// `auto` (or absent): `None`; `true`/`false`.
+fn auto_bool(v: &Validator, key: &str) -> Result<Option<bool>, ConfigError> {
+    v.one_of(
+        key,
+        None,
+        &[("auto", None), ("true", Some(true)), ("false", Some(false))],
+    )
+}
+
+/// `column.exclude.list`: Debezium's comma-separated regular expressions, each matching whole
+/// column names.
+fn column_exclude(v: &Validator) -> Result<Option<regex::Regex>, ConfigError> {
+    let Some(list) = v.get("column.exclude.list") else {
+        return Ok(None);
+    };
+    let parts: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| format!("(?:{p})"))
+        .collect();
+    regex::Regex::new(&format!("^(?:{})$", parts.join("|")))
+        .map(Some)
+        .map_err(|e| v.invalid("column.exclude.list", format!("not a list of regular expressions: {e}")))
+}
+
+fn retry_timeout(v: &Validator) -> Result<Option<Duration>, ConfigError> {
+    match v.get("errors.retry.timeout").as_deref() {
+        None | Some("-1") => Ok(None),
+        Some(_) => Ok(Some(Duration::from_millis(v.u64_in(
+            "errors.retry.timeout",
+            0,
+            0..=u32::MAX as u64,
+        )?))),
+    }
+}
+
+fn memory_budget(v: &Validator) -> Result<usize, ConfigError> {
+    match v.get("read.memory.budget") {
+        None => Ok(256 << 20),
+        Some(s) => parse_size(&s).ok_or_else(|| {
+            v.invalid(
+                "read.memory.budget",
+                format!("`{s}` is not a size (bytes, or a number with KiB/MiB/GiB)"),
+            )
+        }),
+    }
+}
+
+fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
+    let p = local_path(raw)?;
+    if !crate::storage::is_remote(&p) && !p.is_dir() {
+        return Err(format!("`{}` is not a directory", p.display()));
+    }
+    Ok(p)
+}
+
+/// A storage path from `/path`, `file:/path`, `file:///path` or an object-store URL
+/// (`s3://bucket/key`, `s3a://`, `gs://`, `az://`, `abfs[s]://`).
+pub(super) fn local_path(raw: &str) -> Result<PathBuf, String> {
+    crate::storage::parse_location(raw.trim_end_matches('/'))
+}
