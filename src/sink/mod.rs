@@ -11,18 +11,19 @@ mod quiet;
 pub use cluster::{Cluster, Kafka, Sink, StoredRecord};
 
 pub use quiet::QuietContext;
+pub use stats::StatsContext;
+use topics::ensure_topics;
 mod reach;
+mod stats;
+mod topics;
 
 pub use reach::{describe_topics, reach};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::statistics::Statistics;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 
 use crate::changelog::KafkaRecord;
@@ -239,56 +240,6 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
     Ok(())
 }
 
-/// librdkafka statistics of a task's producer: gauges, and its cumulative totals added to
-/// counters (by what grew since the last report, so a new producer continues the series).
-pub struct StatsContext {
-    connector: String,
-    task: String,
-    /// `task <id>`: the client in log lines.
-    client: String,
-    /// (txmsg_bytes, txmsgs) at the last report.
-    last: std::sync::Mutex<(u64, u64)>,
-    quiet: quiet::Throttle,
-}
-
-impl ClientContext for StatsContext {
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.quiet.error(&self.connector, &self.client, &error, reason);
-    }
-
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        self.quiet.log(&self.connector, &self.client, level, fac, log_message);
-    }
-
-    fn stats(&self, s: Statistics) {
-        let labels = [self.connector.as_str(), self.task.as_str()];
-        metrics::PRODUCER_QUEUE.with_label_values(&labels).set(s.msg_cnt as f64);
-        {
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            let (bytes, msgs) = (s.txmsg_bytes as u64, s.txmsgs as u64);
-            metrics::PRODUCER_TX_BYTES
-                .with_label_values(&labels)
-                .inc_by(bytes.saturating_sub(last.0));
-            metrics::PRODUCER_TX_MESSAGES
-                .with_label_values(&labels)
-                .inc_by(msgs.saturating_sub(last.1));
-            *last = (bytes.max(last.0), msgs.max(last.1));
-        }
-        for b in s.brokers.values() {
-            if let Some(rtt) = &b.rtt {
-                metrics::BROKER_RTT
-                    .with_label_values(&[&self.connector, &b.name])
-                    .set(rtt.avg as f64 / 1e6);
-            }
-        }
-    }
-}
-
-impl ProducerContext for StatsContext {
-    type DeliveryOpaque = ();
-    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
-}
-
 impl TxnSink {
     /// Create topics if missing, build the producer and `init_transactions` (which fences any older
     /// producer of this task and aborts the transaction it left open). The sink reports readiness
@@ -493,78 +444,5 @@ impl Sink for TxnSink {
         Box::pin(TxnSink::abort(self))
     }
 }
-
-async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
-    let admin: AdminClient<QuietContext> = client_config(cfg)
-        .create_with_context(QuietContext::new(&cfg.name, "admin"))
-        .map_err(|e| SinkError::kafka("admin client", e))?;
-    let compact = [("cleanup.policy", "compact")];
-    let txn_topic = cfg.transaction_topic();
-    let mut topics = vec![
-        NewTopic::new(&cfg.offsets_topic, 1, TopicReplication::Fixed(cfg.replication_factor))
-            .set(compact[0].0, compact[0].1),
-        NewTopic::new(
-            &cfg.topic,
-            cfg.topic_partitions,
-            TopicReplication::Fixed(cfg.replication_factor),
-        ),
-    ];
-    if cfg.txn_metadata {
-        // one partition: BEGIN and END of every commit in order
-        topics.push(NewTopic::new(
-            &txn_topic,
-            1,
-            TopicReplication::Fixed(cfg.replication_factor),
-        ));
-    }
-    let res = admin
-        .create_topics(
-            &topics,
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .map_err(|e| {
-            SinkError::kafka(
-                format!("create topics (bootstrap.servers={})", cfg.bootstrap_servers),
-                e,
-            )
-        })?;
-    for r in res {
-        match r {
-            Ok(t) => tracing::info!(topic = %t, "topic created"),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, code)) => {
-                return Err(SinkError::Topic(format!("cannot create topic `{t}`: {code}")));
-            }
-        }
-    }
-    // positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
-    // refuses such an offsets topic too)
-    let described = admin
-        .describe_configs(
-            &[ResourceSpecifier::Topic(&cfg.offsets_topic)],
-            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
-    for r in described {
-        let resource = r.map_err(|code| {
-            SinkError::Topic(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic))
-        })?;
-        let policy = resource
-            .get("cleanup.policy")
-            .and_then(|e| e.value.clone())
-            .unwrap_or_default();
-        if !policy.split(',').any(|p| p.trim() == "compact") {
-            return Err(SinkError::Topic(format!(
-                "offsets topic `{}` has cleanup.policy={policy}: retention would delete connector positions. Set it to \
-                 compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic",
-                cfg.offsets_topic
-            )));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests;

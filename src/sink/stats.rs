@@ -1,0 +1,59 @@
+//! The task producer's client context: librdkafka's errors and logs through the throttle, and
+//! its statistics as metrics.
+
+use rdkafka::client::ClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::ProducerContext;
+use rdkafka::statistics::Statistics;
+
+use crate::metrics;
+
+/// librdkafka statistics of a task's producer: gauges, and its cumulative totals added to
+/// counters (by what grew since the last report, so a new producer continues the series).
+pub struct StatsContext {
+    pub(super) connector: String,
+    pub(super) task: String,
+    /// `task <id>`: the client in log lines.
+    pub(super) client: String,
+    /// (txmsg_bytes, txmsgs) at the last report.
+    pub(super) last: std::sync::Mutex<(u64, u64)>,
+    pub(super) quiet: super::quiet::Throttle,
+}
+
+impl ClientContext for StatsContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.quiet.error(&self.connector, &self.client, &error, reason);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.quiet.log(&self.connector, &self.client, level, fac, log_message);
+    }
+
+    fn stats(&self, s: Statistics) {
+        let labels = [self.connector.as_str(), self.task.as_str()];
+        metrics::PRODUCER_QUEUE.with_label_values(&labels).set(s.msg_cnt as f64);
+        {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let (bytes, msgs) = (s.txmsg_bytes as u64, s.txmsgs as u64);
+            metrics::PRODUCER_TX_BYTES
+                .with_label_values(&labels)
+                .inc_by(bytes.saturating_sub(last.0));
+            metrics::PRODUCER_TX_MESSAGES
+                .with_label_values(&labels)
+                .inc_by(msgs.saturating_sub(last.1));
+            *last = (bytes.max(last.0), msgs.max(last.1));
+        }
+        for b in s.brokers.values() {
+            if let Some(rtt) = &b.rtt {
+                metrics::BROKER_RTT
+                    .with_label_values(&[&self.connector, &b.name])
+                    .set(rtt.avg as f64 / 1e6);
+            }
+        }
+    }
+}
+
+impl ProducerContext for StatsContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
