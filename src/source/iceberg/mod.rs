@@ -11,6 +11,7 @@ mod diff;
 pub mod manifest;
 pub mod metadata;
 mod monitor;
+mod plan;
 pub mod reader;
 
 use std::collections::HashMap;
