@@ -9,7 +9,6 @@
 //! with the log but its keys and nothing needs spilling; a block without winners is not decoded
 //! again.
 
-use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -130,111 +129,8 @@ impl<'a> SliceMerge<'a> {
 /// (8 MiB of the default budget per reader thread).
 const KEEP_SHARE: usize = 16;
 
-/// A log record: (decoded batch, row).
-type Pos = (u32, u32);
-
-/// Log-phase merge state of a key (see [`SliceMerge::run`]), 12 bytes: the merge index holds
-/// one per key of the log, so a 1.6M-row file group with 190k log records holds 3 MiB of them
-/// (a `HashMap<&str, _>` of 33-byte slots held 8.6 MiB).
-#[derive(Clone, Copy)]
-struct Slot {
-    /// Where the key's text is: a log record ([`KeyTexts::pos`]), or with [`DELETED_KEY`] set,
-    /// the n-th key of the delete blocks.
-    key: u32,
-    /// The winning log record, or [`HARD_DELETED`].
-    cur: u32,
-    flags: u8,
-}
-
-const DELETED_KEY: u32 = 1 << 31;
-const HARD_DELETED: u32 = u32::MAX;
-/// The winner is a soft delete: it keeps its ordering value for later comparisons.
-const SOFT: u8 = 1;
-/// A hard delete happened: rows before it (the base row too) take no part.
-const RESET: u8 = 2;
-/// The base row outranked the log winner.
-const BASE_WON: u8 = 4;
-
-/// Where the text of a [`Slot::key`] is.
-struct KeyTexts<'k> {
-    keys: &'k [StringArray],
-    deleted_keys: Vec<&'k str>,
-    /// Global number of each batch's first record.
-    starts: Vec<u32>,
-}
-
-impl<'k> KeyTexts<'k> {
-    fn pos(&self, id: u32) -> Pos {
-        let b = self.starts.partition_point(|&s| s <= id) - 1;
-        (b as u32, id - self.starts[b])
-    }
-
-    fn text(&self, key: u32) -> &'k str {
-        if key & DELETED_KEY != 0 {
-            self.deleted_keys[(key & !DELETED_KEY) as usize]
-        } else {
-            let (b, r) = self.pos(key);
-            self.keys[b as usize].value(r as usize)
-        }
-    }
-}
-
-/// The merge index of a slice's log records: a hash table of [`Slot`]s whose key text stays in
-/// the decoded merge columns (compared on lookup, never copied).
-struct LogIndex<'k> {
-    texts: KeyTexts<'k>,
-    table: hashbrown::HashTable<Slot>,
-    hasher: std::hash::RandomState,
-}
-
-impl<'k> LogIndex<'k> {
-    fn new(keys: &'k [StringArray], deleted_keys: Vec<&'k str>) -> Result<Self, SourceError> {
-        let mut starts = Vec::with_capacity(keys.len());
-        let mut n = 0u64;
-        for k in keys {
-            starts.push(n as u32);
-            n += k.len() as u64;
-        }
-        if n + deleted_keys.len() as u64 >= DELETED_KEY as u64 {
-            return Err(SourceError::Unsupported {
-                message: format!("a file slice with {n} log records (at most 2^31 are merged)"),
-            });
-        }
-        let table = hashbrown::HashTable::with_capacity(n as usize + deleted_keys.len());
-        Ok(Self {
-            texts: KeyTexts {
-                keys,
-                deleted_keys,
-                starts,
-            },
-            table,
-            hasher: std::hash::RandomState::new(),
-        })
-    }
-
-    fn id(&self, (b, r): Pos) -> u32 {
-        self.texts.starts[b as usize] + r
-    }
-
-    /// The key's slot, found or vacant, from one hash and one probe; with the key texts, to
-    /// compare ordering values while the slot is held.
-    fn entry(&mut self, k: &str) -> (Entry<'_, Slot>, &KeyTexts<'k>) {
-        let h = self.hasher.hash_one(k);
-        let (texts, hasher) = (&self.texts, &self.hasher);
-        (
-            self.table
-                .entry(h, |s| texts.text(s.key) == k, |s| hasher.hash_one(texts.text(s.key))),
-            texts,
-        )
-    }
-
-    /// The key's slot, if the log has the key (the index is not changed).
-    fn find_mut(&mut self, k: &str) -> (Option<&mut Slot>, &KeyTexts<'k>) {
-        let h = self.hasher.hash_one(k);
-        let texts = &self.texts;
-        (self.table.find_mut(h, |s| texts.text(s.key) == k), texts)
-    }
-}
+mod index;
+use index::{KeyTexts, LogIndex, Pos, Slot, BASE_WON, DELETED_KEY, HARD_DELETED, RESET, SOFT};
 
 impl SliceMerge<'_> {
     /// The slice's schema (rows are conformed to it): the newest data block's, else the base
