@@ -76,6 +76,21 @@ pub struct GenerateOptions {
     pub seed: u64,
 }
 
+impl GenerateOptions {
+    /// A table of `table_type` at `path`, every other option at its command-line default.
+    pub fn defaults(table_type: TableType, path: PathBuf) -> GenerateOptions {
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            options: GenerateOptions,
+        }
+        let path = path.to_string_lossy().into_owned();
+        let mut options = <Args as clap::Parser>::parse_from(["generate", "--path", &path]).options;
+        options.table_type = table_type;
+        options
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum IndexKind {
     Simple,

@@ -243,22 +243,14 @@ async fn registry() -> (String, Arc<Mutex<Vec<String>>>) {
 fn table(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("t");
     crate::generate::hudi(&crate::generate::GenerateOptions {
-        table_type: crate::generate::TableType::Cow,
-        path: path.clone(),
         rows: 300,
         partitions: 3,
         commits: 4,
-        interval: Duration::ZERO,
         update_fraction: 0.2,
         delete_fraction: 0.05,
         insert_fraction: 0.1,
-        compact_every: 0,
-        operation_field: false,
-        repeat_updates: false,
-        move_fraction: 0.0,
-        index: crate::generate::IndexKind::Simple,
-        cdc: None,
         seed: 7,
+        ..crate::generate::GenerateOptions::defaults(crate::generate::TableType::Cow, path.clone())
     })
     .unwrap();
     path

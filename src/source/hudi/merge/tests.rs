@@ -31,22 +31,10 @@ impl Table {
     fn new(dir: &Path) -> Table {
         let root = dir.join("t");
         crate::generate::hudi(&crate::generate::GenerateOptions {
-            table_type: crate::generate::TableType::Mor,
-            path: root.clone(),
             rows: 6,
             partitions: 1,
-            commits: 0,
-            interval: std::time::Duration::ZERO,
-            update_fraction: 0.0,
-            delete_fraction: 0.0,
-            insert_fraction: 0.0,
-            compact_every: 0,
-            operation_field: false,
-            repeat_updates: false,
-            move_fraction: 0.0,
-            index: crate::generate::IndexKind::Simple,
-            cdc: None,
             seed: 3,
+            ..crate::generate::GenerateOptions::defaults(crate::generate::TableType::Mor, root.clone())
         })
         .unwrap();
         let part_dir = std::fs::read_dir(&root)
