@@ -1,0 +1,180 @@
+//! Commit metadata (JSON on layout 1, Avro on layout 2): the files a write touched, the table
+//! schema it wrote with, and the clean plans that say which files a clean removed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{MetaSource, TableConfig, Timeline};
+use crate::source::SourceError;
+
+/// The parts of commit metadata the reader uses (JSON on layout 1, Avro on layout 2).
+#[derive(Debug, Default, Deserialize)]
+pub struct CommitMetadata {
+    #[serde(rename = "partitionToWriteStats", default)]
+    pub write_stats: Option<BTreeMap<String, Option<Vec<WriteStat>>>>,
+    #[serde(rename = "partitionToReplaceFileIds", default)]
+    pub replaced: Option<BTreeMap<String, Option<Vec<String>>>>,
+    #[serde(rename = "operationType", default)]
+    pub operation: Option<String>,
+    /// Writer-supplied metadata; `schema` is the write's Avro schema.
+    #[serde(rename = "extraMetadata", default)]
+    pub extra: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct WriteStat {
+    #[serde(rename = "fileId", default)]
+    pub file_id: Option<String>,
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Base instant of the file group's previous slice (`"null"` for a new group).
+    #[serde(rename = "prevCommit", default)]
+    pub prev_commit: Option<String>,
+    /// CDC log files the write produced (relative path → size), on CDC-enabled tables.
+    #[serde(rename = "cdcStats", default)]
+    pub cdc_stats: Option<serde_json::Value>,
+}
+
+impl WriteStat {
+    /// Relative paths of the CDC log files of this write (Avro metadata may wrap the map in its union branch).
+    pub fn cdc_files(&self) -> Vec<String> {
+        let map = match &self.cdc_stats {
+            Some(serde_json::Value::Object(m)) => match m.get("map") {
+                Some(serde_json::Value::Object(inner)) if m.len() == 1 => inner,
+                _ => m,
+            },
+            _ => return Vec::new(),
+        };
+        map.keys().cloned().collect()
+    }
+
+    /// The base instant of the file group's previous slice (`None`: a new file group).
+    pub fn prev_slice(&self) -> Option<&str> {
+        self.prev_commit.as_deref().filter(|c| !c.is_empty() && *c != "null")
+    }
+}
+
+/// Top-level columns the table's writer schema declares required (an Avro type that is not a
+/// union with `null`): the newest write's schema (`extraMetadata.schema`), else the schema the
+/// table was created with (`hoodie.table.create.schema`).
+pub fn required_columns(table: &TableConfig) -> Result<Vec<String>, SourceError> {
+    let timeline = Timeline::load(table)?;
+    let newest = match timeline.completed.iter().rev().find(|i| i.is_write()) {
+        Some(i) => CommitMetadata::load(&i.meta)?.writer_schema(),
+        None => None,
+    };
+    let Some(schema) = newest.or_else(|| table.props.get("hoodie.table.create.schema").cloned()) else {
+        return Ok(Vec::new());
+    };
+    let parsed: serde_json::Value = serde_json::from_str(&schema)
+        .map_err(|e| SourceError::format(&table.timeline_dir, format!("the writer schema is not JSON: {e}")))?;
+    let nullable = |t: &serde_json::Value| t.as_array().is_some_and(|u| u.iter().any(|b| b == "null")) || t == "null";
+    Ok(parsed["fields"]
+        .as_array()
+        .map(|fs| {
+            fs.iter()
+                .filter(|f| !nullable(&f["type"]))
+                .filter_map(|f| f["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+impl CommitMetadata {
+    /// The write's Avro schema (JSON text), when the writer recorded it.
+    pub fn writer_schema(&self) -> Option<String> {
+        let extra = self.extra.as_ref()?;
+        // Avro-encoded metadata wraps the map in its union branch
+        let map = extra
+            .get("map")
+            .filter(|_| extra.as_object().is_some_and(|o| o.len() == 1))
+            .unwrap_or(extra);
+        map.get("schema")?.as_str().filter(|s| !s.is_empty()).map(String::from)
+    }
+
+    pub fn load(source: &MetaSource) -> Result<Self, SourceError> {
+        match source {
+            MetaSource::File(file) => Self::parse(&crate::storage::read(file).map_err(SourceError::io(file))?, file),
+            MetaSource::Archived(bytes) => Self::parse(bytes, Path::new("(archived timeline)")),
+            MetaSource::Json(v) if v.is_null() => Ok(Self::default()),
+            MetaSource::Json(v) => serde_json::from_value(v.as_ref().clone())
+                .map_err(|e| SourceError::format("(archived timeline)", format!("unexpected commit metadata: {e}"))),
+        }
+    }
+
+    fn parse(bytes: &[u8], file: &Path) -> Result<Self, SourceError> {
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Ok(Self::default());
+        }
+        serde_json::from_value(metadata_json(bytes, file, "commit")?)
+            .map_err(|e| SourceError::format(file, format!("unexpected commit metadata: {e}")))
+    }
+
+    /// (partition, write stat) of every write that names its file group.
+    pub fn writes(&self) -> impl Iterator<Item = (&str, &WriteStat)> {
+        self.write_stats.iter().flatten().flat_map(|(p, stats)| {
+            stats
+                .iter()
+                .flatten()
+                .filter(|s| s.file_id.is_some())
+                .map(move |s| (p.as_str(), s))
+        })
+    }
+
+    /// (partition, file id) of every file group replaced (insert overwrite, clustering).
+    pub fn replaced(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.replaced
+            .iter()
+            .flatten()
+            .flat_map(|(p, ids)| ids.iter().flatten().map(move |id| (p.as_str(), id.as_str())))
+    }
+}
+
+/// Instant metadata as JSON: Avro (a one-record container file; every layout-2 file, and clean
+/// or rollback metadata on layout 1) or JSON (layout-1 commit metadata).
+fn metadata_json(bytes: &[u8], file: &Path, what: &str) -> Result<serde_json::Value, SourceError> {
+    if bytes.starts_with(b"Obj\x01") {
+        let reader = apache_avro::Reader::new(bytes)
+            .map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
+        let first = reader
+            .into_iter()
+            .next()
+            .ok_or_else(|| SourceError::format(file, format!("empty Avro {what} metadata")))?
+            .map_err(|e| SourceError::format(file, format!("bad Avro {what} metadata: {e}")))?;
+        serde_json::Value::try_from(first)
+            .map_err(|e| SourceError::format(file, format!("{what} metadata to JSON: {e}")))
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| SourceError::format(file, format!("bad JSON {what} metadata: {e}")))
+    }
+}
+
+/// The completed clean on the active timeline that deleted a file named `file_name`
+/// (`HoodieCleanMetadata.partitionMetadata.*.successDeleteFiles`, or its `deletePathPatterns`),
+/// by requested time.
+pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>, SourceError> {
+    let timeline = Timeline::load(table)?;
+    for clean in timeline.completed.iter().filter(|i| i.action == "clean") {
+        let MetaSource::File(file) = &clean.meta else { continue };
+        let bytes = crate::storage::read(file).map_err(SourceError::io(file))?;
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        let json = metadata_json(&bytes, file, "clean")?;
+        let partitions = json
+            .get("partitionMetadata")
+            .and_then(|p| p.as_object())
+            .into_iter()
+            .flat_map(|m| m.values());
+        let deleted = partitions
+            .flat_map(|p| ["successDeleteFiles", "deletePathPatterns"].map(|k| p.get(k).and_then(|v| v.as_array())))
+            .flatten()
+            .flatten()
+            .filter_map(|v| v.as_str());
+        if deleted.into_iter().any(|d| d.rsplit('/').next() == Some(file_name)) {
+            return Ok(Some(clean.requested.clone()));
+        }
+    }
+    Ok(None)
+}
