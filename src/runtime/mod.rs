@@ -11,7 +11,9 @@ use tokio::sync::watch;
 
 pub mod admin;
 mod emit;
+mod outage;
 mod progress;
+mod resume;
 pub mod state;
 pub mod tasks;
 
@@ -109,68 +111,22 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     metrics::init_task(&name, &task);
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
     let health = opts.health.task(&cfg.name, cfg.task_id, cfg.stall_limit());
-    let res = ride_out(&cfg, &opts, &health).await;
+    let res = outage::ride_out(&cfg, &opts, &health).await;
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
     health.stopped(res.as_ref().err().map(|e| crate::causes::with_causes(e)).as_deref());
     res
 }
 
-/// First wait after a broker outage shows; doubled each retry up to `errors.retry.delay.max.ms`.
-const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
-
-/// Run the task, and after a broker outage (down, restarted, stalled: a transient sink error)
-/// or a Schema Registry that stopped answering, run it again from the top as a restarted process would: a new producer whose
-/// `init_transactions` aborts what the old one left open (or finds it committed), and the
-/// position re-read from the offsets topic — never the in-memory one, which an ambiguous commit
-/// may have left behind. Backoff doubles up to `errors.retry.delay.max.ms`; an outage lasting
-/// longer than `errors.retry.timeout` fails the task. Fencing, damage, bad offsets and
-/// configuration stop at once.
-async fn ride_out(cfg: &ConnectorConfig, opts: &RunOptions, health: &TaskHealthHandle) -> Result<(), RuntimeError> {
-    let name = &cfg.name;
-    // (when this outage began, the next wait)
-    let mut outage: Option<(Instant, Duration)> = None;
-    // a wrong address fails at start, naming it; once running, an outage is ridden out
-    opts.cluster.reach(cfg).await?;
-    loop {
-        let attempt = Instant::now();
-        let err = match run_inner(cfg.clone(), opts.clone(), health.clone()).await {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        metrics::ERRORS
-            .with_label_values(&[name.as_str(), err.kind().as_str()])
-            .inc();
-        if !err.is_transient() || *opts.shutdown.borrow() {
-            return Err(err);
-        }
-        // a run that went on for a while before failing starts a new outage
-        let (since, delay) = match outage {
-            Some((since, d)) if attempt.elapsed() < 2 * d => (since, d),
-            _ => (Instant::now(), FIRST_RETRY_DELAY),
-        };
-        if cfg.retry_timeout.is_some_and(|t| since.elapsed() >= t) {
-            tracing::error!(connector = %name, error = %err, outage_s = since.elapsed().as_secs(), "outage outlasted errors.retry.timeout");
-            return Err(err);
-        }
-        tracing::warn!(connector = %name, error = %err, retry_in_ms = delay.as_millis() as u64, outage_s = since.elapsed().as_secs(),
-            "outage: retrying from the committed position with a new producer");
-        metrics::RETRIES.with_label_values(&[name.as_str()]).inc();
-        health.recovering(&crate::causes::with_causes(&err));
-        let mut sd = opts.shutdown.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = sd.changed() => return Err(err),
-        }
-        outage = Some((since, (delay * 2).min(cfg.retry_delay_max)));
-    }
-}
-
-async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealthHandle) -> Result<(), RuntimeError> {
+pub(super) async fn run_inner(
+    mut cfg: ConnectorConfig,
+    opts: RunOptions,
+    health: TaskHealthHandle,
+) -> Result<(), RuntimeError> {
     let mut source = open_source_async(&cfg).await?;
     cfg.by_partition = source.ownership() == Ownership::Partition;
     let sink = opts.cluster.start(&cfg, health.clone()).await?;
     let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, &source).await?;
-    if kept_record_key(&cfg, &state.key, &source.info().key_fields) {
+    if resume::kept_record_key(&cfg, &state.key, &source.info().key_fields) {
         // published before `key.partition-path=auto` keyed Hudi rows by partition too: the
         // connector keeps its key (a topic never mixes two); the README says how to switch
         tracing::warn!(connector = %cfg.name, key = %state.key.join(","), "the events already published are keyed by the record key \
@@ -179,42 +135,9 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
         cfg.key_partition_path = Some(false);
         source = open_source_async(&cfg).await?;
     }
-    // the events already published were keyed by the stored key fields: a run keyed otherwise
-    // (a damaged hoodie.properties, a changed key.fields) would make keyed replay wrong
-    let key = source.info().stored_key();
-    if !state.key.is_empty() && state.key != key {
-        return Err(RuntimeError::Position(format!(
-            "the table's key is now {key:?}, but the events already published were keyed by {:?} (stored with the \
-             position). Check the table's properties (hoodie.properties, identifier fields) and `key.fields`; if the \
-             change is deliberate, start under a new connector name (and topic) so no topic mixes two keys",
-            state.key
-        )));
-    }
-    state.key = key;
+    state.key = resume::checked_key(&state.key, source.as_ref())?;
     if let (false, Some(issued)) = (new_state, &state.issued) {
-        // the start strategy only applies without a stored position: a start point set after it
-        // (meant to skip ahead) does nothing, which the operator should hear about
-        for k in ["read.start-commit", "start-snapshot-id"] {
-            let Some(v) = cfg.raw.get(k).filter(|v| v.chars().all(|c| c.is_ascii_digit())) else {
-                continue;
-            };
-            let at = |id: &str| {
-                source
-                    .order(&crate::source::Position {
-                        instant: id.to_string(),
-                        completed: None,
-                    })
-                    .ok()
-            };
-            if let (Some(start), Some(stored)) = (at(v), source.order(issued).ok()) {
-                if start > stored {
-                    tracing::warn!(connector = %cfg.name, key = k, value = %v, issued = %issued.instant,
-                        "the start point lies after the stored position, which wins: the connector continues from the \
-                         stored position. `lakestream offsets set` moves the position (or `offsets reset` to apply the \
-                         start setting)");
-                }
-            }
-        }
+        resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
     tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = %source.ownership().name(),
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
@@ -250,14 +173,6 @@ async fn run_inner(mut cfg: ConnectorConfig, opts: RunOptions, health: TaskHealt
     tracing::info!(connector = %task.cfg.name, task = task.cfg.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");
     res
-}
-
-/// A Hudi connector left at `key.partition-path=auto` whose stored key is its key without the
-/// partition path (published by a version that keyed by the record key alone).
-fn kept_record_key(cfg: &ConnectorConfig, stored: &[String], key: &[String]) -> bool {
-    cfg.key_partition_path.is_none()
-        && key.last().is_some_and(|k| k == crate::source::hudi::PARTITION_PATH)
-        && stored == &key[..key.len() - 1]
 }
 
 /// [`crate::source::open`] on a blocking thread.

@@ -1,0 +1,64 @@
+//! Riding out an outage: a failed run whose error is `unavailable` (broker down, restarted or
+//! stalled; registry not answering; storage throttled) runs again from the top, with backoff,
+//! until it succeeds, the outage outlasts `errors.retry.timeout`, or the task is shut down.
+
+use std::time::{Duration, Instant};
+
+use super::{run_inner, RunOptions, RuntimeError};
+use crate::config::ConnectorConfig;
+use crate::health::TaskHealthHandle;
+use crate::metrics;
+
+/// First wait after a broker outage shows; doubled each retry up to `errors.retry.delay.max.ms`.
+const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// Run the task, and after a broker outage (down, restarted, stalled: a transient sink error)
+/// or a Schema Registry that stopped answering, run it again from the top as a restarted process would: a new producer whose
+/// `init_transactions` aborts what the old one left open (or finds it committed), and the
+/// position re-read from the offsets topic — never the in-memory one, which an ambiguous commit
+/// may have left behind. Backoff doubles up to `errors.retry.delay.max.ms`; an outage lasting
+/// longer than `errors.retry.timeout` fails the task. Fencing, damage, bad offsets and
+/// configuration stop at once.
+pub(super) async fn ride_out(
+    cfg: &ConnectorConfig,
+    opts: &RunOptions,
+    health: &TaskHealthHandle,
+) -> Result<(), RuntimeError> {
+    let name = &cfg.name;
+    // (when this outage began, the next wait)
+    let mut outage: Option<(Instant, Duration)> = None;
+    // a wrong address fails at start, naming it; once running, an outage is ridden out
+    opts.cluster.reach(cfg).await?;
+    loop {
+        let attempt = Instant::now();
+        let err = match run_inner(cfg.clone(), opts.clone(), health.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        metrics::ERRORS
+            .with_label_values(&[name.as_str(), err.kind().as_str()])
+            .inc();
+        if !err.is_transient() || *opts.shutdown.borrow() {
+            return Err(err);
+        }
+        // a run that went on for a while before failing starts a new outage
+        let (since, delay) = match outage {
+            Some((since, d)) if attempt.elapsed() < 2 * d => (since, d),
+            _ => (Instant::now(), FIRST_RETRY_DELAY),
+        };
+        if cfg.retry_timeout.is_some_and(|t| since.elapsed() >= t) {
+            tracing::error!(connector = %name, error = %err, outage_s = since.elapsed().as_secs(), "outage outlasted errors.retry.timeout");
+            return Err(err);
+        }
+        tracing::warn!(connector = %name, error = %err, retry_in_ms = delay.as_millis() as u64, outage_s = since.elapsed().as_secs(),
+            "outage: retrying from the committed position with a new producer");
+        metrics::RETRIES.with_label_values(&[name.as_str()]).inc();
+        health.recovering(&crate::causes::with_causes(&err));
+        let mut sd = opts.shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = sd.changed() => return Err(err),
+        }
+        outage = Some((since, (delay * 2).min(cfg.retry_delay_max)));
+    }
+}
