@@ -91,6 +91,13 @@ pub struct Offsets {
     pub key: Vec<String>,
 }
 
+impl Offsets {
+    /// Nothing issued, nothing in flight, no handoff under way.
+    pub fn is_fresh(&self) -> bool {
+        self.issued.is_none() && self.in_flight.is_none() && self.handoff.is_none()
+    }
+}
+
 fn is_key(o: &Ownership) -> bool {
     *o == Ownership::Key
 }
@@ -140,6 +147,19 @@ pub struct OldTask {
     /// The old task's own unfinished handoff (tasks.max changed again before it completed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<Handoff>,
+}
+
+impl OldTask {
+    /// An old task's record as the new generation tracks it: passed already when it issued
+    /// nothing or stands where the new generation starts.
+    pub fn of(o: Offsets, start: &Option<Position>) -> OldTask {
+        OldTask {
+            passed: o.issued.is_none() || o.issued == *start,
+            issued: o.issued,
+            in_flight: o.in_flight,
+            handoff: o.handoff,
+        }
+    }
 }
 
 impl Handoff {

@@ -143,19 +143,9 @@ fn handoff_state(
     epoch: u64,
 ) -> Result<Offsets, RuntimeError> {
     let (tasks, new_tasks) = (shape.tasks, new.tasks);
-    let stuck = |why: &str, undo: String, until: &str| {
-        RuntimeError::Position(format!(
-            "connector {}: the tasks changed (tasks.max {tasks} → {new_tasks}, divided by {} → by {}), but {why}; \
-             run it with {undo} until {until}, then make the change",
-            cfg.name,
-            shape.ownership.name(),
-            new.ownership.name()
-        ))
-    };
-    let fresh = old
-        .values()
-        .all(|o| o.issued.is_none() && o.in_flight.is_none() && o.handoff.is_none());
-    if fresh {
+    let stuck = |why: &str, undo: String, until: &str| stuck_change(&cfg.name, (shape, new), why, &undo, until);
+    // no old task got anywhere: nothing to hand over
+    if old.values().all(Offsets::is_fresh) {
         return Ok(Offsets {
             tasks: new_tasks,
             ownership: new.ownership,
@@ -163,66 +153,34 @@ fn handoff_state(
             ..Default::default()
         });
     }
-    if shape.ownership != new.ownership && source.splits_follow_ownership() {
-        // the unit an old task half emitted would be cut into other splits now: its progress
-        // could not be matched row by row
-        if let Some(f) = old
-            .values()
-            .filter_map(|o| o.in_flight.as_ref())
-            .find(|f| !f.splits.is_empty())
-        {
-            let why = format!(
-                "a task of the old generation had unit {} half emitted (its splits are cut by the scheme)",
-                f.unit.instant
-            );
-            return Err(stuck(
-                &why,
-                format!("tasks.ownership={}", shape.ownership.name()),
-                "that unit is emitted",
-            ));
-        }
+    // the unit an old task half emitted would be cut into other splits now: its progress could
+    // not be matched row by row
+    let half_emitted = old
+        .values()
+        .filter_map(|o| o.in_flight.as_ref())
+        .find(|f| !f.splits.is_empty());
+    if let (true, Some(f)) = (
+        shape.ownership != new.ownership && source.splits_follow_ownership(),
+        half_emitted,
+    ) {
+        let why = format!(
+            "a task of the old generation had unit {} half emitted (its splits are cut by the scheme)",
+            f.unit.instant
+        );
+        let undo = format!("tasks.ownership={}", shape.ownership.name());
+        return Err(stuck(&why, undo, "that unit is emitted"));
     }
-    // a task that has not finished its first unit: the new task redoes that unit (the same one
-    // every old task started with) for the keys it had not emitted
-    let first = if old.values().any(|o| o.issued.is_none()) {
-        let mut firsts: Vec<FirstUnit> = Vec::new();
-        let in_flight_firsts = old.values().filter(|o| o.issued.is_none()).filter_map(|o| {
-            o.in_flight.as_ref().map(|f| FirstUnit {
-                unit: f.unit.clone(),
-                snapshot: f.snapshot,
-            })
-        });
-        for f in old.values().filter_map(|o| o.first.clone()).chain(in_flight_firsts) {
-            if !firsts.contains(&f) {
-                firsts.push(f);
-            }
-        }
-        match firsts.as_slice() {
-            [f] => Some(f.clone()),
-            [] => None,
-            _ => {
-                let undo = format!("tasks.max={tasks} tasks.ownership={}", shape.ownership.name());
-                return Err(stuck(
-                    "its tasks started from different first units",
-                    undo,
-                    "its first unit is emitted",
-                ));
-            }
-        }
-    } else {
-        None
-    };
-    let start = if first.is_some() {
-        None
-    } else {
-        let mut start: Option<(String, Position)> = None;
-        for p in old.values().filter_map(|o| o.issued.as_ref()) {
-            let k = source.order(p)?;
-            if start.as_ref().is_none_or(|(sk, _)| k < *sk) {
-                start = Some((k, p.clone()));
-            }
-        }
-        start.map(|s| s.1)
+    let first = first_unit(&old).map_err(|()| {
+        let undo = format!("tasks.max={tasks} tasks.ownership={}", shape.ownership.name());
+        stuck(
+            "its tasks started from different first units",
+            undo,
+            "its first unit is emitted",
+        )
+    })?;
+    let start = match first {
+        Some(_) => None,
+        None => earliest_issued(source.as_ref(), &old)?,
     };
     // the key the published events carry goes with the position: the new generation is checked against it
     let key = old
@@ -230,21 +188,7 @@ fn handoff_state(
         .map(|o| o.key.clone())
         .find(|k| !k.is_empty())
         .unwrap_or_default();
-    let old_tasks = old
-        .into_iter()
-        .map(|(j, o)| {
-            let passed = o.issued.is_none() || o.issued == start;
-            (
-                j,
-                OldTask {
-                    issued: o.issued,
-                    in_flight: o.in_flight,
-                    passed,
-                    handoff: o.handoff,
-                },
-            )
-        })
-        .collect();
+    let old_tasks = old.into_iter().map(|(j, o)| (j, OldTask::of(o, &start))).collect();
     tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch,
         start = %start.as_ref().map_or("none", |p| p.instant.as_str()), first = %first.as_ref().map_or("none", |f| f.unit.instant.as_str()),
         from_ownership = %shape.ownership.name(), to_ownership = %new.ownership.name(),
@@ -264,6 +208,57 @@ fn handoff_state(
         key,
         ..Default::default()
     })
+}
+
+/// A task change the stored positions cannot follow yet: why, and what to run until when.
+fn stuck_change(connector: &str, (from, to): (Shape, Shape), why: &str, undo: &str, until: &str) -> RuntimeError {
+    RuntimeError::Position(format!(
+        "connector {connector}: the tasks changed (tasks.max {} → {}, divided by {} → by {}), but {why}; run it with \
+         {undo} until {until}, then make the change",
+        from.tasks,
+        to.tasks,
+        from.ownership.name(),
+        to.ownership.name()
+    ))
+}
+
+/// A task that has not finished its first unit: the new task redoes that unit (the same one
+/// every old task started with) for the keys it had not emitted. `Err` when the old tasks
+/// started from different first units.
+fn first_unit(old: &BTreeMap<u32, Offsets>) -> Result<Option<FirstUnit>, ()> {
+    if !old.values().any(|o| o.issued.is_none()) {
+        return Ok(None);
+    }
+    let mut firsts: Vec<FirstUnit> = Vec::new();
+    let in_flight_firsts = old.values().filter(|o| o.issued.is_none()).filter_map(|o| {
+        o.in_flight.as_ref().map(|f| FirstUnit {
+            unit: f.unit.clone(),
+            snapshot: f.snapshot,
+        })
+    });
+    for f in old.values().filter_map(|o| o.first.clone()).chain(in_flight_firsts) {
+        if !firsts.contains(&f) {
+            firsts.push(f);
+        }
+    }
+    match firsts.as_slice() {
+        [f] => Ok(Some(f.clone())),
+        [] => Ok(None),
+        _ => Err(()),
+    }
+}
+
+/// The earliest position an old task issued, in the table's order: the new generation starts
+/// there, and the old tasks further on hand over their progress.
+fn earliest_issued(source: &dyn Source, old: &BTreeMap<u32, Offsets>) -> Result<Option<Position>, RuntimeError> {
+    let mut start: Option<(String, Position)> = None;
+    for p in old.values().filter_map(|o| o.issued.as_ref()) {
+        let k = source.order(p)?;
+        if start.as_ref().is_none_or(|(sk, _)| k < *sk) {
+            start = Some((k, p.clone()));
+        }
+    }
+    Ok(start.map(|s| s.1))
 }
 
 /// Where this task starts (and whether that state is new, to be committed at once): its own
