@@ -9,19 +9,16 @@
 //! with the log but its keys and nothing needs spilling; a block without winners is not decoded
 //! again.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 use hashbrown::hash_table::Entry;
 
-use std::collections::HashSet;
-
-use super::files::{base_as_of, partition_dir, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
-use super::log::{self, BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
+use super::log::{self, BlockType};
 use super::slice::{split_operations, BaseBatches, CachedLog, MergeMode, SliceReader, SliceState};
-use crate::source::rows::{conform, nullable, RowKeys};
+use crate::source::rows::{conform, RowKeys};
 use crate::source::SourceError;
 
 /// The merge of one file slice, planned by [`SliceMerge::plan`] and run by [`SliceMerge::run`]:
@@ -44,161 +41,15 @@ pub struct SliceMerge<'a> {
     pub bytes_read: u64,
 }
 
-impl<'a> SliceMerge<'a> {
-    /// Plan the merge of one file group as of `at`: which base file and log blocks take part, the
-    /// slice's schema and newest file. Nothing is merged yet. `None`: no visible slice.
-    pub fn plan(
-        reader: &'a SliceReader<'a>,
-        partition: &str,
-        base_files: &[BaseFile],
-        log_files: &[LogFile],
-        at: &str,
-        inclusive: bool,
-    ) -> Result<Option<Self>, SourceError> {
-        let dir = partition_dir(&reader.table.path, partition);
-        let base = base_as_of(base_files, reader.timeline, at, inclusive);
-        let logs = reader.slice_logs(base, log_files);
-        let mut file = None;
-        let mut bytes_read = 0;
-        let base_stream = match base {
-            Some(b) => {
-                let (_, batches, size) = reader.cache.base(&dir.join(&b.name))?;
-                bytes_read += size;
-                file = Some(b.name.clone());
-                Some(batches)
-            }
-            None => None,
-        };
-        // blocks of visible instants, rollbacks applied, in commit order: (order, file, block)
-        let mut blocks: Vec<(String, usize, usize)> = Vec::new();
-        let mut rolled_back: HashSet<String> = HashSet::new();
-        let mut cached = Vec::new();
-        for l in &logs {
-            let path = dir.join(&l.name);
-            cached.push((reader.cache.log(&path, reader.connector)?, path, l.name.clone()));
-        }
-        for (i, (c, _, name)) in cached.iter().enumerate() {
-            bytes_read += c.1;
-            for (j, b) in c.0.iter().enumerate() {
-                let Some(instant) = b.instant() else { continue };
-                if b.block_type == BlockType::Command {
-                    if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
-                        if let Some(t) = b.header.get(&TARGET_INSTANT_TIME) {
-                            rolled_back.insert(t.clone());
-                        }
-                    }
-                    continue;
-                }
-                if !reader.visible(instant, at, inclusive) {
-                    continue;
-                }
-                let order = reader.timeline.completed_order(instant).unwrap_or_default();
-                blocks.push((order, i, j));
-                if file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
-                    file = Some(name.clone());
-                }
-            }
-        }
-        blocks.retain(|&(_, i, j)| {
-            cached[i].0 .0[j]
-                .instant()
-                .map(|x| !rolled_back.contains(x))
-                .unwrap_or(true)
-        });
-        blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-        if base.is_none() && blocks.is_empty() {
-            return Ok(None);
-        }
-        let mut merge = SliceMerge {
-            reader,
-            partition: partition.to_string(),
-            base: base_stream.map(|b| b.peekable()),
-            blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
-            cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
-            last_schema: None,
-            target: None,
-            file,
-            bytes_read,
-        };
-        merge.plan_schema()?;
-        Ok(Some(merge))
-    }
-}
-
 /// Decoded log rows are kept (not decoded again) while they take at most `budget / KEEP_SHARE`
 /// (8 MiB of the default budget per reader thread).
 const KEEP_SHARE: usize = 16;
 
 mod index;
+mod plan;
 use index::{KeyTexts, LogIndex, Pos, Slot, BASE_WON, DELETED_KEY, HARD_DELETED, RESET, SOFT};
 
 impl SliceMerge<'_> {
-    /// The slice's schema (rows are conformed to it): the newest data block's, else the base
-    /// file's, every column nullable, layout columns dropped. `None`: the slice has no rows.
-    pub fn schema(&self) -> Option<&SchemaRef> {
-        self.target.as_ref()
-    }
-
-    fn block(&self, k: usize) -> (&LogBlock, &Path) {
-        let (i, j) = self.blocks[k];
-        (&self.cached[i].0 .0[j], self.cached[i].1.as_path())
-    }
-
-    fn decode_each(
-        &self,
-        k: usize,
-        f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
-    ) -> Result<(), SourceError> {
-        let (b, path) = self.block(k);
-        self.reader.decode_each(b, path, &self.partition, f)
-    }
-
-    fn with_keys(&self, b: RecordBatch) -> Result<RecordBatch, SourceError> {
-        let m = self.reader.merge;
-        if m.virtual_keys {
-            with_virtual_keys(&b, &m.key_fields, &self.partition)
-        } else {
-            Ok(b)
-        }
-    }
-
-    pub(super) fn plan_schema(&mut self) -> Result<(), SourceError> {
-        let is_data = |b: &LogBlock| !matches!(b.block_type, BlockType::Delete | BlockType::Corrupt);
-        let last_data = (0..self.blocks.len()).rev().find(|&k| is_data(self.block(k).0));
-        if let Some(k) = last_data {
-            let mut first = None;
-            self.decode_each(k, &mut |b| {
-                first = Some(b.schema());
-                Ok(false)
-            })?;
-            self.last_schema = first;
-        }
-        let newest = match self.last_schema.clone() {
-            Some(s) => Some(s),
-            None => {
-                let peeked = self
-                    .base
-                    .as_mut()
-                    .and_then(|b| b.peek())
-                    .map(|r| r.as_ref().ok().cloned());
-                match peeked {
-                    Some(Some(b)) => Some(self.with_keys(b)?.schema()),
-                    Some(None) => {
-                        return Err(self
-                            .base
-                            .as_mut()
-                            .and_then(Iterator::next)
-                            .and_then(Result::err)
-                            .expect("the peeked error"))
-                    }
-                    None => None,
-                }
-            }
-        };
-        self.target = newest.map(|s| nullable(&s, LAYOUT_META_COLUMNS));
-        Ok(())
-    }
-
     /// Merge, keeping every winning row in memory (change units diffed in memory, changelog mode).
     pub fn collect(self) -> Result<SliceState, SourceError> {
         let (file, bytes_read) = (self.file.clone(), self.bytes_read);
