@@ -55,58 +55,7 @@ impl IcebergSource {
         let file = metadata::current_metadata_file(&opts.location)?;
         let md = metadata::TableMetadata::load(&file)?;
         let schema = md.schema_of(None)?;
-        let declared: Vec<String> = schema
-            .identifier_field_ids
-            .iter()
-            .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
-            .collect();
-        if !opts.key_fields.is_empty()
-            && !declared.is_empty()
-            && opts.key_fields != declared
-            && !opts.key_fields_override
-        {
-            return Err(SourceError::Config {
-                message: format!(
-                    "key.fields {:?} differs from the identifier fields {declared:?} that table {} declares: the events \
-                     would be keyed by something other than the row's identity. Remove key.fields, or set \
-                     key.fields.override=true if that is meant",
-                    opts.key_fields,
-                    file.display()
-                ),
-            });
-        }
-        let key_fields: Vec<String> = if !opts.key_fields.is_empty() {
-            for k in &opts.key_fields {
-                if !schema.fields.iter().any(|f| f.name == *k) {
-                    return Err(SourceError::Config {
-                        message: format!(
-                            "key.fields: `{k}` is not a column of table {} (columns: {})",
-                            file.display(),
-                            schema
-                                .fields
-                                .iter()
-                                .map(|f| f.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    });
-                }
-            }
-            opts.key_fields.clone()
-        } else {
-            declared
-        };
-        let key_fields = if opts.keyless { Vec::new() } else { key_fields };
-        if key_fields.is_empty() && !opts.keyless {
-            return Err(SourceError::Config {
-                message: format!(
-                    "table {} declares no identifier fields, so change events would have no key; set key.fields \
-                     (comma-separated columns that identify a row), or key.mode=none for a table without a key (null \
-                     Kafka keys, rows compared whole)",
-                    file.display()
-                ),
-            });
-        }
+        let key_fields = key_fields(&opts, schema, &file)?;
         let name = match &opts.location {
             crate::config::TableLocation::Path(_) => {
                 let loc = md.location.trim_end_matches('/');
@@ -292,6 +241,64 @@ impl IcebergSource {
             }
         }
     }
+}
+
+/// The key the events carry: `key.fields`, else the table's identifier fields (`key.mode=none`:
+/// none); a key that does not fit the table is a configuration error naming what to set.
+fn key_fields(
+    opts: &IcebergOptions,
+    schema: &metadata::IcebergSchema,
+    file: &std::path::Path,
+) -> Result<Vec<String>, SourceError> {
+    let declared: Vec<String> = schema
+        .identifier_field_ids
+        .iter()
+        .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
+        .collect();
+    if !opts.key_fields.is_empty() && !declared.is_empty() && opts.key_fields != declared && !opts.key_fields_override {
+        return Err(SourceError::Config {
+            message: format!(
+                "key.fields {:?} differs from the identifier fields {declared:?} that table {} declares: the events \
+                 would be keyed by something other than the row's identity. Remove key.fields, or set \
+                 key.fields.override=true if that is meant",
+                opts.key_fields,
+                file.display()
+            ),
+        });
+    }
+    let key_fields: Vec<String> = if !opts.key_fields.is_empty() {
+        for k in &opts.key_fields {
+            if !schema.fields.iter().any(|f| f.name == *k) {
+                return Err(SourceError::Config {
+                    message: format!(
+                        "key.fields: `{k}` is not a column of table {} (columns: {})",
+                        file.display(),
+                        schema
+                            .fields
+                            .iter()
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
+        }
+        opts.key_fields.clone()
+    } else {
+        declared
+    };
+    let key_fields = if opts.keyless { Vec::new() } else { key_fields };
+    if key_fields.is_empty() && !opts.keyless {
+        return Err(SourceError::Config {
+            message: format!(
+                "table {} declares no identifier fields, so change events would have no key; set key.fields \
+                 (comma-separated columns that identify a row), or key.mode=none for a table without a key (null \
+                 Kafka keys, rows compared whole)",
+                file.display()
+            ),
+        });
+    }
+    Ok(key_fields)
 }
 
 /// A file a unit needs is gone: name it, say whether expiry removed it (its snapshot no longer
