@@ -252,8 +252,19 @@ impl HudiSource {
         if buckets > 1 {
             return self.read_bucketed(&r, done, buckets, emit);
         }
-        // a change unit is diffed as a whole: keys may move between the file groups it touched
-        let sides = self.load_sides(&r, &unit.splits, &FileCache::default())?;
+        self.read_diffed(&r, done, emit)
+    }
+
+    /// A change unit diffed as a whole in memory: keys may move between the file groups it
+    /// touched.
+    fn read_diffed(
+        &self,
+        r: &UnitRead<'_>,
+        done: &HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let unit = r.unit;
+        let sides = self.load_sides(r, &unit.splits, &FileCache::default())?;
         let Some(first) = sides.batches.first() else {
             return Ok(());
         };
