@@ -23,7 +23,9 @@ use self::manifest::ManifestCache;
 use self::monitor::{DiffPart, First, Plan, PlanKind, Task};
 use self::reader::{keep, read_range};
 use super::buckets::{buckets_for, DECODED_PER_FILE_BYTE};
-use super::{par, ChangeRow, Position, Resume, RowRef, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
+use super::{
+    par, ChangeRow, Op, Position, Resume, RowRef, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit,
+};
 use crate::config::{ConnectorConfig, IcebergOptions};
 
 pub struct IcebergSource {
@@ -185,61 +187,72 @@ impl IcebergSource {
                 }
                 Ok(())
             }
-            PlanKind::Rows { op, splits } => {
-                // the unit's splits (this task's share of the plan's) by their plan index
-                let index: HashMap<String, usize> = (0..splits.len())
-                    .map(|i| (monitor::split_spec(i, &splits[i]).id, i))
-                    .collect();
-                let todo: Vec<(usize, &SplitSpec)> = unit
-                    .splits
-                    .iter()
-                    .filter(|s| !done.contains(&s.id))
-                    .map(|s| {
-                        index
-                            .get(&s.id)
-                            .map(|i| (*i, s))
-                            .ok_or_else(|| SourceError::Unreadable {
-                                message: format!(
-                                    "snapshot {}: split {} is not in the snapshot's plan",
-                                    plan.snapshot.snapshot_id, s.id
-                                ),
-                            })
-                    })
-                    .collect::<Result<_, _>>()?;
-                let read = |k: usize| -> Result<SplitChanges, SourceError> {
-                    let (i, split) = todo[k];
-                    let (batches, labels, bytes) = self.read_tasks(&plan, &splits[i])?;
-                    let rows: Vec<ChangeRow> = batches
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(b, batch)| {
-                            (0..batch.num_rows()).map(move |r| ChangeRow {
-                                op: *op,
-                                before: None,
-                                after: Some(RowRef {
-                                    batch: b as u32,
-                                    row: r as u32,
-                                }),
-                            })
-                        })
-                        .collect();
-                    let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
-                    Ok(SplitChanges {
-                        split: split.clone(),
-                        first_row: 0,
-                        last: true,
-                        buckets: 1,
-                        file: first_file,
-                        rows_read: rows.len() as u64,
-                        rows,
-                        batches: Arc::new(batches),
-                        batch_files: labels,
-                        bytes_read: bytes,
-                    })
-                };
-                par::ordered(todo.len(), self.threads, &read, emit)
-            }
+            PlanKind::Rows { op, splits } => self.read_rows(&plan, (*op, splits), unit, done, emit),
         }
+    }
+
+    /// Rows as they are (a full scan, a pure append): this task's splits, read in parallel and
+    /// handed on in order.
+    fn read_rows(
+        &self,
+        plan: &Plan,
+        (op, splits): (Op, &[Vec<Task>]),
+        unit: &Unit,
+        done: &std::collections::HashSet<String>,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        // the unit's splits (this task's share of the plan's) by their plan index
+        let index: HashMap<String, usize> = (0..splits.len())
+            .map(|i| (monitor::split_spec(i, &splits[i]).id, i))
+            .collect();
+        let todo: Vec<(usize, &SplitSpec)> = unit
+            .splits
+            .iter()
+            .filter(|s| !done.contains(&s.id))
+            .map(|s| {
+                index
+                    .get(&s.id)
+                    .map(|i| (*i, s))
+                    .ok_or_else(|| SourceError::Unreadable {
+                        message: format!(
+                            "snapshot {}: split {} is not in the snapshot's plan",
+                            plan.snapshot.snapshot_id, s.id
+                        ),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let read = |k: usize| -> Result<SplitChanges, SourceError> {
+            let (i, split) = todo[k];
+            let (batches, labels, bytes) = self.read_tasks(plan, &splits[i])?;
+            let rows: Vec<ChangeRow> = batches
+                .iter()
+                .enumerate()
+                .flat_map(|(b, batch)| {
+                    (0..batch.num_rows()).map(move |r| ChangeRow {
+                        op,
+                        before: None,
+                        after: Some(RowRef {
+                            batch: b as u32,
+                            row: r as u32,
+                        }),
+                    })
+                })
+                .collect();
+            let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
+            Ok(SplitChanges {
+                split: split.clone(),
+                first_row: 0,
+                last: true,
+                buckets: 1,
+                file: first_file,
+                rows_read: rows.len() as u64,
+                rows,
+                batches: Arc::new(batches),
+                batch_files: labels,
+                bytes_read: bytes,
+            })
+        };
+        par::ordered(todo.len(), self.threads, &read, emit)
     }
 }
 
