@@ -23,6 +23,23 @@ pub(super) struct Sides {
     pub(super) bytes: u64,
 }
 
+/// Batches (old side first), their labels, and the batch indexes of each side.
+type Flat = (Vec<RecordBatch>, Vec<(String, String)>, Vec<u32>, Vec<u32>);
+
+impl Sides {
+    fn flatten(self) -> Flat {
+        let (mut batches, mut labels, mut old_idx, mut new_idx) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (is_new, side) in [(false, self.old), (true, self.new)] {
+            for (b, label) in side {
+                if is_new { &mut new_idx } else { &mut old_idx }.push(batches.len() as u32);
+                batches.push(b);
+                labels.push(label);
+            }
+        }
+        (batches, labels, old_idx, new_idx)
+    }
+}
+
 impl IcebergSource {
     /// A rewritten data file: rows deleted by this snapshot (old side) and rows it brought back.
     pub(super) fn read_rewritten(
@@ -69,19 +86,12 @@ impl IcebergSource {
             let side = |tasks: &[Task], is_new: bool| -> Result<Sides, SourceError> {
                 let (batches, labels, bytes) = self.read_tasks(plan, tasks)?;
                 let rows: Vec<_> = batches.into_iter().zip(labels).collect();
-                Ok(if is_new {
-                    Sides {
-                        new: rows,
-                        bytes,
-                        ..Default::default()
-                    }
-                } else {
-                    Sides {
-                        old: rows,
-                        bytes,
-                        ..Default::default()
-                    }
-                })
+                let mut sides = Sides {
+                    bytes,
+                    ..Default::default()
+                };
+                *(if is_new { &mut sides.new } else { &mut sides.old }) = rows;
+                Ok(sides)
             };
             if i < old.len() {
                 side(std::slice::from_ref(&old[i]), false)
@@ -102,18 +112,8 @@ impl IcebergSource {
             all.bytes += s.bytes;
             Ok(())
         })?;
-        let (mut batches, mut labels, mut old_idx, mut new_idx) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (is_new, side) in [(false, all.old), (true, all.new)] {
-            for (b, label) in side {
-                if is_new {
-                    new_idx.push(batches.len() as u32)
-                } else {
-                    old_idx.push(batches.len() as u32)
-                }
-                batches.push(b);
-                labels.push(label);
-            }
-        }
+        let bytes_read = all.bytes;
+        let (batches, labels, old_idx, new_idx) = all.flatten();
         let keys = self.key_columns(plan)?;
         let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
         let rows = if self.info.keyless() {
@@ -134,7 +134,7 @@ impl IcebergSource {
             batch_files: labels,
             rows,
             rows_read,
-            bytes_read: all.bytes,
+            bytes_read,
         })
     }
 
