@@ -181,7 +181,7 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
         for i in 0..count as usize {
             sink.send(std::slice::from_ref(&samples[i % samples.len()]))
                 .expect("send");
-            if sink.txn_records() >= cfg.max_txn_records as u64 {
+            if sink.txn_records() >= cfg.runtime.max_txn_records as u64 {
                 sink.commit(serde_json::to_vec(&offsets).expect("offsets"))
                     .await
                     .expect("commit");

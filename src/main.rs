@@ -286,7 +286,7 @@ fn main() -> ExitCode {
 fn select_tasks(cfgs: Vec<ConnectorConfig>, ordinal: Option<u32>, replicas: Option<u32>) -> Vec<ConnectorConfig> {
     let mut out = Vec::new();
     for c in cfgs {
-        for t in 0..c.tasks {
+        for t in 0..c.runtime.tasks {
             let mine = match (ordinal, replicas) {
                 (None, _) => true,
                 (Some(k), Some(r)) if r > 0 => t % r == k,
@@ -315,7 +315,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         let _ = tx.send(true);
     });
     let health = lakestream::health::Health::new();
-    if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.metrics_port)) {
+    if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.runtime.metrics_port)) {
         let health = health.clone();
         tokio::spawn(async move {
             if let Err(e) = lakestream::health::serve(port, health).await {

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use super::values::Validator;
 use super::{
-    checks, iceberg, keys, parse_size, ConfigError, ConnectorConfig, ConnectorKind, IcebergOptions, Properties,
-    RegistryOptions, StartCommit, TableLocation, TaskOwnership, TimeMode, TxnBoundary,
+    checks, iceberg, keys, parse_size, ConfigError, ConnectorConfig, ConnectorKind, EventsConfig, IcebergOptions,
+    KafkaConfig, Properties, ReadConfig, RegistryOptions, RuntimeConfig, StartCommit, TableLocation, TaskOwnership,
+    TimeMode, TxnBoundary,
 };
 
 /// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
@@ -22,24 +23,10 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         return Err(v.invalid("name", "must be non-empty and contain no whitespace".into()));
     }
     let (iceberg, table_path, table_id) = table(&v, kind)?;
-    let registry = registry(&v)?;
-    let tasks = v.u64_in("tasks.max", 1, 1..=256)?;
-    let txn_metadata = v.bool_or("provide.transaction.metadata", false)?;
-    undividable(&v, tasks, txn_metadata, iceberg.as_ref())?;
+    let events = events(&v)?;
+    let runtime = runtime(&v, task_id)?;
+    undividable(&v, runtime.tasks as u64, events.txn_metadata, iceberg.as_ref())?;
     checks::converters(&v)?;
-    checks::producer_overrides(&v)?;
-    let producer_overrides = props
-        .entries
-        .iter()
-        .filter_map(|(k, (val, _))| {
-            k.strip_prefix("producer.override.")
-                .map(|r| (r.to_string(), val.clone()))
-        })
-        .collect();
-    let check_interval = match v.get("monitor-interval") {
-        Some(_) => v.duration_or("monitor-interval", Duration::from_secs(60))?,
-        None => v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?,
-    };
     Ok(ConnectorConfig {
         file: props.file.clone(),
         name,
@@ -47,32 +34,55 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         table_path,
         table_id,
         iceberg,
-        schema_registry_url: registry.url.clone(),
-        registry,
+        registry: registry(&v)?,
         storage: storage(&v)?,
-        topic: checks::topic_name(&v, "topic", v.required("topic", "the Kafka topic for change events")?)?,
-        bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
-        offsets_topic: checks::topic_name(
-            &v,
-            "offsets.storage.topic",
-            v.get("offsets.storage.topic")
-                .unwrap_or_else(|| "lakestream-offsets".into()),
-        )?,
-        start: start_commit(&v)?,
-        end_commit: end_commit(&v)?,
+        read: read(&v)?,
+        events,
+        kafka: kafka(&v, &props)?,
+        runtime,
+        raw: props
+            .entries
+            .iter()
+            .map(|(k, (val, _))| (k.clone(), val.clone()))
+            .collect(),
+    })
+}
+
+/// The source's section: where reading starts and stops, what is skipped, merging, memory.
+fn read(v: &Validator) -> Result<ReadConfig, ConfigError> {
+    let check_interval = match v.get("monitor-interval") {
+        Some(_) => v.duration_or("monitor-interval", Duration::from_secs(60))?,
+        None => v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?,
+    };
+    Ok(ReadConfig {
+        start: start_commit(v)?,
+        end_commit: end_commit(v)?,
         check_interval,
         commits_limit: v.limit("read.commits.limit")?,
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
         skip_clustering: v.bool_or("read.streaming.skip_clustering", true)?,
-        tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
-        txn_metadata,
         changelog: v.bool_or("changelog.enabled", false)?,
         skip_merge: v.one_of(
             "hoodie.datasource.merge.type",
             false,
             &[("payload_combine", false), ("skip_merge", true)],
         )?,
-        column_exclude: column_exclude(&v)?,
+        cdc_from_log: auto_bool(v, "read.cdc.from-log")?,
+        key_partition_path: auto_bool(v, "key.partition-path")?,
+        memory_budget: memory_budget(v)?,
+        spill_dir: v
+            .get("read.spill.dir")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir),
+    })
+}
+
+/// The changelog's section: what the events carry and how their schemas are typed.
+fn events(v: &Validator) -> Result<EventsConfig, ConfigError> {
+    Ok(EventsConfig {
+        tombstones_on_delete: v.bool_or("tombstones.on.delete", true)?,
+        txn_metadata: v.bool_or("provide.transaction.metadata", false)?,
+        column_exclude: column_exclude(v)?,
         time_mode: v.one_of(
             "time.precision.mode",
             TimeMode::Avro,
@@ -84,16 +94,46 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
             ],
         )?,
         required_columns: v.one_of("schema.nullability", false, &[("optional", false), ("table", true)])?,
-        cdc_from_log: auto_bool(&v, "read.cdc.from-log")?,
-        boundary: boundary(&v)?,
-        max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
+    })
+}
+
+/// The sink's section: broker, topics, transactions, outages and librdkafka passthrough.
+fn kafka(v: &Validator, props: &Properties) -> Result<KafkaConfig, ConfigError> {
+    checks::producer_overrides(v)?;
+    let producer_overrides = props
+        .entries
+        .iter()
+        .filter_map(|(k, (val, _))| {
+            k.strip_prefix("producer.override.")
+                .map(|r| (r.to_string(), val.clone()))
+        })
+        .collect();
+    Ok(KafkaConfig {
+        topic: checks::topic_name(v, "topic", v.required("topic", "the Kafka topic for change events")?)?,
+        bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
+        offsets_topic: checks::topic_name(
+            v,
+            "offsets.storage.topic",
+            v.get("offsets.storage.topic")
+                .unwrap_or_else(|| "lakestream-offsets".into()),
+        )?,
         // the broker's transaction.max.timeout.ms defaults to 15 minutes
         transaction_timeout_ms: v.u64_in("transaction.timeout.ms", 60_000, 1_000..=900_000)?,
-        retry_timeout: retry_timeout(&v)?,
+        retry_timeout: retry_timeout(v)?,
         retry_delay_max: Duration::from_millis(v.u64_in("errors.retry.delay.max.ms", 60_000, 1..=3_600_000)?),
         bootstrap_timeout: Duration::from_millis(v.u64_in("bootstrap.timeout.ms", 30_000, 1_000..=3_600_000)?),
+        topic_partitions: v.u64_in("topic.creation.default.partitions", 1, 1..=10_000)? as i32,
+        replication_factor: v.u64_in("topic.creation.default.replication.factor", 1, 1..=16)? as i32,
+        producer_overrides,
+    })
+}
+
+/// The runtime's section: this task and how tasks divide the table, transaction boundaries,
+/// the metrics endpoint.
+fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
+    Ok(RuntimeConfig {
         task_id,
-        tasks: tasks as u32,
+        tasks: v.u64_in("tasks.max", 1, 1..=256)? as u32,
         ownership: v.one_of(
             "tasks.ownership",
             TaskOwnership::Auto,
@@ -103,26 +143,14 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
                 ("partition", TaskOwnership::Partition),
             ],
         )?,
-        key_partition_path: auto_bool(&v, "key.partition-path")?,
         by_partition: false,
+        boundary: boundary(v)?,
+        max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
         metrics_port: v
             .get("metrics.port")
             .map(|_| v.u64_in("metrics.port", 0, 1..=65_535))
             .transpose()?
             .map(|p| p as u16),
-        memory_budget: memory_budget(&v)?,
-        spill_dir: v
-            .get("read.spill.dir")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir),
-        topic_partitions: v.u64_in("topic.creation.default.partitions", 1, 1..=10_000)? as i32,
-        replication_factor: v.u64_in("topic.creation.default.replication.factor", 1, 1..=16)? as i32,
-        producer_overrides,
-        raw: props
-            .entries
-            .iter()
-            .map(|(k, (val, _))| (k.clone(), val.clone()))
-            .collect(),
     })
 }
 

@@ -122,7 +122,11 @@ pub enum TimeMode {
     Connect,
 }
 
-/// One connector, fully validated.
+/// One connector, fully validated. The table and the clients it names sit at the top; the
+/// rest is in sections, one per stage that reads it: [`ReadConfig`] for the source,
+/// [`EventsConfig`] for the changelog, [`KafkaConfig`] for the sink and [`RuntimeConfig`] for the
+/// task loop. Each stage reads its own section and the names above; a key's stage is plain from
+/// where it sits.
 #[derive(Clone)]
 pub struct ConnectorConfig {
     pub file: PathBuf,
@@ -138,33 +142,59 @@ pub struct ConnectorConfig {
     pub registry: RegistryOptions,
     /// Object-store settings (`s3.*`) for `s3://`, `gs://`, `az://` tables.
     pub storage: crate::storage::StorageOptions,
-    pub topic: String,
-    pub bootstrap_servers: String,
-    pub schema_registry_url: String,
-    pub offsets_topic: String,
+    pub read: ReadConfig,
+    pub events: EventsConfig,
+    pub kafka: KafkaConfig,
+    pub runtime: RuntimeConfig,
+    /// Every resolved key/value, for `validate` (secrets masked when printed).
+    pub raw: BTreeMap<String, String>,
+}
+
+/// What the source reads and how: where it starts and stops, which instants it skips, how it
+/// merges, and the memory it may hold.
+#[derive(Debug, Clone)]
+pub struct ReadConfig {
     pub start: StartCommit,
     pub end_commit: Option<String>,
     pub check_interval: Duration,
     pub commits_limit: Option<usize>,
     pub skip_compaction: bool,
     pub skip_clustering: bool,
-    pub tombstones_on_delete: bool,
-    /// `provide.transaction.metadata`: events carry their lake commit (`transaction`), and
-    /// BEGIN/END records go to `<topic>.transaction` (Debezium's transaction metadata).
-    pub txn_metadata: bool,
+    /// `changelog.enabled`: every intermediate change of a key, not only the last per instant.
     pub changelog: bool,
     /// `hoodie.datasource.merge.type=skip_merge`.
     pub skip_merge: bool,
     /// `read.cdc.from-log`: Hudi CDC log files as the changes (`None`: auto).
     pub cdc_from_log: Option<bool>,
+    /// `key.partition-path`: the Hudi Kafka key carries the partition path (`None`: decided from
+    /// the table's index).
+    pub key_partition_path: Option<bool>,
+    pub memory_budget: usize,
+    pub spill_dir: PathBuf,
+}
+
+/// What the change events carry and how their schemas are typed.
+#[derive(Debug, Clone)]
+pub struct EventsConfig {
+    pub tombstones_on_delete: bool,
+    /// `provide.transaction.metadata`: events carry their lake commit (`transaction`), and
+    /// BEGIN/END records go to `<topic>.transaction` (Debezium's transaction metadata).
+    pub txn_metadata: bool,
     /// `column.exclude.list`: value columns left out of the events.
     pub column_exclude: Option<regex::Regex>,
     /// `time.precision.mode`: how temporal columns are typed in the events.
     pub time_mode: TimeMode,
     /// `schema.nullability=table`: columns the table declares required are non-null in Avro.
     pub required_columns: bool,
-    pub boundary: TxnBoundary,
-    pub max_txn_records: usize,
+}
+
+/// Where the events go: the broker, the topics (and how they are created), the producer's
+/// transactions and how long an outage is ridden out.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    pub topic: String,
+    pub bootstrap_servers: String,
+    pub offsets_topic: String,
     pub transaction_timeout_ms: u64,
     /// `errors.retry.timeout`: how long a broker outage is retried (`None`: forever).
     pub retry_timeout: Option<Duration>,
@@ -172,26 +202,27 @@ pub struct ConnectorConfig {
     pub retry_delay_max: Duration,
     /// `bootstrap.timeout.ms`: how long an unreachable `bootstrap.servers` is waited for at start.
     pub bootstrap_timeout: Duration,
-    pub task_id: u32,
-    /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
-    pub tasks: u32,
-    pub ownership: TaskOwnership,
-    /// `key.partition-path`: the Hudi Kafka key carries the partition path (`None`: decided from
-    /// the table's index).
-    pub key_partition_path: Option<bool>,
-    /// Tasks divide the table by partition: `tasks.ownership` resolved against the table by the
-    /// source when it opens (false until then). Part of the task's offsets key and transactional
-    /// id, so a change of scheme is a new generation.
-    pub by_partition: bool,
-    pub metrics_port: Option<u16>,
-    pub memory_budget: usize,
-    pub spill_dir: PathBuf,
     pub topic_partitions: i32,
     pub replication_factor: i32,
     /// librdkafka settings from `producer.override.*` (and `kafka.*`), passed through verbatim.
     pub producer_overrides: BTreeMap<String, String>,
-    /// Every resolved key/value, for `validate` (secrets masked when printed).
-    pub raw: BTreeMap<String, String>,
+}
+
+/// How the task loop runs: which task this is and how tasks divide the table, where
+/// transactions end, and the metrics endpoint.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub task_id: u32,
+    /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
+    pub tasks: u32,
+    pub ownership: TaskOwnership,
+    /// Tasks divide the table by partition: `tasks.ownership` resolved against the table by the
+    /// source when it opens (false until then). Part of the task's offsets key and transactional
+    /// id, so a change of scheme is a new generation.
+    pub by_partition: bool,
+    pub boundary: TxnBoundary,
+    pub max_txn_records: usize,
+    pub metrics_port: Option<u16>,
 }
 
 impl fmt::Debug for ConnectorConfig {
@@ -200,7 +231,7 @@ impl fmt::Debug for ConnectorConfig {
             .field("name", &self.name)
             .field("file", &self.file)
             .field("table_path", &self.table_path)
-            .field("topic", &self.topic)
+            .field("topic", &self.kafka.topic)
             .finish_non_exhaustive()
     }
 }
@@ -208,7 +239,7 @@ impl fmt::Debug for ConnectorConfig {
 impl ConnectorConfig {
     /// The offsets-record key: `["<name>", {"table": ..., "task": ...}]` (Kafka Connect's shape).
     pub fn offsets_key(&self) -> String {
-        self.offsets_key_for(self.tasks, self.task_id, self.by_partition)
+        self.offsets_key_for(self.runtime.tasks, self.runtime.task_id, self.runtime.by_partition)
     }
 
     /// The offsets key of task `task` of a generation of `tasks` tasks (one task: Kafka
@@ -223,7 +254,7 @@ impl ConnectorConfig {
     }
 
     pub fn transactional_id(&self) -> String {
-        self.transactional_id_for(self.tasks, self.task_id, self.by_partition)
+        self.transactional_id_for(self.runtime.tasks, self.runtime.task_id, self.runtime.by_partition)
     }
 
     /// Transactional ids differ per generation, so fencing an old generation never fences a
@@ -240,20 +271,19 @@ impl ConnectorConfig {
     /// calls it stalled: a transaction may take `transaction.timeout.ms`, a quiet table is polled
     /// every check interval.
     pub fn stall_limit(&self) -> Duration {
-        Duration::from_millis(self.transaction_timeout_ms) + self.check_interval
+        Duration::from_millis(self.kafka.transaction_timeout_ms) + self.read.check_interval
     }
 
     /// Where BEGIN/END records of lake commits go (`provide.transaction.metadata`).
     pub fn transaction_topic(&self) -> String {
-        format!("{}.transaction", self.topic)
+        format!("{}.transaction", self.kafka.topic)
     }
 
     /// This connector as task `task`.
     pub fn for_task(&self, task: u32) -> Self {
-        Self {
-            task_id: task,
-            ..self.clone()
-        }
+        let mut cfg = self.clone();
+        cfg.runtime.task_id = task;
+        cfg
     }
 
     /// `key = value` lines with secret values masked, in key order.

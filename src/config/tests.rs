@@ -25,14 +25,17 @@ fn parses_connect_style_file_with_converter_keys_kept() {
         &(base(&dir) + "read.start-commit=earliest\nproducer.override.linger.ms=5\n"),
     );
     let c = load_connector(&p, 0).unwrap();
-    assert_eq!(c.schema_registry_url, "http://localhost:8081");
-    assert_eq!(c.start, StartCommit::Earliest);
-    assert_eq!(c.producer_overrides.get("linger.ms").map(String::as_str), Some("5"));
+    assert_eq!(c.registry.url, "http://localhost:8081");
+    assert_eq!(c.read.start, StartCommit::Earliest);
+    assert_eq!(
+        c.kafka.producer_overrides.get("linger.ms").map(String::as_str),
+        Some("5")
+    );
     assert_eq!(
         c.raw.get("value.converter.schemas.enable").map(String::as_str),
         Some("true")
     );
-    assert_eq!(c.check_interval, Duration::from_secs(60));
+    assert_eq!(c.read.check_interval, Duration::from_secs(60));
     assert_eq!(c.transactional_id(), "c1-0");
 }
 
@@ -69,7 +72,7 @@ fn env_placeholders_resolve_and_secrets_are_masked() {
         &(base(&dir) + "producer.override.sasl.password=${env:LAKESTREAM_TEST_SECRET}\n"),
     );
     let c = load_connector(&p, 0).unwrap();
-    assert_eq!(c.producer_overrides["sasl.password"], "hunter2");
+    assert_eq!(c.kafka.producer_overrides["sasl.password"], "hunter2");
     let shown = c.describe();
     assert!(
         !shown.contains("hunter2") && shown.contains("sasl.password = ********"),
@@ -118,13 +121,16 @@ fn settings_that_cannot_be_divided_among_tasks_need_one_task() {
 fn tri_state_hudi_keys_are_auto_true_or_false() {
     let dir = tempfile::tempdir().unwrap();
     let c = load_connector(&write(&dir, &base(&dir)), 0).unwrap();
-    assert_eq!((c.key_partition_path, c.cdc_from_log), (None, None));
+    assert_eq!((c.read.key_partition_path, c.read.cdc_from_log), (None, None));
     let p = write(
         &dir,
         &(base(&dir) + "key.partition-path=false\nread.cdc.from-log=true\n"),
     );
     let c = load_connector(&p, 0).unwrap();
-    assert_eq!((c.key_partition_path, c.cdc_from_log), (Some(false), Some(true)));
+    assert_eq!(
+        (c.read.key_partition_path, c.read.cdc_from_log),
+        (Some(false), Some(true))
+    );
     let e = load_connector(&write(&dir, &(base(&dir) + "read.cdc.from-log=yes\n")), 0)
         .unwrap_err()
         .to_string();

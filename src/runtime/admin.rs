@@ -46,7 +46,9 @@ async fn replace(cfg: &ConnectorConfig, new: Vec<(String, Offsets)>, old: Record
         .values()
         .map(|(tasks, task, by, _)| cfg.transactional_id_for(*tasks, *task, *by))
         .collect();
-    ids.extend((0..cfg.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.tasks, t, cfg.by_partition)));
+    ids.extend(
+        (0..cfg.runtime.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.runtime.tasks, t, cfg.runtime.by_partition)),
+    );
     ids.sort();
     ids.dedup();
     for id in ids.iter().skip(1) {
@@ -104,7 +106,7 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
         .await
         .expect("position_of panicked")?;
     let mut cfg = cfg.clone();
-    cfg.by_partition = source.ownership() == Ownership::Partition;
+    cfg.runtime.by_partition = source.ownership() == Ownership::Partition;
     let c = cfg.clone();
     let old = tokio::task::spawn_blocking(move || records_of(&c))
         .await
@@ -115,18 +117,18 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
         .find(|k| !k.is_empty())
         .unwrap_or_else(|| source.info().stored_key());
     let epoch = old.values().map(|(.., o)| o.epoch).max().unwrap_or(0);
-    let new: Vec<(String, Offsets)> = (0..cfg.tasks.max(1))
+    let new: Vec<(String, Offsets)> = (0..cfg.runtime.tasks.max(1))
         .map(|t| {
             let o = Offsets {
                 issued: Some(position.clone()),
-                tasks: cfg.tasks,
+                tasks: cfg.runtime.tasks,
                 epoch,
                 ownership: source.ownership(),
                 key: key.clone(),
                 updated_ms: super::now_ms(),
                 ..Default::default()
             };
-            (cfg.offsets_key_for(cfg.tasks, t, cfg.by_partition), o)
+            (cfg.offsets_key_for(cfg.runtime.tasks, t, cfg.runtime.by_partition), o)
         })
         .collect();
     let tasks = new.len();
@@ -160,7 +162,7 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
         ),
     ];
     crate::sink::reach(cfg).await?;
-    lines.push(format!("kafka: {} answers", cfg.bootstrap_servers));
+    lines.push(format!("kafka: {} answers", cfg.kafka.bootstrap_servers));
     lines.extend(crate::sink::describe_topics(cfg).await?);
     let c = cfg.clone();
     let stored = tokio::task::spawn_blocking(move || show_offsets(&c))
@@ -176,13 +178,13 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
             } else {
                 ""
             },
-            cfg.task_id,
+            cfg.runtime.task_id,
             o.tasks.max(1),
             o.key.join(",")
         ),
     });
     let registry = crate::changelog::registry::RegistryClient::new(&cfg.registry, &cfg.name)?;
-    for subject in [format!("{}-key", cfg.topic), format!("{}-value", cfg.topic)] {
+    for subject in [format!("{}-key", cfg.kafka.topic), format!("{}-value", cfg.kafka.topic)] {
         let versions = registry.versions(&subject).await?;
         lines.push(match versions {
             None => format!("registry: subject {subject} absent (registered at the first event)"),
@@ -195,7 +197,7 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
 /// Print the stored offsets of a connector (for `lakestream offsets show`).
 /// The task's record under either ownership scheme (the newer generation's when both exist).
 pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
-    let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.tasks, cfg.task_id, p));
+    let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.runtime.tasks, cfg.runtime.task_id, p));
     let mut found = read_offsets_matching(&crate::sink::Kafka, cfg, &|k| {
         keys.iter().any(|key| key.as_bytes() == k)
     })?;

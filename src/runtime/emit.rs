@@ -101,19 +101,19 @@ impl Task {
                 tx.blocking_send(sc).map_err(|_| SourceError::Stopped)
             })
         });
-        let by_partition = self.cfg.tasks > 1 && self.cfg.by_partition;
+        let by_partition = self.cfg.runtime.tasks > 1 && self.cfg.runtime.by_partition;
         let finished = progress.values().filter(|p| p.done).count();
         let mut e = UnitEmit {
             unit,
             shown: UnitProgress::start(&name, unit, total, finished),
-            task_label: self.cfg.task_id.to_string(),
+            task_label: self.cfg.runtime.task_id.to_string(),
             progress,
             finished,
             total,
-            filter: (self.cfg.tasks > 1 && !by_partition) || self.state.handoff.is_some(),
+            filter: (self.cfg.runtime.tasks > 1 && !by_partition) || self.state.handoff.is_some(),
             by_partition,
-            txn_age_limit: Duration::from_millis(self.cfg.transaction_timeout_ms / 3),
-            markers: if self.cfg.txn_metadata {
+            txn_age_limit: Duration::from_millis(self.cfg.kafka.transaction_timeout_ms / 3),
+            markers: if self.cfg.events.txn_metadata {
                 Some(self.encoder.markers().await?)
             } else {
                 None
@@ -181,8 +181,8 @@ impl Task {
             operation = %unit.operation.as_deref().unwrap_or(""), snapshot = unit.snapshot, splits = unit.splits.len(),
             resumed_splits = done.len(), buckets = buckets.unwrap_or(0), "emitting instant");
         let mut read = unit.clone();
-        let (tasks, me) = (self.cfg.tasks, self.cfg.task_id);
-        if tasks > 1 && self.cfg.by_partition {
+        let (tasks, me) = (self.cfg.runtime.tasks, self.cfg.runtime.task_id);
+        if tasks > 1 && self.cfg.runtime.by_partition {
             read.splits
                 .retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
         }
@@ -238,7 +238,10 @@ impl Task {
             // by size, by age (a transaction older than transaction.timeout.ms is aborted by the
             // broker: the unit would replay forever), and on shutdown
             let old = i % 1024 == 0 && self.sink.txn_age().is_some_and(|a| a >= e.txn_age_limit);
-            if self.sink.txn_records() >= self.cfg.max_txn_records as u64 || old || (i % 1024 == 0 && self.stopping()) {
+            if self.sink.txn_records() >= self.cfg.runtime.max_txn_records as u64
+                || old
+                || (i % 1024 == 0 && self.stopping())
+            {
                 self.state.in_flight = Some(e.in_flight(sc.buckets));
                 self.commit().await?;
                 e.shown.transactions += 1;
@@ -273,7 +276,7 @@ impl Task {
     /// Whether this task publishes the row: it owns the row's key (or, by partition, its
     /// partition's splits were the only ones read), and no old owner of a handoff published it.
     fn publishes(&self, e: &UnitEmit<'_>, owner: RowOwner, split: &str, index: u64) -> bool {
-        let mine = e.by_partition || owner.task(Ownership::Key, self.cfg.tasks) == self.cfg.task_id;
+        let mine = e.by_partition || owner.task(Ownership::Key, self.cfg.runtime.tasks) == self.cfg.runtime.task_id;
         let published = self
             .state
             .handoff

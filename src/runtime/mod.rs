@@ -107,10 +107,10 @@ enum Flow {
 
 pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(), RuntimeError> {
     let name = cfg.name.clone();
-    let task = cfg.task_id.to_string();
+    let task = cfg.runtime.task_id.to_string();
     metrics::init_task(&name, &task);
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
-    let health = opts.health.task(&cfg.name, cfg.task_id, cfg.stall_limit());
+    let health = opts.health.task(&cfg.name, cfg.runtime.task_id, cfg.stall_limit());
     let res = outage::ride_out(&cfg, &opts, &health).await;
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
     health.stopped(res.as_ref().err().map(|e| crate::causes::with_causes(e)).as_deref());
@@ -123,7 +123,7 @@ pub(super) async fn run_inner(
     health: TaskHealthHandle,
 ) -> Result<(), RuntimeError> {
     let mut source = open_source_async(&cfg).await?;
-    cfg.by_partition = source.ownership() == Ownership::Partition;
+    cfg.runtime.by_partition = source.ownership() == Ownership::Partition;
     let sink = opts.cluster.start(&cfg, health.clone()).await?;
     let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, &source).await?;
     if resume::kept_record_key(&cfg, &state.key, &source.info().key_fields) {
@@ -132,26 +132,26 @@ pub(super) async fn run_inner(
         tracing::warn!(connector = %cfg.name, key = %state.key.join(","), "the events already published are keyed by the record key \
             alone: keeping that key (key.partition-path=false). Two live rows with one record key in two partitions \
             share a Kafka key; to key by partition too, start a new connector name with key.partition-path=auto");
-        cfg.key_partition_path = Some(false);
+        cfg.read.key_partition_path = Some(false);
         source = open_source_async(&cfg).await?;
     }
     state.key = resume::checked_key(&state.key, source.as_ref())?;
     if let (false, Some(issued)) = (new_state, &state.issued) {
         resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
-    tracing::info!(connector = %cfg.name, task = cfg.task_id, tasks = cfg.tasks, ownership = %source.ownership().name(),
+    tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, tasks = cfg.runtime.tasks, ownership = %source.ownership().name(),
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = ChangelogEncoder::new(
         &cfg.name,
-        &cfg.topic,
+        &cfg.kafka.topic,
         source.info().clone(),
-        cfg.tombstones_on_delete,
+        cfg.events.tombstones_on_delete,
         &cfg.registry,
     )?
-    .with_transaction_topic(cfg.txn_metadata.then(|| cfg.transaction_topic()))
-    .with_column_exclude(cfg.column_exclude.clone())
-    .with_time_mode(cfg.time_mode);
+    .with_transaction_topic(cfg.events.txn_metadata.then(|| cfg.transaction_topic()))
+    .with_column_exclude(cfg.events.column_exclude.clone())
+    .with_time_mode(cfg.events.time_mode);
     let mut task = Task {
         cfg,
         source,
@@ -170,7 +170,7 @@ pub(super) async fn run_inner(
         task.commit().await?;
     }
     let res = task.run().await;
-    tracing::info!(connector = %task.cfg.name, task = task.cfg.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
+    tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");
     res
 }
@@ -211,7 +211,7 @@ impl Task {
             }
             let mut sd = self.opts.shutdown.clone();
             tokio::select! {
-                _ = tokio::time::sleep(self.cfg.check_interval) => {}
+                _ = tokio::time::sleep(self.cfg.read.check_interval) => {}
                 _ = sd.changed() => {}
             }
         }
@@ -233,11 +233,11 @@ impl Task {
                 return Ok(Flow::Stop);
             }
             let started = Instant::now();
-            let fresh = self.cfg.tasks > 1
+            let fresh = self.cfg.runtime.tasks > 1
                 && self.state.issued.is_none()
                 && self.state.in_flight.is_none()
                 && self.state.handoff.is_none();
-            if fresh && self.cfg.task_id != 0 {
+            if fresh && self.cfg.runtime.task_id != 0 {
                 // every task starts where task 0's start strategy chose, so a later change of
                 // tasks.max can hand over from one common first unit
                 if let Some(f) = tasks::first_unit_of_task0(&self.opts.first_units, &self.opts.cluster, &self.cfg).await
@@ -255,7 +255,7 @@ impl Task {
             })
             .await
             .expect("poll panicked")?;
-            if fresh && self.cfg.task_id == 0 {
+            if fresh && self.cfg.runtime.task_id == 0 {
                 self.opts.first_units.publish(
                     &self.cfg,
                     units.first().map(|u| FirstUnit {
@@ -265,7 +265,7 @@ impl Task {
                 );
             }
             metrics::POLL_SECONDS
-                .with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()])
+                .with_label_values(&[&self.cfg.name, &self.cfg.runtime.task_id.to_string()])
                 .observe(started.elapsed().as_secs_f64());
             self.moved();
             metrics::PENDING_UNITS
@@ -288,7 +288,7 @@ impl Task {
                     return Ok(Flow::Stop);
                 }
             }
-            if !self.opts.once && self.cfg.commits_limit.is_none() {
+            if !self.opts.once && self.cfg.read.commits_limit.is_none() {
                 self.flush().await?;
                 return Ok(Flow::Continue);
             }
@@ -299,14 +299,14 @@ impl Task {
         self.state.issued = Some(unit.position.clone());
         self.state.in_flight = None;
         if self.state.handoff.as_mut().is_some_and(|h| h.finished(&unit.position)) {
-            tracing::info!(connector = %self.cfg.name, task = self.cfg.task_id, "handoff from the previous tasks.max complete");
+            tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, "handoff from the previous tasks.max complete");
             self.state.handoff = None;
         }
         if self.pending.front().is_some() && !unit.snapshot {
             self.pending.pop_front();
         }
         self.update_lag();
-        match self.cfg.boundary {
+        match self.cfg.runtime.boundary {
             TxnBoundary::Instant => self.commit().await,
             TxnBoundary::Interval(every) => {
                 if self.sink.txn_age().unwrap_or(Duration::MAX) >= every {
@@ -326,7 +326,7 @@ impl Task {
             .front()
             .map_or(0.0, |ts| ((now_ms() - ts) as f64 / 1000.0).max(0.0));
         metrics::LAG_SECONDS
-            .with_label_values(&[&self.cfg.name, &self.cfg.task_id.to_string()])
+            .with_label_values(&[&self.cfg.name, &self.cfg.runtime.task_id.to_string()])
             .set(lag);
         lag
     }

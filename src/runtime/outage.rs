@@ -46,7 +46,7 @@ pub(super) async fn ride_out(
             Some((since, d)) if attempt.elapsed() < 2 * d => (since, d),
             _ => (Instant::now(), FIRST_RETRY_DELAY),
         };
-        if cfg.retry_timeout.is_some_and(|t| since.elapsed() >= t) {
+        if cfg.kafka.retry_timeout.is_some_and(|t| since.elapsed() >= t) {
             tracing::error!(connector = %name, error = %err, outage_s = since.elapsed().as_secs(), "outage outlasted errors.retry.timeout");
             return Err(err);
         }
@@ -59,6 +59,6 @@ pub(super) async fn ride_out(
             _ = tokio::time::sleep(delay) => {}
             _ = sd.changed() => return Err(err),
         }
-        outage = Some((since, (delay * 2).min(cfg.retry_delay_max)));
+        outage = Some((since, (delay * 2).min(cfg.kafka.retry_delay_max)));
     }
 }

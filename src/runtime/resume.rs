@@ -49,7 +49,7 @@ pub(super) fn warn_start_after_stored(cfg: &ConnectorConfig, source: &dyn Source
 /// A Hudi connector left at `key.partition-path=auto` whose stored key is its key without the
 /// partition path (published by a version that keyed by the record key alone).
 pub(super) fn kept_record_key(cfg: &ConnectorConfig, stored: &[String], key: &[String]) -> bool {
-    cfg.key_partition_path.is_none()
+    cfg.read.key_partition_path.is_none()
         && key.last().is_some_and(|k| k == crate::source::hudi::PARTITION_PATH)
         && stored == &key[..key.len() - 1]
 }

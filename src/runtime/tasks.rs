@@ -27,8 +27,8 @@ impl Shape {
     /// This task's generation shape (`by_partition` is the source's scheme, set at start).
     fn of(cfg: &ConnectorConfig) -> Shape {
         Shape {
-            tasks: cfg.tasks,
-            ownership: if cfg.by_partition {
+            tasks: cfg.runtime.tasks,
+            ownership: if cfg.runtime.by_partition {
                 Ownership::Partition
             } else {
                 Ownership::Key
@@ -279,7 +279,7 @@ pub async fn resume_state(
     };
     let all = read(cfg.clone()).await?;
     let newest = all.values().map(|o| o.epoch).max();
-    let (shape, i) = (Shape::of(cfg), cfg.task_id);
+    let (shape, i) = (Shape::of(cfg), cfg.runtime.task_id);
     let epoch = match newest {
         None => {
             return Ok((
@@ -370,7 +370,7 @@ pub async fn first_unit_of_task0(
             return Some(f);
         }
         if tokio::time::Instant::now() > deadline {
-            tracing::warn!(connector = %cfg.name, task = cfg.task_id, "task 0 chose no first unit within a minute; applying the start strategy here");
+            tracing::warn!(connector = %cfg.name, task = cfg.runtime.task_id, "task 0 chose no first unit within a minute; applying the start strategy here");
             return None;
         }
         let _ = tokio::time::timeout(std::time::Duration::from_millis(500), rx.changed()).await;

@@ -169,9 +169,9 @@ impl Cluster for FakeCluster {
                 cluster: self.clone(),
                 id,
                 epoch,
-                topic: cfg.topic.clone(),
+                topic: cfg.kafka.topic.clone(),
                 txn_topic: cfg.transaction_topic(),
-                offsets: (cfg.offsets_topic.clone(), cfg.offsets_key()),
+                offsets: (cfg.kafka.offsets_topic.clone(), cfg.offsets_key()),
                 open: Vec::new(),
                 records: 0,
                 started: None,
@@ -186,7 +186,7 @@ impl Cluster for FakeCluster {
     ) -> Result<HashMap<Vec<u8>, StoredRecord>, SinkError> {
         let mut latest = HashMap::new();
         for (i, (t, k, v)) in self.lock().log.iter().enumerate() {
-            if *t != cfg.offsets_topic || !want(k) {
+            if *t != cfg.kafka.offsets_topic || !want(k) {
                 continue;
             }
             match v {
@@ -308,7 +308,7 @@ async fn run(cfg: &ConnectorConfig, cluster: &FakeCluster, shutdown: Option<watc
         first_units: Arc::new(FirstUnits::default()),
         cluster: Arc::new(cluster.clone()),
     };
-    let runs = (0..cfg.tasks).map(|t| run_connector(cfg.for_task(t), opts.clone()));
+    let runs = (0..cfg.runtime.tasks).map(|t| run_connector(cfg.for_task(t), opts.clone()));
     futures::future::join_all(runs)
         .await
         .into_iter()
@@ -353,7 +353,7 @@ async fn reference(
     let cfg = config(dir, table, url, extra);
     let cluster = FakeCluster::default();
     assert_eq!(run(&cfg, &cluster, None).await, vec![true]);
-    let ev = events(&cluster.log(), &cfg.topic, schemas);
+    let ev = events(&cluster.log(), &cfg.kafka.topic, schemas);
     let n: usize = ev.values().map(Vec::len).sum();
     assert!(ev.len() > 300, "{} keys, {n} events", ev.len());
     if !extra.contains("earliest") {
@@ -410,7 +410,7 @@ async fn shutdown_mid_split_resumes_without_loss_or_duplicates() {
             let (tx, rx) = watch::channel(false);
             cluster.lock().stop_after_sends = Some((stop_at, tx));
             assert_eq!(run(&cfg, &cluster, Some(rx)).await, vec![true]);
-            let n = events(&cluster.log(), &cfg.topic, &schemas)
+            let n = events(&cluster.log(), &cfg.kafka.topic, &schemas)
                 .values()
                 .map(Vec::len)
                 .sum::<usize>();
@@ -421,7 +421,7 @@ async fn shutdown_mid_split_resumes_without_loss_or_duplicates() {
             mid_unit += stopped_mid_unit(&cluster, &cfg) as usize;
             assert_eq!(run(&cfg, &cluster, None).await, vec![true]);
             assert_same(
-                &events(&cluster.log(), &cfg.topic, &schemas),
+                &events(&cluster.log(), &cfg.kafka.topic, &schemas),
                 &want,
                 &format!("{start}: shutdown after {stop_at} records"),
             );
@@ -448,7 +448,11 @@ async fn aborted_and_ambiguous_commits_are_replayed_from_the_committed_position(
     .collect();
     assert_eq!(run(&cfg, &cluster, None).await, vec![true]);
     assert!(cluster.lock().attempts > 11, "every fault was met");
-    assert_same(&events(&cluster.log(), &cfg.topic, &schemas), &want, "after faults");
+    assert_same(
+        &events(&cluster.log(), &cfg.kafka.topic, &schemas),
+        &want,
+        "after faults",
+    );
 }
 
 /// A connector stopped mid-unit under one `tasks.max` and resumed under another: the new
@@ -481,7 +485,7 @@ async fn handoff(ownership: &str, from: u32, to: u32) {
         );
         assert!(run(&after, &cluster, None).await.iter().all(|ok| *ok));
         assert_same(
-            &events(&cluster.log(), &after.topic, &schemas),
+            &events(&cluster.log(), &after.kafka.topic, &schemas),
             &want,
             &format!("{ownership}: {from} -> {to} tasks, stopped after {stop_at} records"),
         );

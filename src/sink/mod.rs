@@ -134,14 +134,14 @@ fn retriable(e: &KafkaError) -> bool {
 /// `producer.override.*` (which win).
 fn producer_config(cfg: &ConnectorConfig, transactional_id: &str, defaults: &[(&str, &str)]) -> ClientConfig {
     let mut pc = ClientConfig::new();
-    pc.set("bootstrap.servers", &cfg.bootstrap_servers)
+    pc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
         .set("transactional.id", transactional_id)
         .set("enable.idempotence", "true")
-        .set("transaction.timeout.ms", cfg.transaction_timeout_ms.to_string());
+        .set("transaction.timeout.ms", cfg.kafka.transaction_timeout_ms.to_string());
     for (k, v) in defaults {
         pc.set(*k, *v);
     }
-    for (k, v) in &cfg.producer_overrides {
+    for (k, v) in &cfg.kafka.producer_overrides {
         pc.set(k, v);
     }
     pc
@@ -151,8 +151,13 @@ fn producer_config(cfg: &ConnectorConfig, transactional_id: &str, defaults: &[(&
 /// settings of `producer.override.*`, which every client needs.
 fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
-    for (k, v) in cfg.producer_overrides.iter().filter(|(k, _)| is_client_security_key(k)) {
+    cc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers);
+    for (k, v) in cfg
+        .kafka
+        .producer_overrides
+        .iter()
+        .filter(|(k, _)| is_client_security_key(k))
+    {
         cc.set(k, v);
     }
     cc
@@ -173,7 +178,7 @@ pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
 
 /// How long a transaction call (init, commit, abort) may block.
 fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
-    Duration::from_millis(cfg.transaction_timeout_ms.max(10_000))
+    Duration::from_millis(cfg.kafka.transaction_timeout_ms.max(10_000))
 }
 
 /// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
@@ -187,7 +192,7 @@ pub async fn write_offsets_records(
         .create_with_context(QuietContext::new(&cfg.name, "offsets writer"))
         .map_err(|e| SinkError::kafka("creating offsets producer", e))?;
     let timeout = txn_call_timeout(cfg);
-    let topic = cfg.offsets_topic.clone();
+    let topic = cfg.kafka.offsets_topic.clone();
     blocking(move || -> Result<(), SinkError> {
         p.init_transactions(timeout)
             .map_err(|e| classify("init_transactions", e))?;
@@ -265,8 +270,8 @@ impl TxnSink {
         );
         let ctx = StatsContext {
             connector: cfg.name.clone(),
-            task: cfg.task_id.to_string(),
-            client: format!("task {}", cfg.task_id),
+            task: cfg.runtime.task_id.to_string(),
+            client: format!("task {}", cfg.runtime.task_id),
             last: Default::default(),
             quiet: Default::default(),
         };
@@ -285,8 +290,8 @@ impl TxnSink {
         health.progress();
         Ok(Self {
             producer,
-            topic: cfg.topic.clone(),
-            offsets_topic: cfg.offsets_topic.clone(),
+            topic: cfg.kafka.topic.clone(),
+            offsets_topic: cfg.kafka.offsets_topic.clone(),
             offsets_key: cfg.offsets_key(),
             in_txn: false,
             txn_records: 0,
@@ -295,7 +300,7 @@ impl TxnSink {
             health,
             txn_topic: cfg.transaction_topic(),
             connector: cfg.name.clone(),
-            task: cfg.task_id.to_string(),
+            task: cfg.runtime.task_id.to_string(),
         })
     }
 

@@ -19,7 +19,7 @@ pub fn read_records_matching(
     connector: &crate::config::ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
 ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
-    let topic = connector.offsets_topic.as_str();
+    let topic = connector.kafka.offsets_topic.as_str();
     let consumer: BaseConsumer<super::QuietContext> = super::client_config(connector)
         .set("group.id", "lakestream-offsets-reader")
         .set("enable.auto.commit", "false")

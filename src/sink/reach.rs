@@ -53,8 +53,8 @@ async fn connect(addr: &str, wait: Duration) -> Option<String> {
 /// Wait until one bootstrap address accepts connections and the cluster answers a metadata
 /// request, or fail after `bootstrap.timeout.ms` naming every address and its cause.
 pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
-    let deadline = Instant::now() + cfg.bootstrap_timeout;
-    let addrs = addresses(&cfg.bootstrap_servers);
+    let deadline = Instant::now() + cfg.kafka.bootstrap_timeout;
+    let addrs = addresses(&cfg.kafka.bootstrap_servers);
     let each = |causes: Vec<Option<String>>| -> String {
         let each: Vec<String> = addrs
             .iter()
@@ -74,7 +74,7 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
             return Err(SinkError::Unreachable(format!(
                 "no bootstrap server could be reached within bootstrap.timeout.ms={} ({}). Check bootstrap.servers, \
                  DNS and network policies",
-                cfg.bootstrap_timeout.as_millis(),
+                cfg.kafka.bootstrap_timeout.as_millis(),
                 each(causes)
             )));
         }
@@ -94,7 +94,7 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
         SinkError::Unreachable(format!(
             "no Kafka metadata answer from bootstrap.servers within bootstrap.timeout.ms={} ({e}; {}). Is it a Kafka \
              listener, and do security.protocol / sasl.* / ssl.* (producer.override.*) match it?",
-            cfg.bootstrap_timeout.as_millis(),
+            cfg.kafka.bootstrap_timeout.as_millis(),
             each(causes)
         ))
     })
@@ -107,8 +107,8 @@ pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkE
     let admin: AdminClient<super::QuietContext> = super::client_config(cfg)
         .create_with_context(super::QuietContext::new(&cfg.name, "admin"))
         .map_err(|e| SinkError::kafka("admin client", e))?;
-    let mut names = vec![cfg.topic.clone(), cfg.offsets_topic.clone()];
-    if cfg.txn_metadata {
+    let mut names = vec![cfg.kafka.topic.clone(), cfg.kafka.offsets_topic.clone()];
+    if cfg.events.txn_metadata {
         names.push(cfg.transaction_topic());
     }
     let md = admin

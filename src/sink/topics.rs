@@ -16,20 +16,24 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
     let compact = [("cleanup.policy", "compact")];
     let txn_topic = cfg.transaction_topic();
     let mut topics = vec![
-        NewTopic::new(&cfg.offsets_topic, 1, TopicReplication::Fixed(cfg.replication_factor))
-            .set(compact[0].0, compact[0].1),
         NewTopic::new(
-            &cfg.topic,
-            cfg.topic_partitions,
-            TopicReplication::Fixed(cfg.replication_factor),
+            &cfg.kafka.offsets_topic,
+            1,
+            TopicReplication::Fixed(cfg.kafka.replication_factor),
+        )
+        .set(compact[0].0, compact[0].1),
+        NewTopic::new(
+            &cfg.kafka.topic,
+            cfg.kafka.topic_partitions,
+            TopicReplication::Fixed(cfg.kafka.replication_factor),
         ),
     ];
-    if cfg.txn_metadata {
+    if cfg.events.txn_metadata {
         // one partition: BEGIN and END of every commit in order
         topics.push(NewTopic::new(
             &txn_topic,
             1,
-            TopicReplication::Fixed(cfg.replication_factor),
+            TopicReplication::Fixed(cfg.kafka.replication_factor),
         ));
     }
     let res = admin
@@ -40,7 +44,7 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
         .await
         .map_err(|e| {
             SinkError::kafka(
-                format!("create topics (bootstrap.servers={})", cfg.bootstrap_servers),
+                format!("create topics (bootstrap.servers={})", cfg.kafka.bootstrap_servers),
                 e,
             )
         })?;
@@ -57,14 +61,17 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
     // refuses such an offsets topic too)
     let described = admin
         .describe_configs(
-            &[ResourceSpecifier::Topic(&cfg.offsets_topic)],
+            &[ResourceSpecifier::Topic(&cfg.kafka.offsets_topic)],
             &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
         )
         .await
         .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
     for r in described {
         let resource = r.map_err(|code| {
-            SinkError::Topic(format!("cannot describe offsets topic `{}`: {code}", cfg.offsets_topic))
+            SinkError::Topic(format!(
+                "cannot describe offsets topic `{}`: {code}",
+                cfg.kafka.offsets_topic
+            ))
         })?;
         let policy = resource
             .get("cleanup.policy")
@@ -74,7 +81,7 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
             return Err(SinkError::Topic(format!(
                 "offsets topic `{}` has cleanup.policy={policy}: retention would delete connector positions. Set it to \
                  compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic",
-                cfg.offsets_topic
+                cfg.kafka.offsets_topic
             )));
         }
     }

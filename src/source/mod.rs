@@ -149,7 +149,7 @@ impl Ownership {
         proof: Result<(), String>,
     ) -> Ownership {
         use crate::config::TaskOwnership as C;
-        let (choice, many) = (cfg.ownership, cfg.tasks > 1);
+        let (choice, many) = (cfg.runtime.ownership, cfg.runtime.tasks > 1);
         let chosen = match (choice, partitioned, &proof) {
             (C::Key, ..) => Ownership::Key,
             (_, false, _) => Ownership::Key,

@@ -60,7 +60,12 @@ impl HudiSource {
         }
         let partition_fields = table.partition_fields();
         let movable = partition_fields.iter().find(|f| !key_fields.contains(f));
-        let by_path = with_partition_path(cfg.key_partition_path, &table, !partition_fields.is_empty(), movable);
+        let by_path = with_partition_path(
+            cfg.read.key_partition_path,
+            &table,
+            !partition_fields.is_empty(),
+            movable,
+        );
         if by_path {
             key_fields.push(PARTITION_PATH.into());
         }
@@ -68,7 +73,7 @@ impl HudiSource {
         // task scheme as it was decided before the key could carry the partition (a running
         // connector's task generation stays when it keeps its stored key, see the runtime)
         let proof = match movable {
-            _ if cfg.key_partition_path == Some(true) && by_path => Ok(()),
+            _ if cfg.read.key_partition_path == Some(true) && by_path => Ok(()),
             None => Ok(()),
             Some(f) => Err(format!(
                 "partition field `{f}` is not a record-key field, so a key can change partition"
@@ -82,24 +87,24 @@ impl HudiSource {
                 key_fields,
                 connector: "hudi",
                 db: table.props.get("hoodie.database.name").cloned().unwrap_or_default(),
-                required: if cfg.required_columns {
+                required: if cfg.events.required_columns {
                     timeline::required_columns(&table)?
                 } else {
                     Vec::new()
                 },
             },
-            start: cfg.start.clone(),
-            end_commit: cfg.end_commit.clone(),
-            commits_limit: cfg.commits_limit,
-            skip_compaction: cfg.skip_compaction,
-            skip_clustering: cfg.skip_clustering,
+            start: cfg.read.start.clone(),
+            end_commit: cfg.read.end_commit.clone(),
+            commits_limit: cfg.read.commits_limit,
+            skip_compaction: cfg.read.skip_compaction,
+            skip_clustering: cfg.read.skip_clustering,
             merge: MergeConfig::from_table(&table),
-            changelog: cfg.changelog,
-            skip_merge: cfg.skip_merge,
-            cdc_from_log: cfg.cdc_from_log,
+            changelog: cfg.read.changelog,
+            skip_merge: cfg.read.skip_merge,
+            cdc_from_log: cfg.read.cdc_from_log,
             spill: slice::SpillConfig {
-                budget: cfg.memory_budget,
-                dir: cfg.spill_dir.clone(),
+                budget: cfg.read.memory_budget,
+                dir: cfg.read.spill_dir.clone(),
                 connector: cfg.name.clone(),
             },
             connector: cfg.name.clone(),

@@ -83,7 +83,7 @@ impl IcebergSource {
                     crate::config::TableLocation::Sql { namespace, .. }
                     | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
                 },
-                required: if cfg.required_columns {
+                required: if cfg.events.required_columns {
                     schema
                         .fields
                         .iter()
@@ -99,8 +99,8 @@ impl IcebergSource {
             currents: Default::default(),
             plans: Default::default(),
             threads: par::default_threads(),
-            budget: cfg.memory_budget,
-            spill_dir: cfg.spill_dir.clone(),
+            budget: cfg.read.memory_budget,
+            spill_dir: cfg.read.spill_dir.clone(),
             connector: cfg.name.clone(),
             by_partition: ownership == super::Ownership::Partition,
         })
