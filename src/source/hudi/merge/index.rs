@@ -1,11 +1,20 @@
-//! The log phase's merge index: one 12-byte slot per key of a file group's log (where its text
-//! is, the winning record, flags), in a hash table keyed by the key text without storing it.
+//! The log phase of a slice merge: the log records' merge columns ([`MergeColumns`]: key,
+//! ordering fields, soft-delete flag) read in commit order ([`LogRecords`]), and the merge index
+//! built from them ([`LogColumns::index`]): one 12-byte slot per key of a file group's log (where
+//! its text is, the winning record, flags), in a hash table keyed by the key text without
+//! storing it.
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
-use arrow_array::{Array, StringArray};
+use arrow::row::Rows;
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::SchemaRef;
 use hashbrown::hash_table::Entry;
 
+use super::super::log;
+use super::super::slice::{MergeMode, SliceReader};
+use crate::source::rows::RowKeys;
 use crate::source::SourceError;
 
 /// A log record: (decoded batch, row).
@@ -111,5 +120,203 @@ impl<'k> LogIndex<'k> {
         let h = self.hasher.hash_one(k);
         let texts = &self.texts;
         (self.table.find_mut(h, |s| texts.text(s.key) == k), texts)
+    }
+}
+
+/// Where a row's merge columns are in the slice's schema, and their order in a projected batch:
+/// the record key, then the ordering fields (event-time ordering only), then the soft-delete
+/// flag when the table has one.
+pub(super) struct MergeColumns {
+    pub(super) idx: Vec<usize>,
+    /// How many ordering fields follow the key.
+    pub(super) ordering: usize,
+    pub(super) soft_delete: bool,
+}
+
+impl MergeColumns {
+    pub(super) fn of(target: &SchemaRef, reader: &SliceReader<'_>, partition: &str) -> Result<Self, SourceError> {
+        let key = target
+            .index_of("_hoodie_record_key")
+            .map_err(|_| SourceError::Unreadable {
+                message: format!(
+                    "{}: file group in `{partition}` has no _hoodie_record_key column",
+                    reader.table.path.display(),
+                ),
+            })?;
+        let mut idx = vec![key];
+        if reader.merge.mode == MergeMode::EventTime {
+            idx.extend(reader.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()));
+        }
+        let ordering = idx.len() - 1;
+        let soft_delete = target.index_of("_hoodie_is_deleted").ok();
+        idx.extend(soft_delete);
+        Ok(Self {
+            idx,
+            ordering,
+            soft_delete: soft_delete.is_some(),
+        })
+    }
+
+    /// The record keys of a projected batch.
+    pub(super) fn key(&self, b: &RecordBatch) -> Result<StringArray, SourceError> {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .cloned()
+            .ok_or_else(|| SourceError::Unreadable {
+                message: "_hoodie_record_key is not a string column".into(),
+            })
+    }
+
+    /// The soft-delete flags of a projected batch (`None`: the table has none).
+    pub(super) fn deleted(&self, b: &RecordBatch) -> Option<BooleanArray> {
+        self.soft_delete
+            .then(|| {
+                b.column(b.num_columns() - 1)
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .cloned()
+            })
+            .flatten()
+    }
+}
+
+/// Is row `r` a soft delete (`_hoodie_is_deleted` true)?
+pub(super) fn soft(d: &Option<BooleanArray>, r: usize) -> bool {
+    d.as_ref().is_some_and(|c| c.is_valid(r) && c.value(r))
+}
+
+/// Log records in commit order; a delete block is a marker with its keys.
+pub(super) enum Step {
+    /// One decoded batch of log records (an index into [`LogRecords::proj`]).
+    Data(usize),
+    Delete(Vec<log::DeletedKey>),
+}
+
+/// A slice's log records, read in commit order.
+pub(super) struct LogRecords {
+    /// The merge columns of each decoded batch.
+    pub(super) proj: Vec<RecordBatch>,
+    /// The block (an index into [`SliceMerge::blocks`]) each batch came from.
+    pub(super) block_of: Vec<usize>,
+    pub(super) steps: Vec<Step>,
+    /// The decoded rows of every batch, while they stay small; `None` once they outgrew their
+    /// share of the budget (winners are decoded again).
+    pub(super) full: Option<Vec<RecordBatch>>,
+}
+
+/// The log's merge columns ready for the merge: keys, soft-delete flags, ordering values as
+/// byte-comparable rows.
+pub(super) struct LogColumns {
+    pub(super) keys: Vec<StringArray>,
+    pub(super) deleted: Vec<Option<BooleanArray>>,
+    pub(super) ord_conv: Option<RowKeys>,
+    pub(super) ord_rows: Option<Vec<Rows>>,
+}
+
+impl LogColumns {
+    pub(super) fn new(proj: &[RecordBatch], target: &SchemaRef, merge: &MergeColumns) -> Result<Self, SourceError> {
+        let proj_schema = proj
+            .first()
+            .map(|b| b.schema())
+            .unwrap_or_else(|| Arc::new(target.project(&merge.idx).expect("merge columns")));
+        let ord_conv = match merge.ordering {
+            0 => None,
+            n => Some(RowKeys::new(&proj_schema, Some((1..=n).collect()))?),
+        };
+        let ord_rows = match &ord_conv {
+            Some(c) => Some(proj.iter().map(|b| c.rows(b)).collect::<Result<Vec<_>, _>>()?),
+            None => None,
+        };
+        Ok(Self {
+            keys: proj.iter().map(|b| merge.key(b)).collect::<Result<_, _>>()?,
+            deleted: proj.iter().map(|b| merge.deleted(b)).collect(),
+            ord_conv,
+            ord_rows,
+        })
+    }
+
+    /// The log records among themselves, from an unknown base: each key's winning record, or
+    /// its hard delete.
+    pub(super) fn index<'k>(&'k self, steps: &'k [Step]) -> Result<LogIndex<'k>, SourceError> {
+        let deleted_keys: Vec<&str> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Delete(d) => Some(d.iter().map(|k| k.record_key.as_str())),
+                Step::Data(_) => None,
+            })
+            .flatten()
+            .collect();
+        let mut index = LogIndex::new(&self.keys, deleted_keys)?;
+        let mut next_deleted = DELETED_KEY;
+        for step in steps {
+            match step {
+                Step::Data(b) => self.index_batch(&mut index, *b),
+                Step::Delete(keys_deleted) => {
+                    for d in keys_deleted {
+                        let key = next_deleted;
+                        next_deleted += 1;
+                        match index.entry(d.record_key.as_str()).0 {
+                            Entry::Occupied(mut o) => {
+                                let st = o.get_mut();
+                                st.cur = HARD_DELETED;
+                                st.flags = RESET;
+                            }
+                            // the key may be in the base file: it is deleted there too
+                            Entry::Vacant(v) => {
+                                v.insert(Slot {
+                                    key,
+                                    cur: HARD_DELETED,
+                                    flags: RESET,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(index)
+    }
+
+    /// Batch `b`'s records into the index: a record wins over its key's current one when it
+    /// outranks it (or follows a hard delete).
+    pub(super) fn index_batch(&self, index: &mut LogIndex<'_>, b: usize) {
+        let keys = &self.keys[b];
+        for r in 0..keys.len() {
+            if !keys.is_valid(r) {
+                continue;
+            }
+            let at = (b as u32, r as u32);
+            let id = index.id(at);
+            let flags = if soft(&self.deleted[b], r) { SOFT } else { 0 };
+            match index.entry(keys.value(r)) {
+                (Entry::Vacant(v), _) => {
+                    v.insert(Slot {
+                        key: id,
+                        cur: id,
+                        flags,
+                    });
+                }
+                (Entry::Occupied(mut o), texts) => {
+                    let st = o.get_mut();
+                    if st.cur == HARD_DELETED || self.outranks(at, st.cur, texts) {
+                        st.cur = id;
+                        st.flags = (st.flags & RESET) | flags;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Does log record `new` outrank `old` (a later write with an equal or greater ordering
+    /// value; always, under commit-time ordering)?
+    pub(super) fn outranks(&self, new: Pos, old: u32, texts: &KeyTexts<'_>) -> bool {
+        match &self.ord_rows {
+            Some(ord) => {
+                let old = texts.pos(old);
+                ord[new.0 as usize].row(new.1 as usize) >= ord[old.0 as usize].row(old.1 as usize)
+            }
+            None => true,
+        }
     }
 }
