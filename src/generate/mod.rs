@@ -193,6 +193,8 @@ fn value(rng: &mut StdRng, round: i32) -> Row {
     }
 }
 
+/// Write the table `o` describes: a bulk insert of `o.rows` rows, then `o.commits` upsert
+/// commits (with compactions where asked).
 pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
     if o.partitions == 0 || o.rows == 0 {
         return Err(GenerateError::Input(
@@ -206,15 +208,45 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
         )));
     }
     let mor = o.table_type == TableType::Mor;
+    let mut w = Writer::new(o.path.clone(), mor, o.operation_field);
+    w.cdc = o.cdc;
+    fs::create_dir_all(w.hoodie().join("archived")).map_err(io(&o.path))?;
+    w.write_file(Path::new("hoodie.properties"), table_properties(o).as_bytes())?;
+    let mut rng = StdRng::seed_from_u64(o.seed);
+    let mut parts = partitions(o, &mut rng)?;
+    let mut next_key = 0usize;
+    let mut writes = no_writes(o.partitions);
+    for _ in 0..o.rows {
+        insert(&mut parts, &mut writes, &mut next_key, value(&mut rng, 0));
+    }
+    let instant = w.write(&mut parts, &writes, "BULK_INSERT", 0)?;
+    tracing::info!(%instant, rows = o.rows, "bulk insert committed");
+    for round in 1..=o.commits {
+        std::thread::sleep(o.interval);
+        let mut writes = round_writes(o, &mut parts, &mut rng, round as i32);
+        for _ in 0..((o.rows as f64 * o.insert_fraction) as usize) {
+            insert(&mut parts, &mut writes, &mut next_key, value(&mut rng, round as i32));
+        }
+        writes.retain(|w| !w.upserts.is_empty() || !w.deletes.is_empty());
+        let instant = w.write(&mut parts, &writes, "UPSERT", round)?;
+        tracing::info!(%instant, round, "upsert committed");
+        if mor && o.compact_every > 0 && round % o.compact_every == 0 {
+            if let Some(c) = w.compact(&mut parts, round)? {
+                tracing::info!(instant = %c, round, "compaction committed");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `hoodie.properties` of the table (version 6, record key `id`, partition `part`, precombine `ts`).
+fn table_properties(o: &GenerateOptions) -> String {
     let name = o
         .path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "demo".into());
-    let mut w = Writer::new(o.path.clone(), mor, o.operation_field);
-    w.cdc = o.cdc;
-    fs::create_dir_all(w.hoodie().join("archived")).map_err(io(&o.path))?;
-    let props = format!(
+    format!(
         "hoodie.table.name={name}\nhoodie.table.type={}\nhoodie.table.version=6\n\
          hoodie.timeline.layout.version=1\nhoodie.table.recordkey.fields=id\nhoodie.table.partition.fields=part\n\
          hoodie.table.precombine.field=ts\nhoodie.datasource.write.hive_style_partitioning=true\n\
@@ -223,7 +255,11 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
          hoodie.table.base.file.format=PARQUET\nhoodie.table.log.file.format=HOODIE_LOG\n\
          hoodie.archivelog.folder=archived\nhoodie.populate.meta.fields=true\nhoodie.table.create.schema={}\n\
          hoodie.allow.operation.metadata.field={}\nhoodie.index.type={}\n",
-        if mor { "MERGE_ON_READ" } else { "COPY_ON_WRITE" },
+        if o.table_type == TableType::Mor {
+            "MERGE_ON_READ"
+        } else {
+            "COPY_ON_WRITE"
+        },
         AVRO_SCHEMA.replace(':', "\\:"),
         o.operation_field,
         if o.index == IndexKind::Global {
@@ -239,10 +275,12 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
                 m.property()
             )
         })
-        .unwrap_or_default();
-    w.write_file(Path::new("hoodie.properties"), props.as_bytes())?;
-    let mut rng = StdRng::seed_from_u64(o.seed);
-    let mut parts: Vec<Partition> = (0..o.partitions)
+        .unwrap_or_default()
+}
+
+/// The table's partitions (one file group each), their directories created.
+fn partitions(o: &GenerateOptions, rng: &mut StdRng) -> Result<Vec<Partition>, GenerateError> {
+    let parts: Vec<Partition> = (0..o.partitions)
         .map(|i| Partition {
             name: format!("part=p{i}"),
             file_id: format!("{:08x}-0000-4000-8000-{:012x}-0", rng.random::<u32>(), i),
@@ -260,90 +298,73 @@ pub fn hudi(o: &GenerateOptions) -> Result<(), GenerateError> {
         )
         .map_err(io(&dir))?;
     }
-    let mut next_key = 0usize;
-    let mut writes: Vec<GroupWrite> = (0..o.partitions)
+    Ok(parts)
+}
+
+/// An empty write for each of `n` file groups.
+fn no_writes(n: usize) -> Vec<GroupWrite> {
+    (0..n)
         .map(|i| GroupWrite {
             partition: i,
             ..Default::default()
         })
-        .collect();
-    for _ in 0..o.rows {
-        let key = format!("k{next_key:09}");
-        let w = &mut writes[next_key % o.partitions];
-        parts[w.partition].rows.insert(key.clone(), value(&mut rng, 0));
-        w.inserts += 1;
-        w.upserts.push(key);
-        next_key += 1;
-    }
-    let instant = w.write(&mut parts, &writes, "BULK_INSERT", 0)?;
-    tracing::info!(%instant, rows = o.rows, "bulk insert committed");
-    for round in 1..=o.commits {
-        std::thread::sleep(o.interval);
-        let mut writes: Vec<GroupWrite> = (0..o.partitions)
-            .map(|i| GroupWrite {
-                partition: i,
-                ..Default::default()
-            })
-            .collect();
-        let mut moves: Vec<(usize, String)> = Vec::new();
-        for (pi, p) in parts.iter_mut().enumerate() {
-            let keys: Vec<String> = p.rows.keys().cloned().collect();
-            for k in keys {
-                let x: f64 = rng.random();
-                if x < o.delete_fraction {
-                    writes[pi].before.extend(p.rows.remove(&k).map(|r| (k.clone(), r)));
-                    writes[pi].deletes.push(k);
-                } else if x < o.delete_fraction + o.update_fraction {
-                    if o.repeat_updates {
-                        writes[pi].intermediate.insert(k.clone(), value(&mut rng, round as i32));
-                    }
-                    let old = p.rows.insert(k.clone(), value(&mut rng, round as i32));
-                    writes[pi].before.extend(old.map(|r| (k.clone(), r)));
-                    writes[pi].upserts.push(k);
-                } else if x < o.delete_fraction + o.update_fraction + o.move_fraction && o.partitions > 1 {
-                    moves.push((pi, k));
+        .collect()
+}
+
+/// Insert the next key (`k000000042`) with `row`, in the file group the key number picks.
+fn insert(parts: &mut [Partition], writes: &mut [GroupWrite], next_key: &mut usize, row: Row) {
+    let key = format!("k{next_key:09}");
+    let w = &mut writes[*next_key % writes.len()];
+    parts[w.partition].rows.insert(key.clone(), row);
+    w.inserts += 1;
+    w.upserts.push(key);
+    *next_key += 1;
+}
+
+/// One upsert round's deletes, updates and partition moves of live rows (inserts of new keys
+/// follow), drawn with the fractions of `o`.
+fn round_writes(o: &GenerateOptions, parts: &mut [Partition], rng: &mut StdRng, round: i32) -> Vec<GroupWrite> {
+    let mut writes = no_writes(o.partitions);
+    let mut moves: Vec<(usize, String)> = Vec::new();
+    for (pi, p) in parts.iter_mut().enumerate() {
+        let keys: Vec<String> = p.rows.keys().cloned().collect();
+        for k in keys {
+            let x: f64 = rng.random();
+            if x < o.delete_fraction {
+                writes[pi].before.extend(p.rows.remove(&k).map(|r| (k.clone(), r)));
+                writes[pi].deletes.push(k);
+            } else if x < o.delete_fraction + o.update_fraction {
+                if o.repeat_updates {
+                    writes[pi].intermediate.insert(k.clone(), value(rng, round));
                 }
-            }
-        }
-        for (from, k) in moves {
-            let to = (from + rng.random_range(1..o.partitions)) % o.partitions;
-            if writes[to].deletes.contains(&k) || writes[to].upserts.contains(&k) {
-                continue; // one write per key and file group in an instant
-            }
-            if o.index == IndexKind::Global {
-                // a global index finds the key's row wherever it is and deletes it there
-                writes[from]
-                    .before
-                    .extend(parts[from].rows.remove(&k).map(|r| (k.clone(), r)));
-                writes[from].deletes.push(k.clone());
-            }
-            let old = parts[to].rows.insert(k.clone(), value(&mut rng, round as i32));
-            match old {
-                Some(r) => {
-                    writes[to].before.insert(k.clone(), r);
-                }
-                None => writes[to].inserts += 1,
-            }
-            writes[to].upserts.push(k);
-        }
-        for _ in 0..((o.rows as f64 * o.insert_fraction) as usize) {
-            let key = format!("k{next_key:09}");
-            let w = &mut writes[next_key % o.partitions];
-            parts[w.partition]
-                .rows
-                .insert(key.clone(), value(&mut rng, round as i32));
-            w.inserts += 1;
-            w.upserts.push(key);
-            next_key += 1;
-        }
-        writes.retain(|w| !w.upserts.is_empty() || !w.deletes.is_empty());
-        let instant = w.write(&mut parts, &writes, "UPSERT", round)?;
-        tracing::info!(%instant, round, "upsert committed");
-        if mor && o.compact_every > 0 && round % o.compact_every == 0 {
-            if let Some(c) = w.compact(&mut parts, round)? {
-                tracing::info!(instant = %c, round, "compaction committed");
+                let old = p.rows.insert(k.clone(), value(rng, round));
+                writes[pi].before.extend(old.map(|r| (k.clone(), r)));
+                writes[pi].upserts.push(k);
+            } else if x < o.delete_fraction + o.update_fraction + o.move_fraction && o.partitions > 1 {
+                moves.push((pi, k));
             }
         }
     }
-    Ok(())
+    for (from, k) in moves {
+        let to = (from + rng.random_range(1..o.partitions)) % o.partitions;
+        if writes[to].deletes.contains(&k) || writes[to].upserts.contains(&k) {
+            continue; // one write per key and file group in an instant
+        }
+        if o.index == IndexKind::Global {
+            // a global index finds the key's row wherever it is and deletes it there
+            writes[from]
+                .before
+                .extend(parts[from].rows.remove(&k).map(|r| (k.clone(), r)));
+            writes[from].deletes.push(k.clone());
+        }
+        let old = parts[to].rows.insert(k.clone(), value(rng, round));
+        match old {
+            Some(r) => {
+                writes[to].before.insert(k.clone(), r);
+            }
+            None => writes[to].inserts += 1,
+        }
+        writes[to].upserts.push(k);
+    }
+    writes
 }

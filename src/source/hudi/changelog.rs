@@ -7,7 +7,9 @@
 
 use std::collections::HashMap;
 
-use arrow_array::{Array, RecordBatch, StringArray};
+use arrow::row::Rows;
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::SchemaRef;
 
 use super::files::LAYOUT_META_COLUMNS;
 use super::slice::{InstantBlock, MergeConfig, MergeMode};
@@ -37,7 +39,7 @@ pub fn changelog_rows(
     let target = nullable(&newest.schema(), LAYOUT_META_COLUMNS);
     let mut batches: Vec<RecordBatch> = old.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
     let old_count = batches.len();
-    // per block: operations of each of its batches (by batch index), or deleted keys
+    // the operation of each record of the instant's batches (by batch index)
     let mut ops: HashMap<usize, Option<StringArray>> = HashMap::new();
     for b in blocks {
         if let InstantBlock::Data(v) = b {
@@ -47,122 +49,187 @@ pub fn changelog_rows(
             }
         }
     }
-    let key_idx = target
-        .index_of("_hoodie_record_key")
-        .map_err(|_| SourceError::Unreadable {
-            message: "changelog mode needs _hoodie_record_key".into(),
-        })?;
-    let keys: Vec<StringArray> = batches
-        .iter()
-        .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>().cloned())
-        .collect::<Option<_>>()
-        .ok_or_else(|| SourceError::Unreadable {
-            message: "_hoodie_record_key is not a string column".into(),
-        })?;
-    let ord_idx: Vec<usize> = merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
-    let ord = if ordered && merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
-        let conv = RowKeys::new(&target, Some(ord_idx))?;
-        Some(batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
-    } else {
-        None
-    };
-    let deleted_flag: Vec<Option<arrow_array::BooleanArray>> = batches
-        .iter()
-        .map(|b| {
-            b.column_by_name("_hoodie_is_deleted")
-                .and_then(|c| c.as_any().downcast_ref().cloned())
-        })
-        .collect();
-    let mut current: HashMap<String, RowRef> = HashMap::new();
-    for (b, k) in keys.iter().enumerate().take(old_count) {
-        for r in 0..k.len() {
-            if k.is_valid(r) {
-                current.insert(
-                    k.value(r).to_string(),
-                    RowRef {
-                        batch: b as u32,
-                        row: r as u32,
-                    },
-                );
-            }
-        }
-    }
-    let mut rows = Vec::new();
-    let mut before_image: HashMap<String, RowRef> = HashMap::new();
+    let records = Records::new(&batches, &target, merge, ordered, ops)?;
+    let mut changes = Changes::of_old(&records.keys[..old_count]);
     let mut next = old_count;
     for block in blocks {
         match block {
             InstantBlock::Delete(deleted) => {
                 for d in deleted {
-                    if let Some(before) = current.remove(&d.record_key) {
-                        rows.push(ChangeRow {
-                            op: Op::Delete,
-                            before: Some(before),
-                            after: None,
-                        });
-                    }
+                    changes.delete(&d.record_key);
                 }
             }
             InstantBlock::Data(v) => {
                 for _ in v {
-                    let b = next;
+                    changes.batch(&records, next);
                     next += 1;
-                    for r in 0..batches[b].num_rows() {
-                        if !keys[b].is_valid(r) {
-                            continue;
-                        }
-                        let key = keys[b].value(r);
-                        let this = RowRef {
-                            batch: b as u32,
-                            row: r as u32,
-                        };
-                        let mut op = ops[&b]
-                            .as_ref()
-                            .filter(|o| o.is_valid(r))
-                            .map(|o| o.value(r))
-                            .unwrap_or("U");
-                        if deleted_flag[b].as_ref().is_some_and(|d| d.is_valid(r) && d.value(r)) {
-                            op = "D"; // a soft delete
-                        }
-                        match op {
-                            "-U" => {
-                                before_image.insert(key.to_string(), this);
-                            }
-                            "D" => {
-                                before_image.remove(key);
-                                if let Some(before) = current.remove(key) {
-                                    rows.push(ChangeRow {
-                                        op: Op::Delete,
-                                        before: Some(before),
-                                        after: None,
-                                    });
-                                }
-                            }
-                            _ => {
-                                let cur = current.get(key).copied();
-                                if let (Some(ord), Some(c)) = (&ord, cur) {
-                                    if ord[b].row(r) < ord[c.batch as usize].row(c.row as usize) {
-                                        before_image.remove(key);
-                                        continue; // a late record loses: the table does not change
-                                    }
-                                }
-                                let before = before_image.remove(key).or(cur);
-                                let op = if cur.is_some() { Op::Update } else { Op::Create };
-                                let before = if op == Op::Create { None } else { before };
-                                rows.push(ChangeRow {
-                                    op,
-                                    before,
-                                    after: Some(this),
-                                });
-                                current.insert(key.to_string(), this);
-                            }
-                        }
-                    }
                 }
             }
         }
     }
-    Ok((batches, rows))
+    Ok((batches, changes.rows))
+}
+
+/// What changelog mode reads of each batch's records: key, operation, soft-delete flag and
+/// (under event-time ordering) the ordering value as a byte-comparable row.
+struct Records {
+    keys: Vec<StringArray>,
+    ops: HashMap<usize, Option<StringArray>>,
+    soft_deleted: Vec<Option<BooleanArray>>,
+    ord: Option<Vec<Rows>>,
+}
+
+impl Records {
+    fn new(
+        batches: &[RecordBatch],
+        target: &SchemaRef,
+        merge: &MergeConfig,
+        ordered: bool,
+        ops: HashMap<usize, Option<StringArray>>,
+    ) -> Result<Self, SourceError> {
+        let key_idx = target
+            .index_of("_hoodie_record_key")
+            .map_err(|_| SourceError::Unreadable {
+                message: "changelog mode needs _hoodie_record_key".into(),
+            })?;
+        let keys: Vec<StringArray> = batches
+            .iter()
+            .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>().cloned())
+            .collect::<Option<_>>()
+            .ok_or_else(|| SourceError::Unreadable {
+                message: "_hoodie_record_key is not a string column".into(),
+            })?;
+        let ord_idx: Vec<usize> = merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
+        let ord = if ordered && merge.mode == MergeMode::EventTime && !ord_idx.is_empty() {
+            let conv = RowKeys::new(target, Some(ord_idx))?;
+            Some(batches.iter().map(|b| conv.rows(b)).collect::<Result<Vec<_>, _>>()?)
+        } else {
+            None
+        };
+        let soft_deleted = batches
+            .iter()
+            .map(|b| {
+                b.column_by_name("_hoodie_is_deleted")
+                    .and_then(|c| c.as_any().downcast_ref().cloned())
+            })
+            .collect();
+        Ok(Self {
+            keys,
+            ops,
+            soft_deleted,
+            ord,
+        })
+    }
+
+    /// Record `r` of batch `b`'s operation: `_hoodie_operation` (`U` where it has none), `D`
+    /// for a soft delete.
+    fn op(&self, b: usize, r: usize) -> &str {
+        if self.soft_deleted[b]
+            .as_ref()
+            .is_some_and(|d| d.is_valid(r) && d.value(r))
+        {
+            return "D";
+        }
+        self.ops[&b]
+            .as_ref()
+            .filter(|o| o.is_valid(r))
+            .map(|o| o.value(r))
+            .unwrap_or("U")
+    }
+
+    /// Does record `this` lose to the key's current row under event-time ordering?
+    fn loses(&self, this: RowRef, cur: RowRef) -> bool {
+        self.ord.as_ref().is_some_and(|ord| {
+            ord[this.batch as usize].row(this.row as usize) < ord[cur.batch as usize].row(cur.row as usize)
+        })
+    }
+}
+
+/// The change rows so far, with each key's current row and a pending `-U` before-image.
+struct Changes {
+    current: HashMap<String, RowRef>,
+    before_image: HashMap<String, RowRef>,
+    rows: Vec<ChangeRow>,
+}
+
+impl Changes {
+    /// The merged slice before the instant as the current rows.
+    fn of_old(keys: &[StringArray]) -> Self {
+        let mut current = HashMap::new();
+        for (b, k) in keys.iter().enumerate() {
+            for r in 0..k.len() {
+                if k.is_valid(r) {
+                    current.insert(
+                        k.value(r).to_string(),
+                        RowRef {
+                            batch: b as u32,
+                            row: r as u32,
+                        },
+                    );
+                }
+            }
+        }
+        Self {
+            current,
+            before_image: HashMap::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// A delete of `key`: a `d` if the key has a row.
+    fn delete(&mut self, key: &str) {
+        if let Some(before) = self.current.remove(key) {
+            self.rows.push(ChangeRow {
+                op: Op::Delete,
+                before: Some(before),
+                after: None,
+            });
+        }
+    }
+
+    /// Batch `b`'s records, in write order.
+    fn batch(&mut self, records: &Records, b: usize) {
+        let keys = &records.keys[b];
+        for r in 0..keys.len() {
+            if !keys.is_valid(r) {
+                continue;
+            }
+            let key = keys.value(r);
+            let this = RowRef {
+                batch: b as u32,
+                row: r as u32,
+            };
+            match records.op(b, r) {
+                "-U" => {
+                    self.before_image.insert(key.to_string(), this);
+                }
+                "D" => {
+                    self.before_image.remove(key);
+                    self.delete(key);
+                }
+                _ => self.upsert(records, key, this),
+            }
+        }
+    }
+
+    /// An insert or update of `key` by record `this`: `c` or `u` (before: the pending `-U`, else
+    /// the current row), unless it loses the event-time ordering (then nothing changes).
+    fn upsert(&mut self, records: &Records, key: &str, this: RowRef) {
+        let cur = self.current.get(key).copied();
+        if cur.is_some_and(|c| records.loses(this, c)) {
+            self.before_image.remove(key);
+            return; // a late record loses: the table does not change
+        }
+        let before = self.before_image.remove(key).or(cur);
+        let op = if cur.is_some() { Op::Update } else { Op::Create };
+        let before = if op == Op::Create { None } else { before };
+        self.rows.push(ChangeRow {
+            op,
+            before,
+            after: Some(this),
+        });
+        self.current.insert(key.to_string(), this);
+    }
 }
 
 /// A key that left one file group and arrived in another within the instant (a partition move
