@@ -27,7 +27,7 @@ use super::files::with_virtual_keys;
 use super::log::{self, BlockType};
 use super::merge::SliceMerge;
 use super::reader::{PairedSplits, UnitRead};
-use super::slice::FileCache;
+use super::slice::{FileCache, SliceReader};
 use super::timeline::CommitMetadata;
 use super::{join_path, string_column, HudiSource};
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
@@ -56,6 +56,38 @@ enum Shape {
     OpKey,
     Before,
     BeforeAfter,
+}
+
+impl Shape {
+    /// The shape of a CDC block's schema (`None`: neither `record_key` nor images).
+    fn of(schema: &Schema) -> Option<Shape> {
+        let has = |n: &str| schema.index_of(n).is_ok();
+        match (has("before"), has("after")) {
+            (true, true) => Some(Shape::BeforeAfter),
+            (true, false) => Some(Shape::Before),
+            _ if has("record_key") => Some(Shape::OpKey),
+            _ => None,
+        }
+    }
+}
+
+/// A file group's CDC records being read: their shape, the images they point into (`out`:
+/// logged images and slice rows) and the slices' rows by key where images are not logged.
+struct Images {
+    shape: Shape,
+    /// The CDC file, for errors.
+    path: String,
+    old: HashMap<String, RowRef>,
+    new: HashMap<String, RowRef>,
+    out: Vec<RecordBatch>,
+    /// The schema of a slice read for images.
+    schema: Option<SchemaRef>,
+}
+
+impl Images {
+    fn bad(&self, message: impl Into<String>) -> SourceError {
+        SourceError::format(&self.path, message.into())
+    }
 }
 
 impl HudiSource {
@@ -155,7 +187,37 @@ impl HudiSource {
         files: &[String],
         cache: &FileCache,
     ) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>, u64, Option<SchemaRef>), SourceError> {
-        let instant = &r.unit.position.instant;
+        let (records, path) = self.cdc_records(files)?;
+        let Some(first) = records.first() else {
+            return Ok((Vec::new(), Vec::new(), 0, None));
+        };
+        let mut im = Images {
+            shape: Shape::of(&first.schema())
+                .ok_or_else(|| SourceError::format(&path, "CDC block without record_key or before/after images"))?,
+            path,
+            old: HashMap::new(),
+            new: HashMap::new(),
+            out: Vec::new(),
+            schema: None,
+        };
+        let total: u64 = records.iter().map(|b| b.num_rows() as u64).sum();
+        // images from the slices where the mode does not log them
+        let reader = self.slice_reader(r.tl, cache);
+        if im.shape == Shape::OpKey {
+            im.old = self.slice_rows(r, &reader, sp, false, &mut im)?;
+        }
+        if im.shape != Shape::BeforeAfter && !r.is_replaced(sp) {
+            im.new = self.slice_rows(r, &reader, sp, true, &mut im)?;
+        }
+        let mut rows = Vec::new();
+        for b in &records {
+            self.cdc_rows(b, sp, &r.unit.position.instant, &mut im, &mut rows)?;
+        }
+        Ok((im.out, rows, total, im.schema))
+    }
+
+    /// The records of a file group's CDC files, in order, and the path of the last file.
+    fn cdc_records(&self, files: &[String]) -> Result<(Vec<RecordBatch>, String), SourceError> {
         let mut records: Vec<RecordBatch> = Vec::new();
         let mut cdc_path = String::new();
         for f in files {
@@ -177,103 +239,95 @@ impl HudiSource {
                 }
             }
         }
-        let bad = |m: String| SourceError::format(&cdc_path, m);
-        let Some(first) = records.first() else {
-            return Ok((Vec::new(), Vec::new(), 0, None));
+        Ok((records, cdc_path))
+    }
+
+    /// The rows of the file group's previous (`inclusive` false) or new slice, merged, added
+    /// to the images; by record key.
+    fn slice_rows(
+        &self,
+        r: &UnitRead<'_>,
+        reader: &SliceReader<'_>,
+        sp: &SplitSpec,
+        inclusive: bool,
+        im: &mut Images,
+    ) -> Result<HashMap<String, RowRef>, SourceError> {
+        let mut index = HashMap::new();
+        let Some(merge) = self.open_slice(r, reader, sp, inclusive)? else {
+            return Ok(index);
         };
-        let has = |n: &str| first.schema().index_of(n).is_ok();
-        let shape = match (has("before"), has("after")) {
-            (true, true) => Shape::BeforeAfter,
-            (true, false) => Shape::Before,
-            _ if has("record_key") => Shape::OpKey,
-            _ => return Err(bad("CDC block without record_key or before/after images".into())),
-        };
-        let total: u64 = records.iter().map(|b| b.num_rows() as u64).sum();
-        // images from the slices where the mode does not log them
-        let mut out: Vec<RecordBatch> = Vec::new();
-        let mut schema = None;
-        let reader = self.slice_reader(r.tl, cache);
-        let mut side = |inclusive: bool, out: &mut Vec<RecordBatch>| -> Result<HashMap<String, RowRef>, SourceError> {
-            let mut index = HashMap::new();
-            let Some(merge) = self.open_slice(r, &reader, sp, inclusive)? else {
-                return Ok(index);
-            };
-            let st = SliceMerge::collect(merge)?;
-            for b in st.batches {
-                schema = Some(b.schema());
-                let keys = string_column(&b, "_hoodie_record_key")
-                    .ok_or_else(|| bad("slice without _hoodie_record_key".into()))?;
-                let batch = out.len() as u32;
-                for i in 0..keys.len() {
-                    if keys.is_valid(i) {
-                        index.insert(keys.value(i).to_string(), RowRef { batch, row: i as u32 });
-                    }
+        let st = SliceMerge::collect(merge)?;
+        for b in st.batches {
+            im.schema = Some(b.schema());
+            let keys =
+                string_column(&b, "_hoodie_record_key").ok_or_else(|| im.bad("slice without _hoodie_record_key"))?;
+            let batch = im.out.len() as u32;
+            for i in 0..keys.len() {
+                if keys.is_valid(i) {
+                    index.insert(keys.value(i).to_string(), RowRef { batch, row: i as u32 });
                 }
-                out.push(b);
             }
-            Ok(index)
-        };
-        let old = if shape == Shape::OpKey {
-            side(false, &mut out)?
-        } else {
-            HashMap::new()
-        };
-        let new = if shape != Shape::BeforeAfter && !r.is_replaced(sp) {
-            side(true, &mut out)?
-        } else {
-            HashMap::new()
-        };
-        let mut rows = Vec::new();
-        for b in &records {
-            let ops = string_column(b, "op").ok_or_else(|| bad("CDC block without a string `op`".into()))?;
-            let image = |name: &str, after: bool, out: &mut Vec<RecordBatch>| -> Result<Option<u32>, SourceError> {
-                let Some(col) = b.column_by_name(name) else {
-                    return Ok(None);
-                };
-                let s = col
-                    .as_any()
-                    .downcast_ref::<StructArray>()
-                    .ok_or_else(|| bad(format!("`{name}` is not a record")))?;
-                out.push(self.cdc_image(s, sp, after.then_some(instant.as_str()))?);
-                Ok(Some(out.len() as u32 - 1))
-            };
-            let before_img = image("before", false, &mut out)?;
-            let after_img = image("after", true, &mut out)?;
-            let keys = string_column(b, "record_key");
-            for i in 0..b.num_rows() {
-                let op = match ops.is_valid(i).then(|| ops.value(i)) {
-                    Some("i") => Op::Create,
-                    Some("u") => Op::Update,
-                    Some("d") => Op::Delete,
-                    other => return Err(bad(format!("CDC record {i}: op {other:?} is not i, u or d"))),
-                };
-                let key = keys.as_ref().filter(|k| k.is_valid(i)).map(|k| k.value(i).to_string());
-                let lookup = |index: &HashMap<String, RowRef>, which: &str| -> Result<RowRef, SourceError> {
-                    let k = key
-                        .as_deref()
-                        .ok_or_else(|| bad(format!("CDC record {i} without record_key")))?;
-                    index.get(k).copied().ok_or_else(|| {
-                        bad(format!(
-                            "CDC record {i} ({op:?} of key {k}): the {which} slice of file group {} has no such row",
-                            sp.id
-                        ))
-                    })
-                };
-                let logged = |img: Option<u32>| img.map(|batch| RowRef { batch, row: i as u32 });
-                let before = match (op, shape) {
-                    (Op::Create, _) => None,
-                    (_, Shape::OpKey) => Some(lookup(&old, "previous")?),
-                    _ => logged(before_img),
-                };
-                let after = match (op, shape) {
-                    (Op::Delete, _) => None,
-                    (_, Shape::BeforeAfter) => logged(after_img),
-                    _ => Some(lookup(&new, "new")?),
-                };
-                rows.push(ChangeRow { op, before, after });
-            }
+            im.out.push(b);
         }
-        Ok((out, rows, total, schema))
+        Ok(index)
+    }
+
+    /// The change rows of one batch of CDC records: each record's op, and its before and after
+    /// images as logged or as found in the slices.
+    fn cdc_rows(
+        &self,
+        b: &RecordBatch,
+        sp: &SplitSpec,
+        instant: &str,
+        im: &mut Images,
+        rows: &mut Vec<ChangeRow>,
+    ) -> Result<(), SourceError> {
+        let ops = string_column(b, "op").ok_or_else(|| im.bad("CDC block without a string `op`"))?;
+        let mut image = |name: &str, after: bool| -> Result<Option<u32>, SourceError> {
+            let Some(col) = b.column_by_name(name) else {
+                return Ok(None);
+            };
+            let s = col
+                .as_any()
+                .downcast_ref::<StructArray>()
+                .ok_or_else(|| im.bad(format!("`{name}` is not a record")))?;
+            im.out.push(self.cdc_image(s, sp, after.then_some(instant))?);
+            Ok(Some(im.out.len() as u32 - 1))
+        };
+        let before_img = image("before", false)?;
+        let after_img = image("after", true)?;
+        let keys = string_column(b, "record_key");
+        for i in 0..b.num_rows() {
+            let op = match ops.is_valid(i).then(|| ops.value(i)) {
+                Some("i") => Op::Create,
+                Some("u") => Op::Update,
+                Some("d") => Op::Delete,
+                other => return Err(im.bad(format!("CDC record {i}: op {other:?} is not i, u or d"))),
+            };
+            let key = keys.as_ref().filter(|k| k.is_valid(i)).map(|k| k.value(i));
+            let lookup = |index: &HashMap<String, RowRef>, which: &str| -> Result<RowRef, SourceError> {
+                let k = key.ok_or_else(|| im.bad(format!("CDC record {i} without record_key")))?;
+                index.get(k).copied().ok_or_else(|| {
+                    im.bad(format!(
+                        "CDC record {i} ({op:?} of key {k}): the {which} slice of file group {} has no such row",
+                        sp.id
+                    ))
+                })
+            };
+            let logged = |img: Option<u32>| img.map(|batch| RowRef { batch, row: i as u32 });
+            let before = match (op, im.shape) {
+                (Op::Create, _) => None,
+                (_, Shape::OpKey) => Some(lookup(&im.old, "previous")?),
+                _ => logged(before_img),
+            };
+            let after = match (op, im.shape) {
+                (Op::Delete, _) => None,
+                (_, Shape::BeforeAfter) => logged(after_img),
+                _ => Some(lookup(&im.new, "new")?),
+            };
+            rows.push(ChangeRow { op, before, after });
+        }
+        Ok(())
     }
 
     /// A CDC image (data columns) with the meta columns a slice row has: the key and partition
