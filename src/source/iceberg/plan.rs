@@ -58,71 +58,62 @@ impl<'a> DeleteIndex<'a> {
     }
 }
 
+/// A data file whose deletes a snapshot changed, with its deletes before and after.
+pub(super) type Rewritten = (FileRange, Vec<Entry>, Vec<Entry>);
+
 impl IcebergSource {
+    /// The plan of a snapshot: a full scan of it (`scan`), or its own changes.
     pub(super) fn plan(&self, md: &TableMetadata, snap: &Snapshot, scan: bool) -> Result<Plan, SourceError> {
-        let ischema = md.schema_of(Some(snap))?;
-        let schema = arrow_schema(ischema)?;
-        let id = snap.snapshot_id;
+        let schema = arrow_schema(md.schema_of(Some(snap))?)?;
         let deletes = DeleteReader::default();
         self.check_partitions(md, snap)?;
-        let rows = |data: Vec<&Entry>, index: &DeleteIndex| -> Vec<Vec<Task>> {
-            let tasks: Vec<Task> = data
-                .into_iter()
-                .flat_map(|e| {
-                    let ds = index.for_data(md, e);
-                    self.ranges(e).into_iter().map(move |r| (r, ds.clone()))
-                })
-                .collect();
-            if !self.by_partition {
-                return self.pack(tasks);
-            }
-            // splits never mix partitions: a task reads only its partitions' splits
-            let mut by: std::collections::BTreeMap<String, Vec<Task>> = Default::default();
-            for t in tasks {
-                by.entry(t.0.file.partition.clone()).or_default().push(t);
-            }
-            by.into_values().flat_map(|ts| self.pack(ts)).collect()
+        let kind = if scan {
+            self.scan_kind(md, snap)?
+        } else {
+            self.change_kind(md, snap, &deletes)?
         };
-        if scan {
-            let files = SnapshotFiles::load(&self.manifests, snap, true)?;
-            let index = DeleteIndex::new(md, files.deletes.iter());
-            let splits = rows(files.data.iter().collect(), &index);
-            let kind = if splits.is_empty() {
-                PlanKind::Nothing("empty_table")
-            } else {
-                PlanKind::Rows { op: Op::Read, splits }
-            };
-            return Ok(Plan {
-                snapshot: snap.clone(),
-                schema,
-                kind,
-                deletes,
-            });
-        }
+        Ok(Plan {
+            snapshot: snap.clone(),
+            schema,
+            kind,
+            deletes,
+        })
+    }
+
+    /// Every live data file of the snapshot as rows (`r`), with the deletes that apply to it.
+    fn scan_kind(&self, md: &TableMetadata, snap: &Snapshot) -> Result<PlanKind, SourceError> {
+        let files = SnapshotFiles::load(&self.manifests, snap, true)?;
+        let index = DeleteIndex::new(md, files.deletes.iter());
+        let splits = self.row_splits(md, files.data.iter().collect(), &index);
+        Ok(if splits.is_empty() {
+            PlanKind::Nothing("empty_table")
+        } else {
+            PlanKind::Rows { op: Op::Read, splits }
+        })
+    }
+
+    /// The snapshot's own changes: nothing for a rewrite (`replace`), its added files as
+    /// inserts for a pure append, else a diff of the files it removed and added and of those
+    /// whose deletes it changed.
+    fn change_kind(
+        &self,
+        md: &TableMetadata,
+        snap: &Snapshot,
+        deletes: &DeleteReader,
+    ) -> Result<PlanKind, SourceError> {
         if snap.operation() == "replace" {
-            let kind = PlanKind::Nothing("rewrite");
-            return Ok(Plan {
-                snapshot: snap.clone(),
-                schema,
-                kind,
-                deletes,
-            });
+            return Ok(PlanKind::Nothing("rewrite"));
         }
+        let id = snap.snapshot_id;
         let own = SnapshotFiles::load(&self.manifests, snap, false)?;
         let changed: Vec<&Entry> = own.added_deletes(id).chain(own.removed_deletes.iter()).collect();
         if own.removed_data.is_empty() && changed.is_empty() {
             let index = DeleteIndex::new(md, own.deletes.iter());
-            let splits = rows(own.added_data(id).collect(), &index);
-            let kind = if splits.is_empty() {
+            let splits = self.row_splits(md, own.added_data(id).collect(), &index);
+            return Ok(if splits.is_empty() {
                 PlanKind::Nothing("no_data_change")
             } else {
                 PlanKind::Rows { op: Op::Create, splits }
-            };
-            return Ok(Plan {
-                snapshot: snap.clone(),
-                schema,
-                kind,
-                deletes,
             });
         }
         // deletes as of the snapshot, and as of its parent (live now but not added now, or removed now)
@@ -134,7 +125,6 @@ impl IcebergSource {
             .chain(own.removed_deletes.iter())
             .collect();
         let before_ix = DeleteIndex::new(md, before.into_iter());
-        let whole = |e: &Entry| FileRange::whole(e.file.clone(), e.data_seq);
         let old: Vec<Task> = own
             .removed_data
             .iter()
@@ -144,41 +134,72 @@ impl IcebergSource {
             .added_data(id)
             .map(|e| (whole(e), after_ix.for_data(md, e)))
             .collect();
-        let mut rewritten = Vec::new();
-        if !changed.is_empty() {
-            let all = SnapshotFiles::load(&self.manifests, snap, true)?;
-            let mut named: HashSet<String> = HashSet::new();
-            for d in &changed {
-                match &d.file.referenced_data_file {
-                    Some(r) => {
-                        named.insert(r.clone());
-                    }
-                    None if d.file.content != CONTENT_EQUALITY_DELETES => {
-                        named.extend(deletes.position_file(&d.file)?.keys().cloned());
-                    }
-                    None => {}
+        let rewritten = if changed.is_empty() {
+            Vec::new()
+        } else {
+            self.rewritten(md, snap, &changed, [&before_ix, &after_ix], deletes)?
+        };
+        Ok(PlanKind::Diff(self.parts(old, new, rewritten)))
+    }
+
+    /// Data files the snapshot did not add whose deletes it changed (`changed`: deletes added
+    /// or removed): each with its deletes before and after.
+    fn rewritten(
+        &self,
+        md: &TableMetadata,
+        snap: &Snapshot,
+        changed: &[&Entry],
+        [before_ix, after_ix]: [&DeleteIndex; 2],
+        deletes: &DeleteReader,
+    ) -> Result<Vec<Rewritten>, SourceError> {
+        let all = SnapshotFiles::load(&self.manifests, snap, true)?;
+        // the data files the changed position deletes name
+        let mut named: HashSet<String> = HashSet::new();
+        for d in changed {
+            match &d.file.referenced_data_file {
+                Some(r) => {
+                    named.insert(r.clone());
                 }
-            }
-            for e in all
-                .data
-                .iter()
-                .filter(|e| !(e.status == super::manifest::STATUS_ADDED && e.snapshot_id == id))
-            {
-                let touched = changed.iter().any(|d| {
-                    applies(md, d, e) && (d.file.content == CONTENT_EQUALITY_DELETES || named.contains(&e.file.path))
-                });
-                if touched {
-                    rewritten.push((whole(e), before_ix.for_data(md, e), after_ix.for_data(md, e)));
+                None if d.file.content != CONTENT_EQUALITY_DELETES => {
+                    named.extend(deletes.position_file(&d.file)?.keys().cloned());
                 }
+                None => {}
             }
         }
-        let parts = self.parts(old, new, rewritten);
-        Ok(Plan {
-            snapshot: snap.clone(),
-            schema,
-            kind: PlanKind::Diff(parts),
-            deletes,
-        })
+        let mut rewritten = Vec::new();
+        for e in all
+            .data
+            .iter()
+            .filter(|e| !(e.status == super::manifest::STATUS_ADDED && e.snapshot_id == snap.snapshot_id))
+        {
+            let touched = changed.iter().any(|d| {
+                applies(md, d, e) && (d.file.content == CONTENT_EQUALITY_DELETES || named.contains(&e.file.path))
+            });
+            if touched {
+                rewritten.push((whole(e), before_ix.for_data(md, e), after_ix.for_data(md, e)));
+            }
+        }
+        Ok(rewritten)
+    }
+
+    /// Row splits of `data` (each file's ranges with the deletes that apply), packed into
+    /// tasks; with tasks dividing the table by partition, a split never mixes partitions.
+    fn row_splits(&self, md: &TableMetadata, data: Vec<&Entry>, index: &DeleteIndex) -> Vec<Vec<Task>> {
+        let tasks: Vec<Task> = data
+            .into_iter()
+            .flat_map(|e| {
+                let ds = index.for_data(md, e);
+                self.ranges(e).into_iter().map(move |r| (r, ds.clone()))
+            })
+            .collect();
+        if !self.by_partition {
+            return self.pack(tasks);
+        }
+        let mut by: std::collections::BTreeMap<String, Vec<Task>> = Default::default();
+        for t in tasks {
+            by.entry(t.0.file.partition.clone()).or_default().push(t);
+        }
+        by.into_values().flat_map(|ts| self.pack(ts)).collect()
     }
 
     /// With tasks dividing the table by partition, a row's partition must still follow its key.
@@ -203,12 +224,7 @@ impl IcebergSource {
     }
 
     /// The diff's parts: one, or one per partition when tasks divide the table by partition.
-    pub(super) fn parts(
-        &self,
-        old: Vec<Task>,
-        new: Vec<Task>,
-        rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)>,
-    ) -> Vec<DiffPart> {
+    pub(super) fn parts(&self, old: Vec<Task>, new: Vec<Task>, rewritten: Vec<Rewritten>) -> Vec<DiffPart> {
         if !self.by_partition {
             return vec![DiffPart {
                 partition: String::new(),
@@ -365,4 +381,9 @@ pub(super) fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
         partition: first.map(|r| r.file.partition.clone()).unwrap_or_default(),
         file_group: name,
     }
+}
+
+/// A data file read whole, at its data sequence number.
+fn whole(e: &Entry) -> FileRange {
+    FileRange::whole(e.file.clone(), e.data_seq)
 }
