@@ -179,38 +179,8 @@ fn main() -> ExitCode {
         Command::Validate { offline, online, files } => match load_all(&files, 0) {
             Ok(cfgs) => {
                 for c in cfgs {
-                    if offline {
-                        println!("# {}: ok (table not opened)\n{}", c.file.display(), c.describe());
-                        continue;
-                    }
-                    if online {
-                        match rt.block_on(lakestream::runtime::admin::validate_online(&c)) {
-                            Ok(lines) => println!("# {}: ok\n{}\n{}", c.file.display(), lines.join("\n"), c.describe()),
-                            Err(e) => {
-                                eprintln!("error: {}: {}", c.file.display(), lakestream::causes::with_causes(&e));
-                                return ExitCode::from(e.exit_code());
-                            }
-                        }
-                        continue;
-                    }
-                    // the table must fit the settings too (a key, its columns)
-                    match lakestream::source::open(&c) {
-                        Ok(source) => {
-                            let info = source.info();
-                            println!(
-                                "# {}: ok (table {}, key {:?})\n{}",
-                                c.file.display(),
-                                info.name,
-                                info.key_fields,
-                                c.describe()
-                            );
-                        }
-                        Err(e) => {
-                            let e = lakestream::runtime::RuntimeError::from(e);
-                            eprintln!("error: {}: {e}", c.file.display());
-                            let code = e.exit_code();
-                            return ExitCode::from(code);
-                        }
+                    if let Err(code) = validate(&rt, &c, offline, online) {
+                        return code;
                     }
                 }
                 ExitCode::SUCCESS
@@ -219,22 +189,7 @@ fn main() -> ExitCode {
         },
         Command::Offsets {
             action: OffsetsCommand::Show { file, task_id },
-        } => {
-            let cfg = match load_all(&[file], task_id) {
-                Ok(mut c) => c.remove(0),
-                Err(code) => return code,
-            };
-            match show_offsets(&cfg) {
-                Ok(o) => {
-                    println!("{}", serde_json::to_string_pretty(&o).unwrap_or_default());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
-        }
+        } => offsets_show(file, task_id),
         Command::Offsets {
             action: OffsetsCommand::Reset { file, force },
         } => offsets_admin(&rt, file, |c| {
@@ -278,6 +233,63 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             rt.block_on(run_all(cfgs, once, metrics_port))
+        }
+    }
+}
+
+/// `validate` of one connector: the file alone (`offline`), also the broker, registry and
+/// offsets (`online`), else the file against its table (a key, its columns).
+fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, online: bool) -> Result<(), ExitCode> {
+    if offline {
+        println!("# {}: ok (table not opened)\n{}", c.file.display(), c.describe());
+        return Ok(());
+    }
+    if online {
+        return match rt.block_on(lakestream::runtime::admin::validate_online(c)) {
+            Ok(lines) => {
+                println!("# {}: ok\n{}\n{}", c.file.display(), lines.join("\n"), c.describe());
+                Ok(())
+            }
+            Err(e) => {
+                eprintln!("error: {}: {}", c.file.display(), lakestream::causes::with_causes(&e));
+                Err(ExitCode::from(e.exit_code()))
+            }
+        };
+    }
+    match lakestream::source::open(c) {
+        Ok(source) => {
+            let info = source.info();
+            println!(
+                "# {}: ok (table {}, key {:?})\n{}",
+                c.file.display(),
+                info.name,
+                info.key_fields,
+                c.describe()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let e = lakestream::runtime::RuntimeError::from(e);
+            eprintln!("error: {}: {e}", c.file.display());
+            Err(ExitCode::from(e.exit_code()))
+        }
+    }
+}
+
+/// `offsets show`: the task's stored offsets, as JSON.
+fn offsets_show(file: PathBuf, task_id: u32) -> ExitCode {
+    let cfg = match load_all(&[file], task_id) {
+        Ok(mut c) => c.remove(0),
+        Err(code) => return code,
+    };
+    match show_offsets(&cfg) {
+        Ok(o) => {
+            println!("{}", serde_json::to_string_pretty(&o).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
