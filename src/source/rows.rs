@@ -170,85 +170,76 @@ pub fn diff(
         let s = order_cols[r.batch as usize]?;
         s.is_valid(r.row as usize).then(|| s.value(r.row as usize))
     };
-    // key -> (split, row) winner per side
-    // keys borrow the converted rows: no allocation per row
-    let index = |side: &[Vec<u32>]| -> HashMap<Row<'_>, (usize, RowRef)> {
-        let mut m: HashMap<Row<'_>, (usize, RowRef)> = HashMap::new();
-        for (s, bs) in side.iter().enumerate() {
-            for &b in bs {
-                for i in 0..batches[b as usize].num_rows() {
-                    let r = RowRef {
-                        batch: b,
-                        row: i as u32,
-                    };
-                    let k = key_rows[b as usize].row(i);
-                    match m.get(&k) {
-                        Some((_, prev)) if order_of(*prev) > order_of(r) => {}
-                        _ => {
-                            m.insert(k, (s, r));
-                        }
-                    }
-                }
-            }
-        }
-        m
-    };
-    let mut old_idx = index(old);
-    let new_idx = index(new);
+    let key = |r: RowRef| key_rows[r.batch as usize].row(r.row as usize);
+    let mut old_idx = winners(batches, old, &key_rows, &order_of);
+    let new_idx = winners(batches, new, &key_rows, &order_of);
     let mut out: Vec<Vec<ChangeRow>> = vec![Vec::new(); old.len()];
-    for (s, bs) in new.iter().enumerate() {
-        for &b in bs {
-            for i in 0..batches[b as usize].num_rows() {
-                let r = RowRef {
-                    batch: b,
-                    row: i as u32,
-                };
-                let k = key_rows[b as usize].row(i);
-                if new_idx.get(&k).map(|(_, w)| *w) != Some(r) {
-                    continue; // a duplicate of this key that lost
-                }
-                match old_idx.remove(&k) {
-                    Some((_, o)) => {
-                        if full_rows[o.batch as usize].row(o.row as usize) != full_rows[b as usize].row(i) {
-                            out[s].push(ChangeRow {
-                                op: Op::Update,
-                                before: Some(o),
-                                after: Some(r),
-                            });
-                        }
-                    }
-                    None => out[s].push(ChangeRow {
-                        op: Op::Create,
-                        before: None,
+    for (s, r) in side_rows(batches, new) {
+        let k = key(r);
+        if new_idx.get(&k).map(|(_, w)| *w) != Some(r) {
+            continue; // a duplicate of this key that lost
+        }
+        match old_idx.remove(&k) {
+            Some((_, o)) => {
+                if full_rows[o.batch as usize].row(o.row as usize) != full_rows[r.batch as usize].row(r.row as usize) {
+                    out[s].push(ChangeRow {
+                        op: Op::Update,
+                        before: Some(o),
                         after: Some(r),
-                    }),
+                    });
                 }
             }
+            None => out[s].push(ChangeRow {
+                op: Op::Create,
+                before: None,
+                after: Some(r),
+            }),
         }
     }
     // what is left of the old side vanished: deletes, in old-row order per split
-    for (s, bs) in old.iter().enumerate() {
-        for &b in bs {
-            for i in 0..batches[b as usize].num_rows() {
-                let r = RowRef {
-                    batch: b,
-                    row: i as u32,
-                };
-                let k = key_rows[b as usize].row(i);
-                if let Some((os, w)) = old_idx.get(&k) {
-                    if *w == r {
-                        debug_assert_eq!(*os, s);
-                        out[s].push(ChangeRow {
-                            op: Op::Delete,
-                            before: Some(r),
-                            after: None,
-                        });
-                    }
-                }
+    for (s, r) in side_rows(batches, old) {
+        if let Some((os, w)) = old_idx.get(&key(r)) {
+            if *w == r {
+                debug_assert_eq!(*os, s);
+                out[s].push(ChangeRow {
+                    op: Op::Delete,
+                    before: Some(r),
+                    after: None,
+                });
             }
         }
     }
     Ok(out)
+}
+
+/// Each key's row on one side of a diff (the greatest `order_of`, later rows winning ties),
+/// with its split. The keys borrow the converted rows: no allocation per row.
+fn winners<'r>(
+    batches: &[RecordBatch],
+    side: &[Vec<u32>],
+    key_rows: &'r [Rows],
+    order_of: &dyn Fn(RowRef) -> Option<&'r str>,
+) -> HashMap<Row<'r>, (usize, RowRef)> {
+    let mut m: HashMap<Row<'r>, (usize, RowRef)> = HashMap::new();
+    for (s, r) in side_rows(batches, side) {
+        let k = key_rows[r.batch as usize].row(r.row as usize);
+        match m.get(&k) {
+            Some((_, prev)) if order_of(*prev) > order_of(r) => {}
+            _ => {
+                m.insert(k, (s, r));
+            }
+        }
+    }
+    m
+}
+
+/// Every row of one side of a diff with its split, in split then row order.
+fn side_rows<'a>(batches: &'a [RecordBatch], side: &'a [Vec<u32>]) -> impl Iterator<Item = (usize, RowRef)> + 'a {
+    side.iter().enumerate().flat_map(move |(s, bs)| {
+        bs.iter().flat_map(move |&b| {
+            (0..batches[b as usize].num_rows() as u32).map(move |row| (s, RowRef { batch: b, row }))
+        })
+    })
 }
 
 /// The diff of a keyless table between an old and a new set of rows, compared whole as a
