@@ -142,7 +142,8 @@ impl HudiSource {
         Ok(buckets_for(bytes * DECODED_PER_FILE_BYTE, self.spill.budget))
     }
 
-    /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]).
+    /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]):
+    /// both sides of every split spilled by key, then each bucket diffed and emitted.
     pub(super) fn read_bucketed(
         &self,
         r: &UnitRead<'_>,
@@ -151,28 +152,9 @@ impl HudiSource {
         emit: &mut Emit<'_>,
     ) -> Result<(), SourceError> {
         let unit = r.unit;
-        let n = unit.splits.len();
-        let sides = |sp: &SplitSpec| -> [(bool, bool); 2] { [(false, !unit.snapshot), (true, !r.is_replaced(sp))] };
-        // the unit's value schema: the newest slice's (last split with a new side, else old)
-        let mut target: Option<SchemaRef> = None;
-        'find: for want_new in [true, false] {
-            for sp in unit.splits.iter().rev() {
-                for (is_new, wanted) in sides(sp) {
-                    if is_new != want_new || !wanted {
-                        continue;
-                    }
-                    let cache = FileCache::single_pass(None);
-                    let reader = self.slice_reader(r.tl, &cache);
-                    if let Some(m) = self.open_slice(r, &reader, sp, is_new)? {
-                        if let Some(s) = m.schema() {
-                            target = Some(s.clone());
-                            break 'find;
-                        }
-                    }
-                }
-            }
-        }
-        let Some(target) = target else { return Ok(()) };
+        let Some(target) = self.unit_schema(r)? else {
+            return Ok(());
+        };
         let (keys, order) = self.key_columns(&target)?;
         tracing::info!(connector = %self.connector, instant = %unit.position.instant, buckets, budget = self.spill.budget,
             "change unit larger than read.memory.budget: diffing in key buckets on disk");
@@ -183,32 +165,12 @@ impl HudiSource {
             buckets,
             self.spill.budget,
         )?;
-        let (mut file, mut rows_read, mut bytes_read) = (vec![String::new(); n], vec![0u64; n], vec![0u64; n]);
-        for (s, sp) in unit.splits.iter().enumerate() {
-            // log blocks decoded once for both sides; base files streamed
-            let cache = FileCache::streaming(None);
-            let reader = self.slice_reader(r.tl, &cache);
-            for (is_new, wanted) in sides(sp) {
-                if !wanted {
-                    continue;
-                }
-                let Some(merge) = self.open_slice(r, &reader, sp, is_new)? else {
-                    continue;
-                };
-                if let Some(f) = &merge.file {
-                    if is_new || file[s].is_empty() {
-                        file[s] = join_path(&sp.partition, f);
-                    }
-                }
-                bytes_read[s] += merge.bytes_read;
-                rows_read[s] += merge
-                    .run(&mut |b| writer.push(s as u32, is_new, 0, &crate::source::rows::conform(&b, &target)?))?;
-            }
-        }
+        let reads = self.spill_sides(r, &target, &mut writer)?;
         let buckets = writer.finish()?;
         metrics::SPILLED_BYTES
             .with_label_values(&[&self.connector])
             .inc_by(buckets.bytes);
+        let n = unit.splits.len();
         let mut first_row = vec![0u64; n];
         for p in 0..buckets.len() {
             let rows = buckets.read(p, n)?;
@@ -221,13 +183,13 @@ impl HudiSource {
                 }
                 let count = changes.len() as u64;
                 let (batches, changes) = restrict(&rows.batches, changes);
-                let mut sc = SplitChanges::whole(sp.clone(), file[s].clone(), batches, changes);
+                let mut sc = SplitChanges::whole(sp.clone(), reads.file[s].clone(), batches, changes);
                 sc.first_row = first_row[s];
                 sc.last = last;
                 sc.buckets = buckets.len() as u32;
                 if last {
-                    sc.rows_read = rows_read[s];
-                    sc.bytes_read = bytes_read[s];
+                    sc.rows_read = reads.rows[s];
+                    sc.bytes_read = reads.bytes[s];
                 }
                 first_row[s] += count;
                 emit(sc)?;
@@ -238,4 +200,75 @@ impl HudiSource {
         }
         Ok(())
     }
+
+    /// The sides a split of the unit reads: (new?, wanted) for the old then the new slice.
+    fn sides(r: &UnitRead<'_>, sp: &SplitSpec) -> [(bool, bool); 2] {
+        [(false, !r.unit.snapshot), (true, !r.is_replaced(sp))]
+    }
+
+    /// The unit's value schema: the newest slice's (last split with a new side, else old).
+    fn unit_schema(&self, r: &UnitRead<'_>) -> Result<Option<SchemaRef>, SourceError> {
+        for want_new in [true, false] {
+            for sp in r.unit.splits.iter().rev() {
+                for (is_new, wanted) in Self::sides(r, sp) {
+                    if is_new != want_new || !wanted {
+                        continue;
+                    }
+                    let cache = FileCache::single_pass(None);
+                    let reader = self.slice_reader(r.tl, &cache);
+                    if let Some(s) = self
+                        .open_slice(r, &reader, sp, is_new)?
+                        .and_then(|m| m.schema().cloned())
+                    {
+                        return Ok(Some(s));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Both sides of every split merged and written to the buckets; what each split read.
+    fn spill_sides(
+        &self,
+        r: &UnitRead<'_>,
+        target: &SchemaRef,
+        writer: &mut BucketWriter,
+    ) -> Result<SplitReads, SourceError> {
+        let n = r.unit.splits.len();
+        let mut reads = SplitReads {
+            file: vec![String::new(); n],
+            rows: vec![0; n],
+            bytes: vec![0; n],
+        };
+        for (s, sp) in r.unit.splits.iter().enumerate() {
+            // log blocks decoded once for both sides; base files streamed
+            let cache = FileCache::streaming(None);
+            let reader = self.slice_reader(r.tl, &cache);
+            for (is_new, wanted) in Self::sides(r, sp) {
+                if !wanted {
+                    continue;
+                }
+                let Some(merge) = self.open_slice(r, &reader, sp, is_new)? else {
+                    continue;
+                };
+                if let Some(f) = &merge.file {
+                    if is_new || reads.file[s].is_empty() {
+                        reads.file[s] = join_path(&sp.partition, f);
+                    }
+                }
+                reads.bytes[s] += merge.bytes_read;
+                reads.rows[s] +=
+                    merge.run(&mut |b| writer.push(s as u32, is_new, 0, &crate::source::rows::conform(&b, target)?))?;
+            }
+        }
+        Ok(reads)
+    }
+}
+
+/// What each split of a bucketed unit read: the newest file, rows and bytes.
+struct SplitReads {
+    file: Vec<String>,
+    rows: Vec<u64>,
+    bytes: Vec<u64>,
 }
