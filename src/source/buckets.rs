@@ -278,42 +278,13 @@ impl BucketReader {
         if b.rows == 0 {
             return Ok(out);
         }
-        // the file is one IPC stream per flush, back to back
-        let mut input = std::io::BufReader::new(File::open(&b.path).map_err(SourceError::io(&b.path))?);
-        let mut parts = Vec::new();
-        let mut schema = None;
-        while !std::io::BufRead::fill_buf(&mut input)
-            .map_err(SourceError::io(&b.path))?
-            .is_empty()
-        {
-            let reader = StreamReader::try_new(&mut input, None).map_err(|e| bucket_err("read", e, &b.path))?;
-            schema.get_or_insert(reader.schema());
-            for part in reader {
-                parts.push(part.map_err(|e| bucket_err("read", e, &b.path))?);
-            }
-        }
-        let Some(schema) = schema else { return Ok(out) };
-        let all = arrow::compute::concat_batches(&schema, &parts).map_err(SourceError::arrow("bucket rows"))?;
-        drop(parts);
+        let Some(all) = read_streams(&b.path)? else {
+            return Ok(out);
+        };
         let n = all.num_columns();
-        let split_col = all
-            .column(n - 3)
-            .as_any()
-            .downcast_ref::<UInt32Array>()
-            .expect("split column")
-            .clone();
-        let new_col = all
-            .column(n - 2)
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .expect("side column")
-            .clone();
-        let tag_col = all
-            .column(n - 1)
-            .as_any()
-            .downcast_ref::<UInt32Array>()
-            .expect("tag column")
-            .clone();
+        let split_col: UInt32Array = tag_column(&all, n - 3, &b.path)?;
+        let new_col: BooleanArray = tag_column(&all, n - 2, &b.path)?;
+        let tag_col: UInt32Array = tag_column(&all, n - 1, &b.path)?;
         let data = all
             .project(&(0..n - 3).collect::<Vec<_>>())
             .map_err(SourceError::arrow("bucket columns"))?;
@@ -362,6 +333,41 @@ impl BucketReader {
         }
         Ok(out)
     }
+}
+
+/// A bucket file's rows as one batch (the file is one IPC stream per flush, back to back);
+/// `None` when it holds no stream.
+fn read_streams(path: &std::path::Path) -> Result<Option<RecordBatch>, SourceError> {
+    let mut input = std::io::BufReader::new(File::open(path).map_err(SourceError::io(path))?);
+    let mut parts = Vec::new();
+    let mut schema = None;
+    while !std::io::BufRead::fill_buf(&mut input)
+        .map_err(SourceError::io(path))?
+        .is_empty()
+    {
+        let reader = StreamReader::try_new(&mut input, None).map_err(|e| bucket_err("read", e, path))?;
+        schema.get_or_insert(reader.schema());
+        for part in reader {
+            parts.push(part.map_err(|e| bucket_err("read", e, path))?);
+        }
+    }
+    let Some(schema) = schema else { return Ok(None) };
+    arrow::compute::concat_batches(&schema, &parts)
+        .map(Some)
+        .map_err(SourceError::arrow("bucket rows"))
+}
+
+/// Column `i` of a bucket's rows (one of the split, side and tag columns written with them).
+fn tag_column<T: Array + Clone + 'static>(
+    all: &RecordBatch,
+    i: usize,
+    path: &std::path::Path,
+) -> Result<T, SourceError> {
+    all.column(i)
+        .as_any()
+        .downcast_ref::<T>()
+        .cloned()
+        .ok_or_else(|| bucket_err("read", format!("column {i} is not the type written"), path))
 }
 
 /// The batches `rows` refer to, and the rows re-pointed at that subset (a chunk of one split
