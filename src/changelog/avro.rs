@@ -183,6 +183,50 @@ enum Kind {
     Map(Box<ColumnEncoder>, Box<ColumnEncoder>, bool),
 }
 
+/// How a date, time or timestamp column is written (zoned instants checked to be in range).
+fn time_kind(write: TimeWrite, array: &ArrayRef, field: &Field) -> Result<Kind, ChangelogError> {
+    Ok(match write {
+        TimeWrite::Date32 => Kind::Date32,
+        TimeWrite::Date64 => Kind::Date64,
+        TimeWrite::Time32(mul) => Kind::Time32(mul),
+        TimeWrite::Scaled64(mul, div) => Kind::Scaled64(mul, div),
+        TimeWrite::Zoned(unit) => {
+            zoned_in_range(array, unit, field.name())?;
+            Kind::Zoned(unit)
+        }
+    })
+}
+
+/// The encoding of a column of a scalar type (`None`: nested or unsupported).
+fn scalar_kind(dt: &DataType) -> Option<Kind> {
+    Some(match dt {
+        DataType::Null => Kind::Null,
+        DataType::Boolean => Kind::Bool,
+        DataType::Int8 => Kind::I8,
+        DataType::Int16 => Kind::I16,
+        DataType::Int32 => Kind::I32,
+        DataType::Int64 => Kind::I64,
+        DataType::UInt8 => Kind::U8,
+        DataType::UInt16 => Kind::U16,
+        DataType::UInt32 => Kind::U32,
+        DataType::UInt64 => Kind::U64,
+        DataType::Float16 => Kind::F16,
+        DataType::Float32 => Kind::F32,
+        DataType::Float64 => Kind::F64,
+        DataType::Utf8 => Kind::Utf8,
+        DataType::LargeUtf8 => Kind::LargeUtf8,
+        DataType::Utf8View => Kind::Utf8View,
+        DataType::Binary => Kind::Binary,
+        DataType::LargeBinary => Kind::LargeBinary,
+        DataType::BinaryView => Kind::BinaryView,
+        DataType::FixedSizeBinary(_) => Kind::FixedBinary,
+        DataType::Decimal32(_, _) => Kind::Dec32,
+        DataType::Decimal64(_, _) => Kind::Dec64,
+        DataType::Decimal128(_, _) => Kind::Dec128,
+        _ => return None,
+    })
+}
+
 impl ColumnEncoder {
     pub fn new(array: &ArrayRef, field: &Field, time: TimeMode) -> Result<Self, ChangelogError> {
         let array = match array.data_type() {
@@ -197,47 +241,21 @@ impl ColumnEncoder {
             DataType::Dictionary(_, v) => v.as_ref().clone(),
             d => d.clone(),
         };
-        if let Some((_, write)) = temporal(&dt, time) {
-            let kind = match write {
-                TimeWrite::Date32 => Kind::Date32,
-                TimeWrite::Date64 => Kind::Date64,
-                TimeWrite::Time32(mul) => Kind::Time32(mul),
-                TimeWrite::Scaled64(mul, div) => Kind::Scaled64(mul, div),
-                TimeWrite::Zoned(unit) => {
-                    zoned_in_range(&array, unit, field.name())?;
-                    Kind::Zoned(unit)
-                }
-            };
-            return Ok(Self {
-                nullable: field.is_nullable(),
-                array,
-                kind,
-            });
-        }
-        let kind = match &dt {
-            DataType::Null => Kind::Null,
-            DataType::Boolean => Kind::Bool,
-            DataType::Int8 => Kind::I8,
-            DataType::Int16 => Kind::I16,
-            DataType::Int32 => Kind::I32,
-            DataType::Int64 => Kind::I64,
-            DataType::UInt8 => Kind::U8,
-            DataType::UInt16 => Kind::U16,
-            DataType::UInt32 => Kind::U32,
-            DataType::UInt64 => Kind::U64,
-            DataType::Float16 => Kind::F16,
-            DataType::Float32 => Kind::F32,
-            DataType::Float64 => Kind::F64,
-            DataType::Utf8 => Kind::Utf8,
-            DataType::LargeUtf8 => Kind::LargeUtf8,
-            DataType::Utf8View => Kind::Utf8View,
-            DataType::Binary => Kind::Binary,
-            DataType::LargeBinary => Kind::LargeBinary,
-            DataType::BinaryView => Kind::BinaryView,
-            DataType::FixedSizeBinary(_) => Kind::FixedBinary,
-            DataType::Decimal32(_, _) => Kind::Dec32,
-            DataType::Decimal64(_, _) => Kind::Dec64,
-            DataType::Decimal128(_, _) => Kind::Dec128,
+        let kind = match (temporal(&dt, time), scalar_kind(&dt)) {
+            (Some((_, write)), _) => time_kind(write, &array, field)?,
+            (None, Some(kind)) => kind,
+            (None, None) => Self::nested_kind(&array, &dt, field, time)?,
+        };
+        Ok(Self {
+            nullable: field.is_nullable() && !matches!(kind, Kind::Null),
+            array,
+            kind,
+        })
+    }
+
+    /// Lists, structs and maps: an encoder for each child.
+    fn nested_kind(array: &ArrayRef, dt: &DataType, field: &Field, time: TimeMode) -> Result<Kind, ChangelogError> {
+        Ok(match dt {
             DataType::List(f) => Kind::List(Box::new(Self::new(array.as_list::<i32>().values(), f, time)?)),
             DataType::LargeList(f) => Kind::LargeList(Box::new(Self::new(array.as_list::<i64>().values(), f, time)?)),
             DataType::FixedSizeList(f, n) => Kind::FixedList(
@@ -270,11 +288,6 @@ impl ColumnEncoder {
                     field.name()
                 )))
             }
-        };
-        Ok(Self {
-            nullable: field.is_nullable() && !matches!(kind, Kind::Null),
-            array,
-            kind,
         })
     }
 
