@@ -50,96 +50,108 @@ pub fn decimal(precision: u8, scale: i8, time: TimeMode) -> Value {
 /// - `connect`: Kafka Connect's logical types (`Date`, `Time`, `Timestamp`), milliseconds, as
 ///   JDBC sinks expect (sub-millisecond digits are dropped, rounding down).
 pub fn temporal(dt: &DataType, time: TimeMode) -> Option<(Value, TimeWrite)> {
-    use TimeMode::*;
-    use TimeUnit::*;
-    let t = |avro: &str, logical: Option<&str>, connect: Option<String>| {
-        let mut v = json!({ "type": avro });
-        if let Some(l) = logical {
-            v["logicalType"] = json!(l);
-        }
-        if let Some(c) = connect {
-            v["connect.version"] = json!(1);
-            v["connect.name"] = json!(c);
-        }
-        v
-    };
-    const DBZ: &str = "io.debezium.time.";
-    const CONNECT: &str = "org.apache.kafka.connect.data.";
-    let dbz = |n: &str| Some(format!("{DBZ}{n}"));
-    let connect = |n: &str| Some(format!("{CONNECT}{n}"));
     Some(match dt {
-        DataType::Date32 | DataType::Date64 => {
-            let kind = if *dt == DataType::Date32 {
-                TimeWrite::Date32
-            } else {
-                TimeWrite::Date64
-            };
-            let schema = match time {
-                Avro => t("int", Some("date"), None),
-                Adaptive | AdaptiveTimeMicroseconds => t("int", None, dbz("Date")),
-                Connect => t("int", Some("date"), connect("Date")),
-            };
-            (schema, kind)
-        }
-        DataType::Time32(unit) => {
-            let ms = if *unit == Second { 1000 } else { 1 };
-            match time {
-                Avro => (t("int", Some("time-millis"), None), TimeWrite::Time32(ms)),
-                Adaptive => (t("int", None, dbz("Time")), TimeWrite::Time32(ms)),
-                AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime")), TimeWrite::Time32(ms * 1000)),
-                Connect => (t("int", Some("time-millis"), connect("Time")), TimeWrite::Time32(ms)),
-            }
-        }
-        DataType::Time64(unit) => {
-            let nanos = *unit == Nanosecond;
-            match time {
-                Avro => (
-                    t("long", Some("time-micros"), None),
-                    TimeWrite::Scaled64(1, if nanos { 1000 } else { 1 }),
-                ),
-                Adaptive | AdaptiveTimeMicroseconds if nanos => {
-                    (t("long", None, dbz("NanoTime")), TimeWrite::Scaled64(1, 1))
-                }
-                Adaptive | AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime")), TimeWrite::Scaled64(1, 1)),
-                Connect => (
-                    t("int", Some("time-millis"), connect("Time")),
-                    TimeWrite::Scaled64(1, if nanos { 1_000_000 } else { 1000 }),
-                ),
-            }
-        }
-        DataType::Timestamp(unit, tz) => {
-            let (to_millis, precise) = match unit {
-                Second => (TimeWrite::Scaled64(1000, 1), TimeWrite::Scaled64(1000, 1)),
-                Millisecond => (TimeWrite::Scaled64(1, 1), TimeWrite::Scaled64(1, 1)),
-                Microsecond => (TimeWrite::Scaled64(1, 1000), TimeWrite::Scaled64(1, 1)),
-                Nanosecond => (TimeWrite::Scaled64(1, 1_000_000), TimeWrite::Scaled64(1, 1)),
-            };
-            let suffix = match unit {
-                Second | Millisecond => "millis",
-                Microsecond => "micros",
-                Nanosecond => "nanos",
-            };
-            match time {
-                Avro => {
-                    let local = if tz.is_some() { "" } else { "local-" };
-                    (t("long", Some(&format!("{local}timestamp-{suffix}")), None), precise)
-                }
-                Adaptive | AdaptiveTimeMicroseconds if tz.is_some() => {
-                    (t("string", None, dbz("ZonedTimestamp")), TimeWrite::Zoned(*unit))
-                }
-                Adaptive | AdaptiveTimeMicroseconds => {
-                    let name = match unit {
-                        Second | Millisecond => "Timestamp",
-                        Microsecond => "MicroTimestamp",
-                        Nanosecond => "NanoTimestamp",
-                    };
-                    (t("long", None, dbz(name)), precise)
-                }
-                Connect => (t("long", Some("timestamp-millis"), connect("Timestamp")), to_millis),
-            }
-        }
+        DataType::Date32 => (date(time), TimeWrite::Date32),
+        DataType::Date64 => (date(time), TimeWrite::Date64),
+        DataType::Time32(unit) => time32(*unit, time),
+        DataType::Time64(unit) => time64(*unit, time),
+        DataType::Timestamp(unit, tz) => timestamp(*unit, tz.is_some(), time),
         _ => return None,
     })
+}
+
+/// An Avro schema of type `avro`, with a `logicalType` and a Connect/Debezium name when given.
+fn t(avro: &str, logical: Option<&str>, connect: Option<String>) -> Value {
+    let mut v = json!({ "type": avro });
+    if let Some(l) = logical {
+        v["logicalType"] = json!(l);
+    }
+    if let Some(c) = connect {
+        v["connect.version"] = json!(1);
+        v["connect.name"] = json!(c);
+    }
+    v
+}
+
+/// A Debezium semantic type's name.
+fn dbz(n: &str) -> Option<String> {
+    Some(format!("io.debezium.time.{n}"))
+}
+
+/// A Kafka Connect logical type's name.
+fn connect(n: &str) -> Option<String> {
+    Some(format!("org.apache.kafka.connect.data.{n}"))
+}
+
+fn date(time: TimeMode) -> Value {
+    match time {
+        TimeMode::Avro => t("int", Some("date"), None),
+        TimeMode::Adaptive | TimeMode::AdaptiveTimeMicroseconds => t("int", None, dbz("Date")),
+        TimeMode::Connect => t("int", Some("date"), connect("Date")),
+    }
+}
+
+fn time32(unit: TimeUnit, time: TimeMode) -> (Value, TimeWrite) {
+    use TimeMode::*;
+    let ms = if unit == TimeUnit::Second { 1000 } else { 1 };
+    match time {
+        Avro => (t("int", Some("time-millis"), None), TimeWrite::Time32(ms)),
+        Adaptive => (t("int", None, dbz("Time")), TimeWrite::Time32(ms)),
+        AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime")), TimeWrite::Time32(ms * 1000)),
+        Connect => (t("int", Some("time-millis"), connect("Time")), TimeWrite::Time32(ms)),
+    }
+}
+
+fn time64(unit: TimeUnit, time: TimeMode) -> (Value, TimeWrite) {
+    use TimeMode::*;
+    let nanos = unit == TimeUnit::Nanosecond;
+    match time {
+        Avro => (
+            t("long", Some("time-micros"), None),
+            TimeWrite::Scaled64(1, if nanos { 1000 } else { 1 }),
+        ),
+        Adaptive | AdaptiveTimeMicroseconds if nanos => (t("long", None, dbz("NanoTime")), TimeWrite::Scaled64(1, 1)),
+        Adaptive | AdaptiveTimeMicroseconds => (t("long", None, dbz("MicroTime")), TimeWrite::Scaled64(1, 1)),
+        Connect => (
+            t("int", Some("time-millis"), connect("Time")),
+            TimeWrite::Scaled64(1, if nanos { 1_000_000 } else { 1000 }),
+        ),
+    }
+}
+
+/// A timestamp with a zone (`zoned`, an instant) or without.
+fn timestamp(unit: TimeUnit, zoned: bool, time: TimeMode) -> (Value, TimeWrite) {
+    use TimeMode::*;
+    use TimeUnit::*;
+    let (to_millis, precise) = match unit {
+        Second => (TimeWrite::Scaled64(1000, 1), TimeWrite::Scaled64(1000, 1)),
+        Millisecond => (TimeWrite::Scaled64(1, 1), TimeWrite::Scaled64(1, 1)),
+        Microsecond => (TimeWrite::Scaled64(1, 1000), TimeWrite::Scaled64(1, 1)),
+        Nanosecond => (TimeWrite::Scaled64(1, 1_000_000), TimeWrite::Scaled64(1, 1)),
+    };
+    let suffix = match unit {
+        Second | Millisecond => "millis",
+        Microsecond => "micros",
+        Nanosecond => "nanos",
+    };
+    match time {
+        Avro => {
+            let local = if zoned { "" } else { "local-" };
+            (t("long", Some(&format!("{local}timestamp-{suffix}")), None), precise)
+        }
+        Adaptive | AdaptiveTimeMicroseconds if zoned => {
+            (t("string", None, dbz("ZonedTimestamp")), TimeWrite::Zoned(unit))
+        }
+        Adaptive | AdaptiveTimeMicroseconds => {
+            let name = match unit {
+                Second | Millisecond => "Timestamp",
+                Microsecond => "MicroTimestamp",
+                Nanosecond => "NanoTimestamp",
+            };
+            (t("long", None, dbz(name)), precise)
+        }
+        Connect => (t("long", Some("timestamp-millis"), connect("Timestamp")), to_millis),
+    }
 }
 
 /// Nanoseconds in one `unit`.
