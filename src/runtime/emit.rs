@@ -192,14 +192,7 @@ impl Task {
     /// One chunk: filter, encode, produce, checkpoint.
     async fn emit_chunk(&mut self, e: &mut UnitEmit<'_>, sc: SplitChanges) -> Result<ChunkEnd, RuntimeError> {
         self.moved();
-        metrics::ROWS_READ
-            .with_label_values(&[&e.name, &e.task_label])
-            .inc_by(sc.rows_read);
-        metrics::BYTES_READ
-            .with_label_values(&[&e.name, &e.task_label])
-            .inc_by(sc.bytes_read);
-        self.read.0 += sc.rows_read;
-        self.read.1 += sc.bytes_read;
+        self.count_read(e, &sc);
         // the partition of each batch hashed once per chunk, not once per row (only when rows are
         // divided among tasks)
         let (split_partition, batch_partitions): (u32, Vec<u32>) = if e.filter {
@@ -250,27 +243,21 @@ impl Task {
                 }
             }
         }
-        metrics::RECORD_BYTES
-            .with_label_values(&[&e.name])
-            .inc_by(counts.record_bytes);
-        for op in [Op::Read, Op::Create, Op::Update, Op::Delete] {
-            if counts.by_op[op as usize] > 0 {
-                metrics::RECORDS_POLLED
-                    .with_label_values(&[&e.name, op.code()])
-                    .inc_by(counts.by_op[op as usize]);
-            }
-        }
-        if sc.last {
-            e.progress.entry(sc.split.id.clone()).or_default().done = true;
-            e.finished += 1;
-            metrics::SPLITS_IN_FLIGHT
-                .with_label_values(&[&e.name, &e.task_label])
-                .set((e.total - e.finished) as f64);
-        }
-        e.shown
-            .chunk(&e.name, &counts.by_op, counts.tombstones, sc.rows_read, sc.last);
+        chunk_done(e, &sc, &counts);
         self.state.in_flight = Some(e.in_flight(sc.buckets));
         Ok(ChunkEnd::Continue)
+    }
+
+    /// The rows and bytes a chunk read, in the metrics and the task's totals.
+    fn count_read(&mut self, e: &UnitEmit<'_>, sc: &SplitChanges) {
+        metrics::ROWS_READ
+            .with_label_values(&[&e.name, &e.task_label])
+            .inc_by(sc.rows_read);
+        metrics::BYTES_READ
+            .with_label_values(&[&e.name, &e.task_label])
+            .inc_by(sc.bytes_read);
+        self.read.0 += sc.rows_read;
+        self.read.1 += sc.bytes_read;
     }
 
     /// Whether this task publishes the row: it owns the row's key (or, by partition, its
@@ -317,4 +304,28 @@ impl Task {
         self.state.records += e.records.len() as u64;
         Ok(())
     }
+}
+
+/// A chunk produced: its records in the metrics, its split marked done when it was the last
+/// chunk, the progress line.
+fn chunk_done(e: &mut UnitEmit<'_>, sc: &SplitChanges, counts: &ChunkCounts) {
+    metrics::RECORD_BYTES
+        .with_label_values(&[&e.name])
+        .inc_by(counts.record_bytes);
+    for op in [Op::Read, Op::Create, Op::Update, Op::Delete] {
+        if counts.by_op[op as usize] > 0 {
+            metrics::RECORDS_POLLED
+                .with_label_values(&[&e.name, op.code()])
+                .inc_by(counts.by_op[op as usize]);
+        }
+    }
+    if sc.last {
+        e.progress.entry(sc.split.id.clone()).or_default().done = true;
+        e.finished += 1;
+        metrics::SPLITS_IN_FLIGHT
+            .with_label_values(&[&e.name, &e.task_label])
+            .set((e.total - e.finished) as f64);
+    }
+    e.shown
+        .chunk(&e.name, &counts.by_op, counts.tombstones, sc.rows_read, sc.last);
 }
