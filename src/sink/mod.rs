@@ -4,10 +4,13 @@
 //! retriable (retry), abortable (abort, replay from the last committed offsets) or fatal
 //! (fenced by a newer instance, or broken producer: exit non-zero).
 
+mod client;
 mod cluster;
 pub mod offsets;
 mod quiet;
 
+pub use client::check_settings;
+use client::{client_config, producer_config, txn_call_timeout};
 pub use cluster::{Cluster, Kafka, Sink, StoredRecord};
 
 pub use quiet::QuietContext;
@@ -24,13 +27,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::ClientConfig;
 
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
 use crate::health::TaskHealthHandle;
 use crate::metrics;
-use offsets::is_client_security_key;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -128,57 +129,6 @@ impl SinkError {
 
 fn retriable(e: &KafkaError) -> bool {
     matches!(e, KafkaError::Transaction(t) if t.is_retriable())
-}
-
-/// A transactional producer's settings: ours, then `defaults`, then the user's
-/// `producer.override.*` (which win).
-fn producer_config(cfg: &ConnectorConfig, transactional_id: &str, defaults: &[(&str, &str)]) -> ClientConfig {
-    let mut pc = ClientConfig::new();
-    pc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
-        .set("transactional.id", transactional_id)
-        .set("enable.idempotence", "true")
-        .set("transaction.timeout.ms", cfg.kafka.transaction_timeout_ms.to_string());
-    for (k, v) in defaults {
-        pc.set(*k, *v);
-    }
-    for (k, v) in &cfg.kafka.producer_overrides {
-        pc.set(k, v);
-    }
-    pc
-}
-
-/// A client of the connector's cluster (admin, probe): `bootstrap.servers` and the security
-/// settings of `producer.override.*`, which every client needs.
-fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers);
-    for (k, v) in cfg
-        .kafka
-        .producer_overrides
-        .iter()
-        .filter(|(k, _)| is_client_security_key(k))
-    {
-        cc.set(k, v);
-    }
-    cc
-}
-
-/// Check the producer's settings as librdkafka will take them (`producer.override.*` typos,
-/// values out of range), without creating a client: `validate` and `run` refuse them at start
-/// instead of failing when the first producer is created.
-pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
-    producer_config(cfg, &cfg.transactional_id(), &[])
-        .create_native_config()
-        .map(drop)
-        .map_err(|e| match e {
-            KafkaError::ClientConfig(_, desc, key, value) => format!("`producer.override.{key}={value}`: {desc}"),
-            e => e.to_string(),
-        })
-}
-
-/// How long a transaction call (init, commit, abort) may block.
-fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
-    Duration::from_millis(cfg.kafka.transaction_timeout_ms.max(10_000))
 }
 
 /// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
