@@ -100,6 +100,10 @@ const NEW_COL: &str = "__lakestream_new";
 const TAG_COL: &str = "__lakestream_tag";
 /// Most buckets a unit is split into.
 pub const MAX_BUCKETS: u32 = 1024;
+/// The write buffer of one bucket flush (a flush holds at most 1 MiB of rows): arrow-ipc 60
+/// writes a batch as many small writes (each buffer, its padding), which an 8 KiB buffer passed
+/// on as ~5x the write calls of arrow 58 (1.7 s more system time on a 4M-row unit).
+const FLUSH_BUFFER: usize = 1 << 20;
 
 /// A bucket: rows buffered in memory, then appended to its file (created on first flush) as an
 /// Arrow IPC stream per flush, so no file stays open between flushes.
@@ -233,8 +237,8 @@ fn flush(schema: &SchemaRef, b: &mut Bucket) -> Result<u64, SourceError> {
         .append(true)
         .open(&b.path)
         .map_err(SourceError::io(&b.path))?;
-    let mut w =
-        StreamWriter::try_new(std::io::BufWriter::new(file), schema).map_err(|e| bucket_err("open", e, &b.path))?;
+    let mut w = StreamWriter::try_new(std::io::BufWriter::with_capacity(FLUSH_BUFFER, file), schema)
+        .map_err(|e| bucket_err("open", e, &b.path))?;
     w.write(&batch).map_err(|e| bucket_err("write", e, &b.path))?;
     w.finish().map_err(|e| bucket_err("finish", e, &b.path))?;
     Ok(bytes)
