@@ -8,6 +8,7 @@ pub mod catalog;
 mod commits;
 pub mod deletes;
 mod diff;
+mod key;
 pub mod manifest;
 pub mod metadata;
 mod monitor;
@@ -27,6 +28,7 @@ use super::{
     par, ChangeRow, Op, Position, Resume, RowRef, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit,
 };
 use crate::config::{ConnectorConfig, IcebergOptions};
+use crate::storage::Storage;
 
 pub struct IcebergSource {
     opts: IcebergOptions,
@@ -41,6 +43,8 @@ pub struct IcebergSource {
     budget: usize,
     spill_dir: std::path::PathBuf,
     connector: String,
+    /// The connector's storage: every read of the table goes through it.
+    storage: Storage,
     /// Tasks divide the table by partition: splits never mix partitions, a diff is one split
     /// per partition.
     by_partition: bool,
@@ -50,14 +54,14 @@ pub struct IcebergSource {
 type LabelledBatches = (Vec<RecordBatch>, Vec<(String, String)>, u64);
 
 impl IcebergSource {
-    pub fn open(cfg: &ConnectorConfig) -> Result<Self, SourceError> {
+    pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
         let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported {
             message: "not an Iceberg connector".into(),
         })?;
-        let file = metadata::current_metadata_file(&opts.location)?;
-        let md = metadata::TableMetadata::load(&file)?;
+        let file = metadata::current_metadata_file(&storage, &opts.location)?;
+        let md = metadata::TableMetadata::load(&storage, &file)?;
         let schema = md.schema_of(None)?;
-        let key_fields = key_fields(&opts, schema, &file)?;
+        let key_fields = key::key_fields(&opts, schema, &file)?;
         let name = match &opts.location {
             crate::config::TableLocation::Path(_) => {
                 let loc = md.location.trim_end_matches('/');
@@ -95,8 +99,9 @@ impl IcebergSource {
                 },
             },
             opts,
-            manifests: ManifestCache::default(),
-            currents: Default::default(),
+            manifests: ManifestCache::new(storage.clone()),
+            currents: commits::CurrentCache::new(storage.clone()),
+            storage,
             plans: Default::default(),
             threads: par::default_threads(),
             budget: cfg.read.memory_budget,
@@ -134,7 +139,7 @@ impl IcebergSource {
         for (range, dels) in tasks {
             let refs: Vec<_> = dels.iter().collect();
             let set = plan.deletes.for_file(&range.file, &refs, &plan.schema)?;
-            let rows = read_range(range, &plan.schema)?;
+            let rows = read_range(&self.storage, range, &plan.schema)?;
             bytes += rows.bytes;
             for (b, first) in rows.batches {
                 let b = if set.is_empty() {
@@ -256,64 +261,6 @@ impl IcebergSource {
     }
 }
 
-/// The key the events carry: `key.fields`, else the table's identifier fields (`key.mode=none`:
-/// none); a key that does not fit the table is a configuration error naming what to set.
-fn key_fields(
-    opts: &IcebergOptions,
-    schema: &metadata::IcebergSchema,
-    file: &std::path::Path,
-) -> Result<Vec<String>, SourceError> {
-    let declared: Vec<String> = schema
-        .identifier_field_ids
-        .iter()
-        .filter_map(|id| schema.fields.iter().find(|f| f.id == *id).map(|f| f.name.clone()))
-        .collect();
-    if !opts.key_fields.is_empty() && !declared.is_empty() && opts.key_fields != declared && !opts.key_fields_override {
-        return Err(SourceError::Config {
-            message: format!(
-                "key.fields {:?} differs from the identifier fields {declared:?} that table {} declares: the events \
-                 would be keyed by something other than the row's identity. Remove key.fields, or set \
-                 key.fields.override=true if that is meant",
-                opts.key_fields,
-                file.display()
-            ),
-        });
-    }
-    let key_fields: Vec<String> = if !opts.key_fields.is_empty() {
-        for k in &opts.key_fields {
-            if !schema.fields.iter().any(|f| f.name == *k) {
-                return Err(SourceError::Config {
-                    message: format!(
-                        "key.fields: `{k}` is not a column of table {} (columns: {})",
-                        file.display(),
-                        schema
-                            .fields
-                            .iter()
-                            .map(|f| f.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
-        }
-        opts.key_fields.clone()
-    } else {
-        declared
-    };
-    let key_fields = if opts.keyless { Vec::new() } else { key_fields };
-    if key_fields.is_empty() && !opts.keyless {
-        return Err(SourceError::Config {
-            message: format!(
-                "table {} declares no identifier fields, so change events would have no key; set key.fields \
-                 (comma-separated columns that identify a row), or key.mode=none for a table without a key (null \
-                 Kafka keys, rows compared whole)",
-                file.display()
-            ),
-        });
-    }
-    Ok(key_fields)
-}
-
 /// A file a unit needs is gone: name it, say whether expiry removed it (its snapshot no longer
 /// in the metadata: the way out is to skip or rescan) or something outside Iceberg did (the
 /// snapshot still references it: restore the file; skipping would lose its rows silently).
@@ -416,8 +363,8 @@ impl Source for IcebergSource {
     }
 
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
-        let file = metadata::current_metadata_file(&self.opts.location)?;
-        let md = metadata::TableMetadata::load(&file)?;
+        let file = metadata::current_metadata_file(&self.storage, &self.opts.location)?;
+        let md = metadata::TableMetadata::load(&self.storage, &file)?;
         match id.parse::<i64>().ok().and_then(|s| md.snapshot(s)) {
             Some(s) => Ok(Position {
                 instant: s.snapshot_id.to_string(),
@@ -430,8 +377,8 @@ impl Source for IcebergSource {
     }
 
     fn describe(&self) -> Result<String, SourceError> {
-        let file = metadata::current_metadata_file(&self.opts.location)?;
-        let md = metadata::TableMetadata::load(&file)?;
+        let file = metadata::current_metadata_file(&self.storage, &self.opts.location)?;
+        let md = metadata::TableMetadata::load(&self.storage, &file)?;
         Ok(format!(
             "Iceberg format v{} table at {}, {} snapshots, current {}, metadata {}",
             md.format_version,
