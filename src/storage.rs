@@ -25,55 +25,32 @@ pub struct StorageOptions {
     pub s3_allow_http: bool,
 }
 
-/// Each connector's object-store options, by the table location they were given for (`None`:
-/// a catalog table, whose location is not known up front).
-static OPTIONS: Mutex<Vec<(Option<String>, StorageOptions)>> = Mutex::new(Vec::new());
-/// Clients by bucket and options (two connectors reading one bucket with different credentials
-/// get a client each).
-type Stores = Mutex<HashMap<String, Arc<dyn ObjectStore>>>;
-static STORES: OnceLock<Stores> = OnceLock::new();
+/// One connector's storage: its object-store settings (`s3.*`) and the clients built from them,
+/// one per bucket. Each source holds its connector's handle, so two connectors of one process
+/// never read with each other's credentials. Cloning shares the clients. Local paths need no
+/// settings: `Storage::default()` reads them (and remote ones with the environment's settings).
+#[derive(Clone, Default)]
+pub struct Storage {
+    inner: Arc<StorageInner>,
+}
+
+#[derive(Default)]
+struct StorageInner {
+    options: StorageOptions,
+    /// Clients by `scheme://bucket`.
+    stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // the options hold secrets
+        f.debug_struct("Storage").finish_non_exhaustive()
+    }
+}
+
+/// Object-store calls of every connector run on this small runtime (a pool of I/O threads,
+/// not connector state).
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-
-/// Register a connector's object-store options for the paths under `root` (its table location).
-pub fn configure(root: Option<&Path>, opts: &StorageOptions) {
-    let root = root
-        .and_then(Path::to_str)
-        .filter(|r| !r.is_empty())
-        .map(|r| r.trim_end_matches('/').to_string());
-    let mut all = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
-    if !all.iter().any(|(r, o)| *r == root && o == opts) {
-        all.push((root, opts.clone()));
-    }
-}
-
-/// The options of the connector whose table holds `path` (the longest registered root it is
-/// under); a path under none takes the options every connector shares, and when they differ the
-/// read fails rather than use another connector's credentials.
-fn options_for(path: &str) -> io::Result<StorageOptions> {
-    let all = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
-    let under = |root: &str| path == root || path.starts_with(&format!("{root}/"));
-    if let Some((_, o)) = all
-        .iter()
-        .filter_map(|(r, o)| r.as_deref().filter(|r| under(r)).map(|r| (r.len(), o)))
-        .max_by_key(|(len, _)| *len)
-    {
-        return Ok(o.clone());
-    }
-    let mut distinct: Vec<&StorageOptions> = Vec::new();
-    for (_, o) in all.iter() {
-        if !distinct.contains(&o) {
-            distinct.push(o);
-        }
-    }
-    match distinct.as_slice() {
-        [] => Ok(StorageOptions::default()),
-        [one] => Ok((*one).clone()),
-        _ => Err(other(format!(
-            "{path} is outside every table location of this process's connectors, and they have different s3.* \
-             settings, so which apply is unknown; run those connectors in separate processes"
-        ))),
-    }
-}
 
 const SCHEMES: &[&str] = &["s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://"];
 
@@ -216,112 +193,6 @@ where
     futures::executor::block_on(rt.spawn(f)).expect("storage task panicked")
 }
 
-/// The store of a remote path and the object path inside it.
-fn store(p: &Path) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-    let s = p.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
-    let (scheme, rest) = s.split_once("://").ok_or_else(|| other(format!("{s}: not a URL")))?;
-    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-    let opts = options_for(s)?;
-    let id = format!("{scheme}://{bucket}\u{0}{opts:?}");
-    let stores = STORES.get_or_init(Default::default);
-    let mut map = stores.lock().unwrap_or_else(|e| e.into_inner());
-    let st = match map.get(&id) {
-        Some(st) => st.clone(),
-        None => {
-            let st: Arc<dyn ObjectStore> = match scheme {
-                "s3" => {
-                    let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
-                    if let Some(e) = &opts.s3_endpoint {
-                        b = b.with_endpoint(e);
-                    }
-                    if let Some(r) = &opts.s3_region {
-                        b = b.with_region(r);
-                    }
-                    if let (Some(k), Some(sec)) = (&opts.s3_access_key_id, &opts.s3_secret_access_key) {
-                        b = b.with_access_key_id(k).with_secret_access_key(sec);
-                    }
-                    if let Some(t) = &opts.s3_session_token {
-                        b = b.with_token(t);
-                    }
-                    b = b
-                        .with_allow_http(opts.s3_allow_http)
-                        .with_virtual_hosted_style_request(!opts.s3_path_style);
-                    Arc::new(b.build().map_err(other)?)
-                }
-                "gs" => Arc::new(
-                    object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                        .with_bucket_name(bucket)
-                        .build()
-                        .map_err(other)?,
-                ),
-                _ => Arc::new(
-                    object_store::azure::MicrosoftAzureBuilder::from_env()
-                        .with_url(format!("{scheme}://{bucket}"))
-                        .build()
-                        .map_err(other)?,
-                ),
-            };
-            map.insert(id, st.clone());
-            st
-        }
-    };
-    Ok((st, ObjectPath::from(key.trim_matches('/'))))
-}
-
-pub fn read(p: &Path) -> io::Result<Bytes> {
-    if !is_remote(p) {
-        return std::fs::read(p).map(Bytes::from);
-    }
-    let (st, key) = store(p)?;
-    block_on(async move { st.get(&key).await?.bytes().await }).map_err(map_err)
-}
-
-pub fn read_to_string(p: &Path) -> io::Result<String> {
-    String::from_utf8(read(p)?.to_vec()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-pub fn read_range(p: &Path, start: u64, len: u64) -> io::Result<Bytes> {
-    if !is_remote(p) {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = std::fs::File::open(p)?;
-        let mut buf = vec![0u8; len as usize];
-        f.seek(SeekFrom::Start(start))?;
-        f.read_exact(&mut buf)?;
-        return Ok(Bytes::from(buf));
-    }
-    let (st, key) = store(p)?;
-    block_on(async move { st.get_range(&key, start..start + len).await }).map_err(map_err)
-}
-
-/// `len` bytes from `start` as a stream: a buffered range of a local file; a remote range is
-/// fetched whole.
-pub fn open_range(p: &Path, start: u64, len: u64) -> io::Result<Box<dyn io::Read + Send>> {
-    if !is_remote(p) {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = std::fs::File::open(p)?;
-        f.seek(SeekFrom::Start(start))?;
-        return Ok(Box::new(io::BufReader::with_capacity(256 << 10, f.take(len))));
-    }
-    Ok(Box::new(io::Cursor::new(read_range(p, start, len)?)))
-}
-
-pub fn size(p: &Path) -> io::Result<u64> {
-    if !is_remote(p) {
-        return std::fs::metadata(p).map(|m| m.len());
-    }
-    let (st, key) = store(p)?;
-    block_on(async move { st.head(&key).await })
-        .map(|m| m.size)
-        .map_err(map_err)
-}
-
-pub fn exists(p: &Path) -> bool {
-    if !is_remote(p) {
-        return p.exists();
-    }
-    size(p).is_ok() || list(p).is_ok_and(|l| !l.is_empty())
-}
-
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub name: String,
@@ -330,64 +201,180 @@ pub struct Entry {
     pub size: u64,
 }
 
-/// The entries directly under `dir` (NotFound when a local directory does not exist; a remote
-/// prefix without objects is empty).
-pub fn list(dir: &Path) -> io::Result<Vec<Entry>> {
-    if !is_remote(dir) {
+impl Storage {
+    pub fn new(options: StorageOptions) -> Self {
+        Storage {
+            inner: Arc::new(StorageInner {
+                options,
+                stores: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The store of a remote path and the object path inside it.
+    fn store(&self, p: &Path) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+        let s = p.to_str().ok_or_else(|| other("non-UTF-8 path"))?;
+        let (scheme, rest) = s.split_once("://").ok_or_else(|| other(format!("{s}: not a URL")))?;
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        let opts = &self.inner.options;
+        let id = format!("{scheme}://{bucket}");
+        let mut map = self.inner.stores.lock().unwrap_or_else(|e| e.into_inner());
+        let st = match map.get(&id) {
+            Some(st) => st.clone(),
+            None => {
+                let st: Arc<dyn ObjectStore> = match scheme {
+                    "s3" => {
+                        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                        if let Some(e) = &opts.s3_endpoint {
+                            b = b.with_endpoint(e);
+                        }
+                        if let Some(r) = &opts.s3_region {
+                            b = b.with_region(r);
+                        }
+                        if let (Some(k), Some(sec)) = (&opts.s3_access_key_id, &opts.s3_secret_access_key) {
+                            b = b.with_access_key_id(k).with_secret_access_key(sec);
+                        }
+                        if let Some(t) = &opts.s3_session_token {
+                            b = b.with_token(t);
+                        }
+                        b = b
+                            .with_allow_http(opts.s3_allow_http)
+                            .with_virtual_hosted_style_request(!opts.s3_path_style);
+                        Arc::new(b.build().map_err(other)?)
+                    }
+                    "gs" => Arc::new(
+                        object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                            .with_bucket_name(bucket)
+                            .build()
+                            .map_err(other)?,
+                    ),
+                    _ => Arc::new(
+                        object_store::azure::MicrosoftAzureBuilder::from_env()
+                            .with_url(format!("{scheme}://{bucket}"))
+                            .build()
+                            .map_err(other)?,
+                    ),
+                };
+                map.insert(id, st.clone());
+                st
+            }
+        };
+        Ok((st, ObjectPath::from(key.trim_matches('/'))))
+    }
+
+    pub fn read(&self, p: &Path) -> io::Result<Bytes> {
+        if !is_remote(p) {
+            return std::fs::read(p).map(Bytes::from);
+        }
+        let (st, key) = self.store(p)?;
+        block_on(async move { st.get(&key).await?.bytes().await }).map_err(map_err)
+    }
+
+    pub fn read_to_string(&self, p: &Path) -> io::Result<String> {
+        String::from_utf8(self.read(p)?.to_vec()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    pub fn read_range(&self, p: &Path, start: u64, len: u64) -> io::Result<Bytes> {
+        if !is_remote(p) {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut f = std::fs::File::open(p)?;
+            let mut buf = vec![0u8; len as usize];
+            f.seek(SeekFrom::Start(start))?;
+            f.read_exact(&mut buf)?;
+            return Ok(Bytes::from(buf));
+        }
+        let (st, key) = self.store(p)?;
+        block_on(async move { st.get_range(&key, start..start + len).await }).map_err(map_err)
+    }
+
+    /// `len` bytes from `start` as a stream: a buffered range of a local file; a remote range is
+    /// fetched whole.
+    pub fn open_range(&self, p: &Path, start: u64, len: u64) -> io::Result<Box<dyn io::Read + Send>> {
+        if !is_remote(p) {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut f = std::fs::File::open(p)?;
+            f.seek(SeekFrom::Start(start))?;
+            return Ok(Box::new(io::BufReader::with_capacity(256 << 10, f.take(len))));
+        }
+        Ok(Box::new(io::Cursor::new(self.read_range(p, start, len)?)))
+    }
+
+    pub fn size(&self, p: &Path) -> io::Result<u64> {
+        if !is_remote(p) {
+            return std::fs::metadata(p).map(|m| m.len());
+        }
+        let (st, key) = self.store(p)?;
+        block_on(async move { st.head(&key).await })
+            .map(|m| m.size)
+            .map_err(map_err)
+    }
+
+    pub fn exists(&self, p: &Path) -> bool {
+        if !is_remote(p) {
+            return p.exists();
+        }
+        self.size(p).is_ok() || self.list(p).is_ok_and(|l| !l.is_empty())
+    }
+
+    /// The entries directly under `dir` (NotFound when a local directory does not exist; a remote
+    /// prefix without objects is empty).
+    pub fn list(&self, dir: &Path) -> io::Result<Vec<Entry>> {
+        if !is_remote(dir) {
+            let mut out = Vec::new();
+            for e in std::fs::read_dir(dir)? {
+                let e = e?;
+                let ft = e.file_type()?;
+                let size = if ft.is_file() {
+                    e.metadata().map(|m| m.len()).unwrap_or(0)
+                } else {
+                    0
+                };
+                out.push(Entry {
+                    name: e.file_name().to_string_lossy().into_owned(),
+                    path: e.path(),
+                    is_dir: ft.is_dir(),
+                    size,
+                });
+            }
+            return Ok(out);
+        }
+        let (st, key) = self.store(dir)?;
+        let prefix = if key.as_ref().is_empty() { None } else { Some(key) };
+        let listing = block_on(async move { st.list_with_delimiter(prefix.as_ref()).await }).map_err(map_err)?;
         let mut out = Vec::new();
-        for e in std::fs::read_dir(dir)? {
-            let e = e?;
-            let ft = e.file_type()?;
-            let size = if ft.is_file() {
-                e.metadata().map(|m| m.len()).unwrap_or(0)
-            } else {
-                0
-            };
+        for d in listing.common_prefixes {
+            let name = d.filename().unwrap_or_default().to_string();
             out.push(Entry {
-                name: e.file_name().to_string_lossy().into_owned(),
-                path: e.path(),
-                is_dir: ft.is_dir(),
-                size,
+                path: dir.join(&name),
+                name,
+                is_dir: true,
+                size: 0,
             });
         }
-        return Ok(out);
+        for o in listing.objects {
+            let name = o.location.filename().unwrap_or_default().to_string();
+            out.push(Entry {
+                path: dir.join(&name),
+                name,
+                is_dir: false,
+                size: o.size,
+            });
+        }
+        Ok(out)
     }
-    let (st, key) = store(dir)?;
-    let prefix = if key.as_ref().is_empty() { None } else { Some(key) };
-    let listing = block_on(async move { st.list_with_delimiter(prefix.as_ref()).await }).map_err(map_err)?;
-    let mut out = Vec::new();
-    for d in listing.common_prefixes {
-        let name = d.filename().unwrap_or_default().to_string();
-        out.push(Entry {
-            path: dir.join(&name),
-            name,
-            is_dir: true,
-            size: 0,
-        });
+
+    /// Open a file to read Parquet from: a local file, or a remote object read in ranges.
+    pub fn open(&self, p: &Path) -> io::Result<Input> {
+        if is_remote(p) {
+            let (st, key) = self.store(p)?;
+            input::RemoteFile::open(st, key).map(|r| Input::Remote(Arc::new(r)))
+        } else {
+            std::fs::File::open(p).map(|f| Input::File(Arc::new(f)))
+        }
     }
-    for o in listing.objects {
-        let name = o.location.filename().unwrap_or_default().to_string();
-        out.push(Entry {
-            path: dir.join(&name),
-            name,
-            is_dir: false,
-            size: o.size,
-        });
-    }
-    Ok(out)
 }
 
 pub use input::Input;
-
-/// Open a file to read Parquet from: a local file, or a remote object read in ranges.
-pub fn open(p: &Path) -> io::Result<Input> {
-    if is_remote(p) {
-        let (st, key) = store(p)?;
-        input::RemoteFile::open(st, key).map(|r| Input::Remote(Arc::new(r)))
-    } else {
-        std::fs::File::open(p).map(|f| Input::File(Arc::new(f)))
-    }
-}
 
 /// In the text of an error that passed through a format library (Parquet, Arrow), a storage
 /// failure that a later attempt can get past: the library keeps only the text.

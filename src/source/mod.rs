@@ -52,18 +52,20 @@ pub enum SourceError {
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
 /// opens it too, so a table that does not fit the settings fails there.
 pub fn open(cfg: &crate::config::ConnectorConfig) -> Result<std::sync::Arc<dyn Source>, SourceError> {
-    crate::storage::configure(Some(&cfg.table_path), &cfg.storage);
+    // the connector's own storage handle: its `s3.*` settings and clients, used by every read
+    let storage = crate::storage::Storage::new(cfg.storage.clone());
     Ok(match cfg.kind {
-        crate::config::ConnectorKind::Hudi => std::sync::Arc::new(hudi::HudiSource::open(cfg)?),
-        crate::config::ConnectorKind::Iceberg => std::sync::Arc::new(iceberg::IcebergSource::open(cfg)?),
+        crate::config::ConnectorKind::Hudi => std::sync::Arc::new(hudi::HudiSource::open(cfg, storage)?),
+        crate::config::ConnectorKind::Iceberg => std::sync::Arc::new(iceberg::IcebergSource::open(cfg, storage)?),
     })
 }
 
 /// Open and parse a local or remote path's Parquet footer.
 pub fn parquet(
+    storage: &crate::storage::Storage,
     p: &std::path::Path,
 ) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<crate::storage::Input>, SourceError> {
-    let input = crate::storage::open(p).map_err(SourceError::io(p))?;
+    let input = storage.open(p).map_err(SourceError::io(p))?;
     let builder =
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(|source| {
             SourceError::Parquet {

@@ -1,25 +1,31 @@
 //! Unit tests of `storage`.
 
-use super::{configure, options_for, IoClass, StorageOptions};
+use super::{IoClass, Storage, StorageOptions};
 use std::io::{Error, ErrorKind};
 use std::path::Path;
+use std::sync::Arc;
 
 #[test]
-fn each_connector_reads_its_table_with_its_own_settings() {
+fn each_connector_reads_with_its_own_settings_and_clients() {
     let opts = |region: &str| StorageOptions {
         s3_region: Some(region.into()),
+        s3_endpoint: Some("http://127.0.0.1:9".into()),
+        s3_allow_http: true,
         ..Default::default()
     };
-    configure(Some(Path::new("s3://lake/orders")), &opts("a"));
-    configure(Some(Path::new("s3://lake/orders_v2/")), &opts("b"));
-    assert_eq!(options_for("s3://lake/orders/p=1/f.parquet").unwrap(), opts("a"));
-    assert_eq!(
-        options_for("s3://lake/orders_v2/f.parquet").unwrap(),
-        opts("b"),
-        "a root is a whole path segment"
+    let (a, b) = (Storage::new(opts("a")), Storage::new(opts("b")));
+    let orders = Path::new("s3://lake/orders/f.parquet");
+    let (a1, _) = a.store(orders).unwrap();
+    let (a2, key) = a.store(Path::new("s3://lake/orders_v2/g.parquet")).unwrap();
+    let (b1, _) = b.store(orders).unwrap();
+    assert!(Arc::ptr_eq(&a1, &a2), "one client per bucket for a connector");
+    assert!(
+        !Arc::ptr_eq(&a1, &b1),
+        "another connector's settings get a client of their own"
     );
-    let err = options_for("s3://other/f.parquet").unwrap_err().to_string();
-    assert!(err.contains("separate processes"), "{err}");
+    assert_eq!(key.as_ref(), "orders_v2/g.parquet");
+    let (a3, _) = a.clone().store(orders).unwrap();
+    assert!(Arc::ptr_eq(&a1, &a3), "a clone of the handle shares its clients");
 }
 
 #[test]

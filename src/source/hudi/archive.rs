@@ -16,6 +16,7 @@ use serde::Deserialize;
 use super::log;
 use super::timeline::{Instant, MetaSource, TableConfig};
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 #[derive(Deserialize)]
 struct Manifest {
@@ -31,7 +32,9 @@ struct ManifestFile {
 /// The version of the live history manifest (`None` when there is no history).
 fn history_version(table: &TableConfig) -> Option<u64> {
     let dir = table.timeline_dir.join("history");
-    crate::storage::read_to_string(&dir.join("_version_"))
+    table
+        .storage
+        .read_to_string(&dir.join("_version_"))
         .ok()?
         .trim()
         .parse()
@@ -50,7 +53,9 @@ fn v6_archive_dir(table: &TableConfig) -> std::path::PathBuf {
 
 /// Archive files of table version 6, oldest first.
 fn v6_archive_files(table: &TableConfig) -> Vec<(u64, std::path::PathBuf)> {
-    let mut out: Vec<(u64, std::path::PathBuf)> = crate::storage::list(&v6_archive_dir(table))
+    let mut out: Vec<(u64, std::path::PathBuf)> = table
+        .storage
+        .list(&v6_archive_dir(table))
         .map(|d| {
             d.into_iter()
                 .filter_map(|e| {
@@ -76,7 +81,7 @@ pub fn fingerprint(table: &TableConfig) -> Option<String> {
         return history_version(table).map(|v| v.to_string());
     }
     let files = v6_archive_files(table);
-    let size: u64 = files.iter().filter_map(|(_, p)| crate::storage::size(p).ok()).sum();
+    let size: u64 = files.iter().filter_map(|(_, p)| table.storage.size(p).ok()).sum();
     (!files.is_empty()).then(|| format!("{}:{size}", files.len()))
 }
 
@@ -90,22 +95,26 @@ pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
     };
     let dir = table.timeline_dir.join("history");
     let manifest_path = dir.join(format!("manifest_{version}"));
-    let manifest: Manifest =
-        serde_json::from_slice(&crate::storage::read(&manifest_path).map_err(SourceError::io(&manifest_path))?)
-            .map_err(|e| SourceError::format(&manifest_path, format!("bad history manifest: {e}")))?;
+    let manifest: Manifest = serde_json::from_slice(
+        &table
+            .storage
+            .read(&manifest_path)
+            .map_err(SourceError::io(&manifest_path))?,
+    )
+    .map_err(|e| SourceError::format(&manifest_path, format!("bad history manifest: {e}")))?;
     let mut out = Vec::new();
     for f in manifest.files {
-        read_history_file(&dir.join(&f.file_name), &mut out)?;
+        read_history_file(&table.storage, &dir.join(&f.file_name), &mut out)?;
     }
     Ok(out)
 }
 
-fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceError> {
+fn read_history_file(storage: &Storage, path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceError> {
     let perr = |source| SourceError::Parquet {
         path: path.into(),
         source,
     };
-    let reader = crate::source::parquet(path)?.build().map_err(perr)?;
+    let reader = crate::source::parquet(storage, path)?.build().map_err(perr)?;
     for batch in reader {
         let batch = batch.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let col = |name: &str| {
@@ -143,7 +152,7 @@ fn read_history_file(path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceEr
 fn load_v6(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
     let mut out = Vec::new();
     for (_, path) in v6_archive_files(table) {
-        for block in log::read_blocks(&path, &table.name)? {
+        for block in log::read_blocks(&table.storage, &path, &table.name)? {
             if block.block_type != log::BlockType::AvroData {
                 continue;
             }

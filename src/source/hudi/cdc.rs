@@ -223,7 +223,7 @@ impl HudiSource {
         for f in files {
             let path = self.table.path.join(f);
             cdc_path = path.display().to_string();
-            for block in log::read_blocks(&path, &self.connector)? {
+            for block in log::read_blocks(&self.table.storage, &path, &self.connector)? {
                 match block.block_type {
                     BlockType::Cdc | BlockType::AvroData => log::avro_block_batches(&block, &path, &mut |b| {
                         records.push(b);

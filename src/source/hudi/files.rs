@@ -11,6 +11,7 @@ use parquet::arrow::ProjectionMask;
 
 use super::timeline::Timeline;
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 /// Meta columns left out of change events: they describe file layout, not the row, and change
 /// under compaction and clustering.
@@ -80,10 +81,10 @@ pub struct PartitionFiles {
     pub logs: BTreeMap<String, Vec<LogFile>>,
 }
 
-pub fn list_partition(table: &Path, partition: &str) -> Result<PartitionFiles, SourceError> {
+pub fn list_partition(storage: &Storage, table: &Path, partition: &str) -> Result<PartitionFiles, SourceError> {
     let dir = partition_dir(table, partition);
     let mut out = PartitionFiles::default();
-    let entries = match crate::storage::list(&dir) {
+    let entries = match storage.list(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(SourceError::Io { path: dir, source: e }),
@@ -108,13 +109,15 @@ pub fn list_partition(table: &Path, partition: &str) -> Result<PartitionFiles, S
 /// Partition listings of one unit: each partition is listed once, however many of its file
 /// groups (splits) the unit reads.
 pub struct Listings {
+    storage: Storage,
     table: PathBuf,
     map: std::sync::Mutex<BTreeMap<String, Arc<PartitionFiles>>>,
 }
 
 impl Listings {
-    pub fn new(table: &Path) -> Self {
+    pub fn new(storage: &Storage, table: &Path) -> Self {
         Self {
+            storage: storage.clone(),
             table: table.into(),
             map: Default::default(),
         }
@@ -124,7 +127,7 @@ impl Listings {
         if let Some(f) = self.map.lock().expect("listings lock").get(partition) {
             return Ok(f.clone());
         }
-        let f = Arc::new(list_partition(&self.table, partition)?);
+        let f = Arc::new(list_partition(&self.storage, &self.table, partition)?);
         self.map
             .lock()
             .expect("listings lock")
@@ -152,12 +155,12 @@ pub fn partition_dir(table: &Path, partition: &str) -> PathBuf {
 }
 
 /// Every partition path of the table (relative, `/`-separated; "" for a non-partitioned table).
-pub fn list_partitions(table: &Path) -> Result<Vec<String>, SourceError> {
+pub fn list_partitions(storage: &Storage, table: &Path) -> Result<Vec<String>, SourceError> {
     let mut out = Vec::new();
     let mut stack = vec![(table.to_path_buf(), String::new())];
     while let Some((dir, rel)) = stack.pop() {
         let mut has_files = false;
-        for e in crate::storage::list(&dir).map_err(SourceError::io(&dir))? {
+        for e in storage.list(&dir).map_err(SourceError::io(&dir))? {
             let name = e.name.clone();
             if name.starts_with('.') && name != ".hoodie_partition_metadata" && parse_log_name(&name).is_none() {
                 continue;
@@ -201,6 +204,7 @@ pub fn base_as_of<'a>(files: &'a [BaseFile], timeline: &Timeline, at: &str, incl
 /// Open a base file for streaming, leaving out layout meta columns (and, with `only`, every other
 /// column): its Arrow schema, a batch reader, and its size in bytes.
 pub fn open_base(
+    storage: &Storage,
     path: &Path,
     only: Option<&[String]>,
 ) -> Result<(SchemaRef, parquet::arrow::arrow_reader::ParquetRecordBatchReader, u64), SourceError> {
@@ -208,8 +212,8 @@ pub fn open_base(
         path: path.into(),
         source,
     };
-    let builder = crate::source::parquet(path)?;
-    let size = crate::storage::size(path).unwrap_or(0);
+    let builder = crate::source::parquet(storage, path)?;
+    let size = storage.size(path).unwrap_or(0);
     let keep: Vec<usize> = builder
         .schema()
         .fields()
@@ -233,8 +237,12 @@ pub fn open_base(
 pub const BASE_BATCH_ROWS: usize = 8192;
 
 /// Read a whole base file (see [`open_base`]).
-pub fn read_base(path: &Path, only: Option<&[String]>) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
-    let (schema, reader, size) = open_base(path, only)?;
+pub fn read_base(
+    storage: &Storage,
+    path: &Path,
+    only: Option<&[String]>,
+) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
+    let (schema, reader, size) = open_base(storage, path, only)?;
     let batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| SourceError::Arrow {
         context: format!("reading {}", path.display()),
         source: e,

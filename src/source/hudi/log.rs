@@ -25,6 +25,7 @@ use bytes::Bytes;
 
 use crate::metrics;
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 const MAGIC: &[u8; 6] = b"#HUDI#";
 pub const INSTANT_TIME: i32 = 0;
@@ -63,8 +64,16 @@ impl BlockType {
 /// file), or only where it lies in the file.
 #[derive(Debug, Clone)]
 pub enum Content {
-    Mem { bytes: Bytes, start: u64 },
-    At { path: PathBuf, start: u64, len: u64 },
+    Mem {
+        bytes: Bytes,
+        start: u64,
+    },
+    At {
+        storage: Storage,
+        path: PathBuf,
+        start: u64,
+        len: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -82,9 +91,10 @@ impl LogBlock {
 
     /// The same block with its content left in `path` (memory of a file read whole is released
     /// once no block of it is held).
-    pub fn unloaded(&self, path: &Path) -> LogBlock {
+    pub fn unloaded(&self, storage: &Storage, path: &Path) -> LogBlock {
         let content = match &self.content {
             Content::Mem { bytes, start } => Content::At {
+                storage: storage.clone(),
                 path: path.to_path_buf(),
                 start: *start,
                 len: bytes.len() as u64,
@@ -103,9 +113,12 @@ impl LogBlock {
     fn bytes(&self, path: &Path) -> Result<Bytes, SourceError> {
         match &self.content {
             Content::Mem { bytes, .. } => Ok(bytes.clone()),
-            Content::At { path: p, start, len } => {
-                crate::storage::read_range(p, *start, *len).map_err(SourceError::io(path))
-            }
+            Content::At {
+                storage,
+                path: p,
+                start,
+                len,
+            } => storage.read_range(p, *start, *len).map_err(SourceError::io(path)),
         }
     }
 
@@ -113,9 +126,12 @@ impl LogBlock {
     fn reader(&self, path: &Path) -> Result<Box<dyn Read + Send>, SourceError> {
         match &self.content {
             Content::Mem { bytes, .. } => Ok(Box::new(Cursor::new(bytes.clone()))),
-            Content::At { path: p, start, len } => {
-                crate::storage::open_range(p, *start, *len).map_err(SourceError::io(path))
-            }
+            Content::At {
+                storage,
+                path: p,
+                start,
+                len,
+            } => storage.open_range(p, *start, *len).map_err(SourceError::io(path)),
         }
     }
 }
@@ -231,12 +247,12 @@ pub const LAZY_FILE_BYTES: u64 = 4 << 20;
 
 /// Blocks located from their headers and footers, contents left in the file. `None`: a block
 /// does not parse this way (the caller reads the file whole and skips what is damaged).
-fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>>> {
+fn locate_blocks(storage: &Storage, path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>>> {
     const HEAD: u64 = 256 << 10;
     let mut out = Vec::new();
     let mut pos = 0u64;
     while pos < size {
-        let first = crate::storage::read_range(path, pos, (size - pos).min(HEAD))?;
+        let first = storage.read_range(path, pos, (size - pos).min(HEAD))?;
         if !first.starts_with(MAGIC) {
             return Ok(None);
         }
@@ -255,11 +271,12 @@ fn locate_blocks(path: &Path, size: u64) -> std::io::Result<Option<Vec<LogBlock>
         if end > size {
             return Ok(None);
         }
-        let tail = crate::storage::read_range(path, content_end, end - content_end)?;
+        let tail = storage.read_range(path, content_end, end - content_end)?;
         if head.check_tail(&mut Cur { b: &tail, pos: 0 }).is_none() {
             return Ok(None);
         }
         let content = Content::At {
+            storage: storage.clone(),
             path: path.to_path_buf(),
             start,
             len: head.content_len,
@@ -278,19 +295,19 @@ fn find_magic(b: &[u8], from: usize) -> Option<usize> {
 }
 
 /// All readable blocks of a log file, in file order; damaged stretches are skipped and counted.
-pub fn read_blocks(path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
-    let size = crate::storage::size(path).map_err(SourceError::io(path))?;
+pub fn read_blocks(storage: &Storage, path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
+    let size = storage.size(path).map_err(SourceError::io(path))?;
     if size > LAZY_FILE_BYTES {
-        if let Some(blocks) = locate_blocks(path, size).map_err(SourceError::io(path))? {
+        if let Some(blocks) = locate_blocks(storage, path, size).map_err(SourceError::io(path))? {
             return Ok(blocks);
         }
     }
-    read_whole(path, connector)
+    read_whole(storage, path, connector)
 }
 
 /// [`read_blocks`] from the file read whole.
-fn read_whole(path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
-    let all = crate::storage::read(path).map_err(SourceError::io(path))?;
+fn read_whole(storage: &Storage, path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
+    let all = storage.read(path).map_err(SourceError::io(path))?;
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < all.len() {

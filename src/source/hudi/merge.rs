@@ -80,7 +80,15 @@ impl SliceMerge<'_> {
         self.cached = self
             .cached
             .iter()
-            .map(|(c, p)| (Arc::new((c.0.iter().map(|b| b.unloaded(p)).collect(), c.1)), p.clone()))
+            .map(|(c, p)| {
+                (
+                    Arc::new((
+                        c.0.iter().map(|b| b.unloaded(&self.reader.table.storage, p)).collect(),
+                        c.1,
+                    )),
+                    p.clone(),
+                )
+            })
             .collect();
         let mut rows_read: u64 = log.proj.iter().map(|b| b.num_rows() as u64).sum();
         let cols = LogColumns::new(&log.proj, &target, &merge)?;

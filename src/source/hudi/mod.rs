@@ -23,6 +23,7 @@ use self::slice::MergeConfig;
 use self::timeline::{Instant, TableConfig};
 use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, StartCommit};
+use crate::storage::Storage;
 
 /// The archived timeline as last read: (its history version, its instants).
 type ArchivedInstants = (Option<String>, Arc<Vec<Instant>>);
@@ -52,8 +53,8 @@ pub struct HudiSource {
 }
 
 impl HudiSource {
-    pub fn open(cfg: &ConnectorConfig) -> Result<Self, SourceError> {
-        let table = TableConfig::load(&cfg.table_path)?;
+    pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
+        let table = TableConfig::load(storage, &cfg.table_path)?;
         let mut key_fields = table.key_fields.clone();
         if key_fields.is_empty() {
             key_fields.push("_hoodie_record_key".into());

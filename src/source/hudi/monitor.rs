@@ -47,8 +47,8 @@ impl HudiSource {
     fn snapshot_unit(&self, tl: &Timeline, at: &Instant) -> Result<Unit, SourceError> {
         let replaced = self.replaced_up_to(tl, at.order_key())?;
         let mut splits = Vec::new();
-        for p in list_partitions(&self.table.path)? {
-            let files = list_partition(&self.table.path, &p)?;
+        for p in list_partitions(&self.table.storage, &self.table.path)? {
+            let files = list_partition(&self.table.storage, &self.table.path, &p)?;
             let groups: BTreeSet<&String> = files.base.keys().chain(files.logs.keys()).collect();
             for fg in groups {
                 if replaced.contains(&(p.clone(), fg.clone())) {
@@ -85,7 +85,7 @@ impl HudiSource {
             .iter()
             .filter(|i| i.action == "replacecommit" && i.order_key() <= at)
         {
-            let md = CommitMetadata::load(&i.meta)?;
+            let md = CommitMetadata::load(&self.table.storage, &i.meta)?;
             out.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
         }
         Ok(out)
@@ -117,7 +117,7 @@ impl HudiSource {
                 return Ok(unit);
             }
         }
-        let md = CommitMetadata::load(&i.meta)?;
+        let md = CommitMetadata::load(&self.table.storage, &i.meta)?;
         unit.operation = md.operation.clone();
         match md.operation.as_deref() {
             Some("COMPACT") | Some("LOG_COMPACT") if self.skip_compaction => {
@@ -164,8 +164,8 @@ impl HudiSource {
         if md.writes().next().is_some() || md.replaced().next().is_some() {
             return Ok(());
         }
-        for p in list_partitions(&self.table.path)? {
-            let files = list_partition(&self.table.path, &p)?;
+        for p in list_partitions(&self.table.storage, &self.table.path)? {
+            let files = list_partition(&self.table.storage, &self.table.path, &p)?;
             let named = files.base.values().flatten().map(|b| (&b.instant, &b.name));
             let logs = files.logs.values().flatten().map(|l| (&l.instant, &l.name));
             if let Some((_, name)) = named.chain(logs).find(|(t, _)| **t == i.requested) {

@@ -200,7 +200,7 @@ impl HudiSource {
             return Ok(());
         }
         let tl = self.timeline()?;
-        let listings = Listings::new(&self.table.path);
+        let listings = Listings::new(&self.table.storage, &self.table.path);
         if !unit.snapshot && tl.get(&unit.position.instant).is_none() {
             return Err(SourceError::Unreadable {
                 message: format!(
@@ -214,7 +214,10 @@ impl HudiSource {
         let (replaced, cdc) = if unit.snapshot {
             (self.replaced_up_to(&tl, unit.position.order_key())?, None)
         } else {
-            let md = CommitMetadata::load(&tl.get(&unit.position.instant).expect("checked above").meta)?;
+            let md = CommitMetadata::load(
+                &self.table.storage,
+                &tl.get(&unit.position.instant).expect("checked above").meta,
+            )?;
             let cdc = if changelog {
                 None
             } else {

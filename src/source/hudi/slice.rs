@@ -16,6 +16,7 @@ use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual
 use super::log::{self, BlockType, LogBlock, TARGET_INSTANT_TIME};
 use super::timeline::{TableConfig, Timeline};
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MergeMode {
@@ -148,25 +149,25 @@ impl FileCache {
         }
     }
 
-    pub(super) fn base(&self, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
+    pub(super) fn base(&self, storage: &Storage, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
         }
         if self.stream_base {
-            let (schema, reader, size) = open_base(path, self.only.as_deref())?;
+            let (schema, reader, size) = open_base(storage, path, self.only.as_deref())?;
             return Ok((schema, BaseBatches::Stream(reader, path.into()), size));
         }
-        let v = Arc::new(read_base(path, self.only.as_deref())?);
+        let v = Arc::new(read_base(storage, path, self.only.as_deref())?);
         self.base.lock().expect("cache lock").insert(path.into(), v.clone());
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
-    pub(super) fn log(&self, path: &Path, connector: &str) -> Result<CachedLog, SourceError> {
+    pub(super) fn log(&self, storage: &Storage, path: &Path, connector: &str) -> Result<CachedLog, SourceError> {
         if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
             return Ok(v.clone());
         }
-        let size = crate::storage::size(path).unwrap_or(0);
-        let v = Arc::new((log::read_blocks(path, connector)?, size));
+        let size = storage.size(path).unwrap_or(0);
+        let v = Arc::new((log::read_blocks(storage, path, connector)?, size));
         if !self.single_pass {
             self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
         }
@@ -278,7 +279,7 @@ impl SliceReader<'_> {
         let mut files = Vec::new();
         for l in self.slice_logs(base, log_files) {
             let path = dir.join(&l.name);
-            let blocks = self.cache.log(&path, self.connector)?;
+            let blocks = self.cache.log(&self.table.storage, &path, self.connector)?;
             for b in &blocks.0 {
                 if b.block_type == BlockType::Command {
                     rolled_back.extend(b.header.get(&TARGET_INSTANT_TIME).cloned());

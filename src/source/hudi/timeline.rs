@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 /// Completed actions that may change data, in Hudi's names.
 const WRITE_ACTIONS: &[&str] = &["commit", "deltacommit", "replacecommit"];
@@ -34,12 +35,14 @@ pub struct TableConfig {
     pub key_fields: Vec<String>,
     pub timeline_dir: PathBuf,
     pub props: HashMap<String, String>,
+    /// The connector's storage, which every read of the table goes through.
+    pub storage: Storage,
 }
 
 impl TableConfig {
-    pub fn load(path: &Path) -> Result<Self, SourceError> {
+    pub fn load(storage: Storage, path: &Path) -> Result<Self, SourceError> {
         let file = path.join(".hoodie").join("hoodie.properties");
-        let f = crate::storage::read(&file).map_err(|e| SourceError::Unreadable {
+        let f = storage.read(&file).map_err(|e| SourceError::Unreadable {
             message: format!(
                 "{}: not a Hudi table (cannot open {}: {e})",
                 path.display(),
@@ -105,6 +108,7 @@ impl TableConfig {
             key_fields,
             timeline_dir,
             props,
+            storage,
         })
     }
 
@@ -193,7 +197,7 @@ pub struct Timeline {
 impl Timeline {
     pub fn load(table: &TableConfig) -> Result<Self, SourceError> {
         let dir = &table.timeline_dir;
-        let entries = crate::storage::list(dir).map_err(SourceError::io(dir))?;
+        let entries = table.storage.list(dir).map_err(SourceError::io(dir))?;
         let mut completed = Vec::new();
         let mut seen_states: BTreeMap<String, bool> = BTreeMap::new(); // requested -> has completed file
         for e in entries {

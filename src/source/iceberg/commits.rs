@@ -15,10 +15,10 @@ use std::sync::Mutex;
 use serde::Deserialize;
 
 use super::metadata::{Snapshot, TableMetadata};
+use crate::storage::Storage;
 
 /// The current snapshot of each metadata file read so far (metadata files never change).
-#[derive(Default)]
-pub struct CurrentCache(Mutex<HashMap<String, Option<i64>>>);
+pub struct CurrentCache(Mutex<HashMap<String, Option<i64>>>, Storage);
 
 #[derive(Deserialize)]
 struct CurrentOnly {
@@ -27,13 +27,17 @@ struct CurrentOnly {
 }
 
 impl CurrentCache {
+    pub fn new(storage: Storage) -> Self {
+        CurrentCache(Mutex::default(), storage)
+    }
+
     /// The current snapshot of a metadata file; `None` when it cannot be read (deleted).
     fn current_of(&self, location: &str) -> Option<Option<i64>> {
         if let Some(c) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get(location) {
             return Some(*c);
         }
         let path = crate::storage::path_of(location);
-        let text = crate::storage::read(&path).ok()?;
+        let text = self.1.read(&path).ok()?;
         let current = serde_json::from_slice::<CurrentOnly>(&text)
             .ok()?
             .current

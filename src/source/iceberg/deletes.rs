@@ -15,6 +15,7 @@ use super::metadata::{field_id, local, TableMetadata};
 use super::reader::conform_by_id;
 use crate::source::rows::RowKeys;
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
 
@@ -75,13 +76,21 @@ impl DeleteSet {
 type EqualityCache = HashMap<(String, Vec<i32>), Arc<EqualitySet>>;
 
 /// Reads delete files once per unit (a position-delete file may cover many data files).
-#[derive(Default)]
 pub struct DeleteReader {
+    storage: Storage,
     positions: Mutex<HashMap<String, Arc<HashMap<String, RoaringTreemap>>>>,
     equality: Mutex<EqualityCache>,
 }
 
 impl DeleteReader {
+    pub fn new(storage: Storage) -> Self {
+        DeleteReader {
+            storage,
+            positions: Default::default(),
+            equality: Default::default(),
+        }
+    }
+
     /// The rows of data file `f` that `deletes` remove (they must already apply to it).
     pub fn for_file(&self, f: &DataFile, deletes: &[&Entry], target: &SchemaRef) -> Result<DeleteSet, SourceError> {
         let mut set = DeleteSet::default();
@@ -102,7 +111,7 @@ impl DeleteReader {
                     .collect();
                 set.equality.push((cols, eq));
             } else if d.file.is_dv() {
-                set.positions |= read_dv(&d.file)?;
+                set.positions |= read_dv(&self.storage, &d.file)?;
             } else if let Some(p) = self.position_file(&d.file)?.get(&f.path) {
                 set.positions |= p;
             }
@@ -120,7 +129,7 @@ impl DeleteReader {
             path: path.clone(),
             source: e,
         };
-        let builder = crate::source::parquet(&path)?;
+        let builder = crate::source::parquet(&self.storage, &path)?;
         let schema = builder.schema().clone();
         let idx: Vec<usize> = ["file_path", "pos"]
             .iter()
@@ -185,7 +194,7 @@ impl DeleteReader {
             path: path.clone(),
             source: e,
         };
-        for b in crate::source::parquet(&path)?.build().map_err(pq)? {
+        for b in crate::source::parquet(&self.storage, &path)?.build().map_err(pq)? {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let b = conform_by_id(&b, &schema)?;
             let r = keys.rows(&b)?;
@@ -200,7 +209,7 @@ impl DeleteReader {
 }
 
 /// A deletion vector: `[len u32 BE][magic][portable Roaring64][crc32 BE]` at the blob's offset.
-pub fn read_dv(d: &DataFile) -> Result<RoaringTreemap, SourceError> {
+pub fn read_dv(storage: &Storage, d: &DataFile) -> Result<RoaringTreemap, SourceError> {
     let path = local(&d.path)?;
     let (Some(off), Some(size)) = (d.content_offset, d.content_size) else {
         return Err(SourceError::format(
@@ -208,7 +217,9 @@ pub fn read_dv(d: &DataFile) -> Result<RoaringTreemap, SourceError> {
             "deletion vector entry without content_offset / content_size_in_bytes",
         ));
     };
-    let blob = crate::storage::read_range(&path, off as u64, size as u64).map_err(SourceError::io(&path))?;
+    let blob = storage
+        .read_range(&path, off as u64, size as u64)
+        .map_err(SourceError::io(&path))?;
     let bad = |m: &str| SourceError::format(&path, format!("deletion vector at offset {off}: {m}"));
     if blob.len() < 12 {
         return Err(bad("blob too short"));
@@ -332,11 +343,14 @@ mod tests {
             content_offset: Some(4),
             content_size: Some(blob.len() as i64),
         };
-        assert_eq!(read_dv(&df).unwrap(), bm);
+        assert_eq!(read_dv(&Storage::default(), &df).unwrap(), bm);
         let last = file.len() - 1;
         file[last] ^= 1;
         std::fs::write(&p, &file).unwrap();
         df.size = file.len() as i64;
-        assert!(read_dv(&df).unwrap_err().to_string().contains("checksum"));
+        assert!(read_dv(&Storage::default(), &df)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum"));
     }
 }

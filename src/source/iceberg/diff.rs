@@ -53,7 +53,7 @@ impl IcebergSource {
         let a_refs: Vec<_> = after.iter().collect();
         let was = plan.deletes.for_file(&range.file, &b_refs, &plan.schema)?;
         let now = plan.deletes.for_file(&range.file, &a_refs, &plan.schema)?;
-        let rows = read_range(range, &plan.schema)?;
+        let rows = read_range(&self.storage, range, &plan.schema)?;
         let mut sides = Sides {
             bytes: rows.bytes,
             ..Default::default()

@@ -8,6 +8,7 @@ use apache_avro::types::Value;
 
 use super::metadata::{local, Snapshot};
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 pub const STATUS_EXISTING: i32 = 0;
 pub const STATUS_ADDED: i32 = 1;
@@ -58,8 +59,8 @@ pub struct Entry {
     pub file: Arc<DataFile>,
 }
 
-#[derive(Default)]
 pub struct ManifestCache {
+    storage: Storage,
     lists: Mutex<HashMap<String, Arc<Vec<ManifestFile>>>>,
     manifests: Mutex<HashMap<String, Arc<Vec<Entry>>>>,
 }
@@ -110,9 +111,9 @@ fn display(v: &Value) -> String {
 /// An Avro file's records (fields by name) and its header metadata.
 type AvroFile = (Vec<Vec<(String, Value)>>, HashMap<String, Vec<u8>>);
 
-fn records(path: &str) -> Result<AvroFile, SourceError> {
+fn records(storage: &Storage, path: &str) -> Result<AvroFile, SourceError> {
     let p = local(path)?;
-    let bytes = crate::storage::read(&p).map_err(SourceError::io(&p))?;
+    let bytes = storage.read(&p).map_err(SourceError::io(&p))?;
     let reader = apache_avro::Reader::new(&bytes[..])
         .map_err(|e| SourceError::format(&p, format!("not an Avro manifest: {e}")))?;
     let meta = reader.user_metadata().clone();
@@ -132,6 +133,14 @@ fn records(path: &str) -> Result<AvroFile, SourceError> {
 }
 
 impl ManifestCache {
+    pub fn new(storage: Storage) -> Self {
+        ManifestCache {
+            storage,
+            lists: Mutex::default(),
+            manifests: Mutex::default(),
+        }
+    }
+
     /// The manifests of a snapshot.
     pub fn manifest_list(&self, snap: &Snapshot) -> Result<Arc<Vec<ManifestFile>>, SourceError> {
         let Some(list) = &snap.manifest_list else {
@@ -152,7 +161,7 @@ impl ManifestCache {
         if let Some(hit) = self.lists.lock().expect("cache lock").get(list) {
             return Ok(hit.clone());
         }
-        let (rows, _) = records(list)?;
+        let (rows, _) = records(&self.storage, list)?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             let path = as_str(field(&r, "manifest_path"))
@@ -174,7 +183,7 @@ impl ManifestCache {
         if let Some(hit) = self.manifests.lock().expect("cache lock").get(&m.path) {
             return Ok(hit.clone());
         }
-        let (rows, meta) = records(&m.path)?;
+        let (rows, meta) = records(&self.storage, &m.path)?;
         let spec_id = meta
             .get("partition-spec-id")
             .and_then(|b| std::str::from_utf8(b).ok())

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::config::TableLocation;
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 pub const FIELD_ID: &str = "PARQUET:field_id";
 
@@ -101,8 +102,8 @@ pub struct PartitionSpec {
 }
 
 impl TableMetadata {
-    pub fn load(path: &Path) -> Result<Self, SourceError> {
-        let text = crate::storage::read(path).map_err(SourceError::io(path))?;
+    pub fn load(storage: &Storage, path: &Path) -> Result<Self, SourceError> {
+        let text = storage.read(path).map_err(SourceError::io(path))?;
         let mut md: TableMetadata = serde_json::from_slice(&text)
             .map_err(|e| SourceError::format(path, format!("not Iceberg table metadata: {e}")))?;
         if md.current_snapshot_id == Some(-1) {
@@ -179,7 +180,7 @@ fn metadata_version(name: &str) -> Option<u64> {
 }
 
 /// The current metadata file of a table.
-pub fn current_metadata_file(loc: &TableLocation) -> Result<PathBuf, SourceError> {
+pub fn current_metadata_file(storage: &Storage, loc: &TableLocation) -> Result<PathBuf, SourceError> {
     match loc {
         TableLocation::Path(p) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
         TableLocation::Path(p) => {
@@ -189,14 +190,15 @@ pub fn current_metadata_file(loc: &TableLocation) -> Result<PathBuf, SourceError
                 p.join("metadata")
             };
             let hint = dir.join("version-hint.text");
-            if let Ok(text) = crate::storage::read_to_string(&hint) {
+            if let Ok(text) = storage.read_to_string(&hint) {
                 let v = text.trim();
                 let f = dir.join(format!("v{v}.metadata.json"));
-                if crate::storage::size(&f).is_ok() {
+                if storage.size(&f).is_ok() {
                     return Ok(f);
                 }
             }
-            let newest = crate::storage::list(&dir)
+            let newest = storage
+                .list(&dir)
                 .map_err(SourceError::io(&dir))?
                 .into_iter()
                 .filter_map(|e| metadata_version(&e.name).map(|v| (v, e.path)))

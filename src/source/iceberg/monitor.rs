@@ -103,8 +103,8 @@ fn parse_id(p: &Position) -> Result<i64, SourceError> {
 
 impl IcebergSource {
     pub(super) fn metadata(&self) -> Result<Arc<TableMetadata>, SourceError> {
-        let file = current_metadata_file(&self.opts.location)?;
-        Ok(Arc::new(TableMetadata::load(&file)?))
+        let file = current_metadata_file(&self.storage, &self.opts.location)?;
+        Ok(Arc::new(TableMetadata::load(&self.storage, &file)?))
     }
 
     /// Snapshots to emit after `after` (or per the starting strategy), oldest first, with how the
@@ -210,7 +210,7 @@ impl IcebergSource {
                 snapshot: snap.clone(),
                 schema: arrow_schema(md.schema_of(Some(snap))?)?,
                 kind: PlanKind::Nothing("start_at_latest"),
-                deletes: DeleteReader::default(),
+                deletes: DeleteReader::new(self.storage.clone()),
             }
         } else if let Some(base) = base.filter(|b| *b != snap.parent_snapshot_id) {
             self.plan_commit(md, base.and_then(|b| md.snapshot(b)), snap)?

@@ -65,7 +65,7 @@ impl IcebergSource {
     /// The plan of a snapshot: a full scan of it (`scan`), or its own changes.
     pub(super) fn plan(&self, md: &TableMetadata, snap: &Snapshot, scan: bool) -> Result<Plan, SourceError> {
         let schema = arrow_schema(md.schema_of(Some(snap))?)?;
-        let deletes = DeleteReader::default();
+        let deletes = DeleteReader::new(self.storage.clone());
         self.check_partitions(md, snap)?;
         let kind = if scan {
             self.scan_kind(md, snap)?
@@ -296,7 +296,7 @@ impl IcebergSource {
                 rewritten.push((whole(e), b, a));
             }
         }
-        let deletes = DeleteReader::default();
+        let deletes = DeleteReader::new(self.storage.clone());
         if old.is_empty() && new.is_empty() && rewritten.is_empty() {
             return Ok(Plan {
                 snapshot: last.clone(),

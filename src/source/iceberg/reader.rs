@@ -12,6 +12,7 @@ use parquet::arrow::ProjectionMask;
 use super::manifest::DataFile;
 use super::metadata::{field_id, local};
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 /// Cast / reorder / null-fill a batch read from a file to `target`, columns matched by field id
 /// (by name when the file carries no field ids).
@@ -72,7 +73,7 @@ pub struct RangeRows {
     pub bytes: u64,
 }
 
-pub fn read_range(range: &FileRange, target: &SchemaRef) -> Result<RangeRows, SourceError> {
+pub fn read_range(storage: &Storage, range: &FileRange, target: &SchemaRef) -> Result<RangeRows, SourceError> {
     let f = &range.file;
     if !f.format.eq_ignore_ascii_case("parquet") {
         return Err(SourceError::Unsupported {
@@ -84,7 +85,7 @@ pub fn read_range(range: &FileRange, target: &SchemaRef) -> Result<RangeRows, So
         path: path.clone(),
         source: e,
     };
-    let builder = crate::source::parquet(&path)?;
+    let builder = crate::source::parquet(storage, &path)?;
     let file_schema = builder.schema().clone();
     let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
     let wanted: Vec<usize> = file_schema

@@ -31,7 +31,7 @@ fn damaged_stretches_are_skipped_and_counted() {
     let path = dir.path().join(".fg_1.log.1_0-0-0");
     std::fs::write(&path, &file).unwrap();
     let before = metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test"]).get();
-    let blocks = read_blocks(&path, "log-test").unwrap();
+    let blocks = read_blocks(&Storage::default(), &path, "log-test").unwrap();
     let targets: Vec<_> = blocks.iter().map(|b| b.header[&TARGET_INSTANT_TIME].as_str()).collect();
     assert_eq!(targets, ["1", "2"]);
     assert_eq!(blocks[0].block_type, BlockType::Command);
@@ -102,8 +102,8 @@ fn large_files_are_read_block_by_block_as_if_read_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(".fg_1.log.1_0-0-0");
     std::fs::write(&path, &file).unwrap();
-    let lazy = read_blocks(&path, "log-test").unwrap();
-    let whole = read_whole(&path, "log-test").unwrap();
+    let lazy = read_blocks(&Storage::default(), &path, "log-test").unwrap();
+    let whole = read_whole(&Storage::default(), &path, "log-test").unwrap();
     assert!(
         lazy.iter().all(|b| matches!(b.content, Content::At { .. })),
         "contents stay in the file"
@@ -119,7 +119,7 @@ fn large_files_are_read_block_by_block_as_if_read_whole() {
     assert_eq!(a.len(), 220_000);
     assert_eq!(a, b);
     assert_eq!(a[120_000], ("key-000000000000".to_string(), 1_000_000));
-    let unloaded: Vec<LogBlock> = whole.iter().map(|b| b.unloaded(&path)).collect();
+    let unloaded: Vec<LogBlock> = whole.iter().map(|b| b.unloaded(&Storage::default(), &path)).collect();
     assert!(unloaded.iter().all(|b| matches!(b.content, Content::At { .. })));
     assert_eq!(decoded(&unloaded, &path), a);
     // stopping early reads no further
@@ -135,7 +135,7 @@ fn large_files_are_read_block_by_block_as_if_read_whole() {
     file.extend_from_slice(&kv_block("4", 0, 10)[..40]);
     std::fs::write(&path, &file).unwrap();
     let before = metrics::CORRUPT_LOG_BLOCKS.with_label_values(&["log-test-lazy"]).get();
-    let blocks = read_blocks(&path, "log-test-lazy").unwrap();
+    let blocks = read_blocks(&Storage::default(), &path, "log-test-lazy").unwrap();
     assert_eq!(shape(&blocks), shape(&whole));
     assert!(blocks.iter().all(|b| matches!(b.content, Content::Mem { .. })));
     assert_eq!(

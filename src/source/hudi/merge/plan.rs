@@ -33,7 +33,7 @@ impl<'a> SliceMerge<'a> {
         let mut bytes_read = 0;
         let base_stream = match base {
             Some(b) => {
-                let (_, batches, size) = reader.cache.base(&dir.join(&b.name))?;
+                let (_, batches, size) = reader.cache.base(&reader.table.storage, &dir.join(&b.name))?;
                 bytes_read += size;
                 file = Some(b.name.clone());
                 Some(batches)
@@ -46,7 +46,11 @@ impl<'a> SliceMerge<'a> {
         let mut cached = Vec::new();
         for l in &logs {
             let path = dir.join(&l.name);
-            cached.push((reader.cache.log(&path, reader.connector)?, path, l.name.clone()));
+            cached.push((
+                reader.cache.log(&reader.table.storage, &path, reader.connector)?,
+                path,
+                l.name.clone(),
+            ));
         }
         for (i, (c, _, name)) in cached.iter().enumerate() {
             bytes_read += c.1;

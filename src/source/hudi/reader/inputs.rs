@@ -25,7 +25,7 @@ impl HudiSource {
         };
         for (p, w) in md.writes() {
             if let Some(path) = &w.path {
-                if !crate::storage::exists(&self.table.path.join(path)) {
+                if !self.table.storage.exists(&self.table.path.join(path)) {
                     return Err(gone(self.table.path.join(path).display().to_string()));
                 }
             }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::{MetaSource, TableConfig, Timeline};
 use crate::source::SourceError;
+use crate::storage::Storage;
 
 /// The parts of commit metadata the reader uses (JSON on layout 1, Avro on layout 2).
 #[derive(Debug, Default, Deserialize)]
@@ -62,7 +63,7 @@ impl WriteStat {
 pub fn required_columns(table: &TableConfig) -> Result<Vec<String>, SourceError> {
     let timeline = Timeline::load(table)?;
     let newest = match timeline.completed.iter().rev().find(|i| i.is_write()) {
-        Some(i) => CommitMetadata::load(&i.meta)?.writer_schema(),
+        Some(i) => CommitMetadata::load(&table.storage, &i.meta)?.writer_schema(),
         None => None,
     };
     let Some(schema) = newest.or_else(|| table.props.get("hoodie.table.create.schema").cloned()) else {
@@ -94,9 +95,9 @@ impl CommitMetadata {
         map.get("schema")?.as_str().filter(|s| !s.is_empty()).map(String::from)
     }
 
-    pub fn load(source: &MetaSource) -> Result<Self, SourceError> {
+    pub fn load(storage: &Storage, source: &MetaSource) -> Result<Self, SourceError> {
         match source {
-            MetaSource::File(file) => Self::parse(&crate::storage::read(file).map_err(SourceError::io(file))?, file),
+            MetaSource::File(file) => Self::parse(&storage.read(file).map_err(SourceError::io(file))?, file),
             MetaSource::Archived(bytes) => Self::parse(bytes, Path::new("(archived timeline)")),
             MetaSource::Json(v) if v.is_null() => Ok(Self::default()),
             MetaSource::Json(v) => serde_json::from_value(v.as_ref().clone())
@@ -157,7 +158,7 @@ pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>
     let timeline = Timeline::load(table)?;
     for clean in timeline.completed.iter().filter(|i| i.action == "clean") {
         let MetaSource::File(file) = &clean.meta else { continue };
-        let bytes = crate::storage::read(file).map_err(SourceError::io(file))?;
+        let bytes = table.storage.read(file).map_err(SourceError::io(file))?;
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }

@@ -47,6 +47,7 @@ fn global_index_from_the_table_config() {
         key_fields: vec!["id".into()],
         timeline_dir: PathBuf::new(),
         props: HashMap::from([(k.to_string(), v.to_string())]),
+        storage: Default::default(),
     };
     assert!(with("hoodie.index.type", "GLOBAL_BLOOM").global_index().is_some());
     assert!(with("hoodie.index.type", "record_index").global_index().is_some());
