@@ -60,12 +60,22 @@ pub fn open(cfg: &crate::config::ConnectorConfig) -> Result<std::sync::Arc<dyn S
     })
 }
 
+/// A Parquet reader builder over a local or remote file.
+pub type ParquetBuilder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<crate::storage::Input>;
+
 /// Open and parse a local or remote path's Parquet footer.
-pub fn parquet(
+pub fn parquet(storage: &crate::storage::Storage, p: &std::path::Path) -> Result<ParquetBuilder, SourceError> {
+    parquet_sized(storage, p).map(|(builder, _)| builder)
+}
+
+/// [`parquet`], and the file's size in bytes (a remote file learns it from the ranged GET of its
+/// footer: no request of its own).
+pub fn parquet_sized(
     storage: &crate::storage::Storage,
     p: &std::path::Path,
-) -> Result<parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder<crate::storage::Input>, SourceError> {
+) -> Result<(ParquetBuilder, u64), SourceError> {
     let input = storage.open(p).map_err(SourceError::io(p))?;
+    let size = parquet::file::reader::Length::len(&input);
     let builder =
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(|source| {
             SourceError::Parquet {
@@ -74,7 +84,7 @@ pub fn parquet(
             }
         })?;
     input.plan(builder.metadata());
-    Ok(builder)
+    Ok((builder, size))
 }
 
 impl SourceError {

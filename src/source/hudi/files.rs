@@ -212,8 +212,7 @@ pub fn open_base(
         path: path.into(),
         source,
     };
-    let builder = crate::source::parquet(storage, path)?;
-    let size = storage.size(path).unwrap_or(0);
+    let (builder, size) = crate::source::parquet_sized(storage, path)?;
     let keep: Vec<usize> = builder
         .schema()
         .fields()

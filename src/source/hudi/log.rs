@@ -297,6 +297,16 @@ fn find_magic(b: &[u8], from: usize) -> Option<usize> {
 /// All readable blocks of a log file, in file order; damaged stretches are skipped and counted.
 pub fn read_blocks(storage: &Storage, path: &Path, connector: &str) -> Result<Vec<LogBlock>, SourceError> {
     let size = storage.size(path).map_err(SourceError::io(path))?;
+    read_blocks_of(storage, path, size, connector)
+}
+
+/// [`read_blocks`] of a file whose size is known (`size` bytes).
+pub fn read_blocks_of(
+    storage: &Storage,
+    path: &Path,
+    size: u64,
+    connector: &str,
+) -> Result<Vec<LogBlock>, SourceError> {
     if size > LAZY_FILE_BYTES {
         if let Some(blocks) = locate_blocks(storage, path, size).map_err(SourceError::io(path))? {
             return Ok(blocks);

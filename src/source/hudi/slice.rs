@@ -162,12 +162,22 @@ impl FileCache {
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
-    pub(super) fn log(&self, storage: &Storage, path: &Path, connector: &str) -> Result<CachedLog, SourceError> {
+    /// A log file's blocks; `listed` is its size from the listing (0: unknown, asked of storage).
+    pub(super) fn log(
+        &self,
+        storage: &Storage,
+        path: &Path,
+        listed: u64,
+        connector: &str,
+    ) -> Result<CachedLog, SourceError> {
         if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
             return Ok(v.clone());
         }
-        let size = storage.size(path).unwrap_or(0);
-        let v = Arc::new((log::read_blocks(storage, path, connector)?, size));
+        let size = match listed {
+            0 => storage.size(path).map_err(SourceError::io(path))?,
+            n => n,
+        };
+        let v = Arc::new((log::read_blocks_of(storage, path, size, connector)?, size));
         if !self.single_pass {
             self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
         }
@@ -279,7 +289,7 @@ impl SliceReader<'_> {
         let mut files = Vec::new();
         for l in self.slice_logs(base, log_files) {
             let path = dir.join(&l.name);
-            let blocks = self.cache.log(&self.table.storage, &path, self.connector)?;
+            let blocks = self.cache.log(&self.table.storage, &path, l.size, self.connector)?;
             for b in &blocks.0 {
                 if b.block_type == BlockType::Command {
                     rolled_back.extend(b.header.get(&TARGET_INSTANT_TIME).cloned());

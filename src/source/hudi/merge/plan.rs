@@ -47,7 +47,9 @@ impl<'a> SliceMerge<'a> {
         for l in &logs {
             let path = dir.join(&l.name);
             cached.push((
-                reader.cache.log(&reader.table.storage, &path, reader.connector)?,
+                reader
+                    .cache
+                    .log(&reader.table.storage, &path, l.size, reader.connector)?,
                 path,
                 l.name.clone(),
             ));
