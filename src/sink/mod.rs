@@ -291,8 +291,22 @@ impl TxnSink {
                     rec = r;
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err((e, _)) => return Err(classify("produce", e)),
+                Err((e, _)) => return Err(self.classify_produce(e)),
             }
+        }
+    }
+
+    /// A failed `send`: once the producer has raised a fatal error, a send fails with only
+    /// `_FATAL`, so the producer's fatal error says what happened. A producer fenced by a newer
+    /// instance must stop (`Fenced`), not be ridden out: a new producer would fence the newer
+    /// instance in turn, and the two would take the transactional id from each other for ever.
+    fn classify_produce(&self, e: KafkaError) -> SinkError {
+        match self.producer.client().fatal_error() {
+            Some((RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced, reason)) => {
+                SinkError::Fenced(format!("produce: {e} (fatal: {reason})"))
+            }
+            Some((code, reason)) => SinkError::Fatal(format!("produce: {e} (fatal: {code:?}: {reason})")),
+            None => classify("produce", e),
         }
     }
 
