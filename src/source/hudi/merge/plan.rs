@@ -26,14 +26,14 @@ impl<'a> SliceMerge<'a> {
         at: &str,
         inclusive: bool,
     ) -> Result<Option<Self>, SourceError> {
-        let dir = partition_dir(&reader.table.path, partition);
+        let (dir, storage) = (partition_dir(&reader.table.path, partition), &reader.table.storage);
         let base = base_as_of(base_files, reader.timeline, at, inclusive);
         let logs = reader.slice_logs(base, log_files);
         let mut file = None;
         let mut bytes_read = 0;
         let base_stream = match base {
             Some(b) => {
-                let (_, batches, size) = reader.cache.base(&reader.table.storage, &dir.join(&b.name))?;
+                let (_, batches, size) = reader.cache.base(storage, &dir.join(&b.name))?;
                 bytes_read += size;
                 file = Some(b.name.clone());
                 Some(batches)
@@ -47,9 +47,7 @@ impl<'a> SliceMerge<'a> {
         for l in &logs {
             let path = dir.join(&l.name);
             cached.push((
-                reader
-                    .cache
-                    .log(&reader.table.storage, &path, l.size, reader.connector)?,
+                reader.cache.log(storage, &path, l.size, reader.connector)?,
                 path,
                 l.name.clone(),
             ));
