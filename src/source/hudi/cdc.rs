@@ -110,7 +110,7 @@ impl HudiSource {
     /// (else the diff, logged), `true` the same but a write without them fails naming it,
     /// `false` never.
     pub(super) fn cdc_files(&self, md: &CommitMetadata, instant: &str) -> Result<Option<CdcFiles>, SourceError> {
-        if self.cdc_from_log == Some(false) {
+        if self.read.cdc_from_log == Some(false) {
             return Ok(None);
         }
         let mut out = CdcFiles::new();
@@ -125,7 +125,7 @@ impl HudiSource {
             }
             out.entry((p.to_string(), fg)).or_default().extend(files);
         }
-        match (without, self.cdc_from_log) {
+        match (without, self.read.cdc_from_log) {
             (None, _) => Ok((!out.is_empty()).then_some(out)),
             (Some((p, fg)), Some(true)) => Err(SourceError::Unreadable {
                 message: format!(

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use self::slice::MergeConfig;
 use self::timeline::{Instant, TableConfig};
 use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
-use crate::config::{ConnectorConfig, StartCommit};
+use crate::config::{ConnectorConfig, ReadConfig};
 use crate::storage::Storage;
 
 /// The archived timeline as last read: (its history version, its instants).
@@ -31,18 +31,10 @@ type ArchivedInstants = (Option<String>, Arc<Vec<Instant>>);
 pub struct HudiSource {
     table: TableConfig,
     info: TableInfo,
-    start: StartCommit,
-    end_commit: Option<String>,
-    commits_limit: Option<usize>,
-    skip_compaction: bool,
-    skip_clustering: bool,
+    /// The connector's read settings (start and end, skipped instants, changelog mode,
+    /// `skip_merge`, `read.cdc.from-log`).
+    read: ReadConfig,
     merge: MergeConfig,
-    /// `changelog.enabled`: every log record of an instant, not its net change.
-    changelog: bool,
-    /// `skip_merge`: log records emitted as written, without event-time ordering.
-    skip_merge: bool,
-    /// `read.cdc.from-log`: CDC log files as the changes (`None`: where present, `Some(true)`: required).
-    cdc_from_log: Option<bool>,
     spill: slice::SpillConfig,
     connector: String,
     /// Threads reading the splits of a full scan.
@@ -94,15 +86,8 @@ impl HudiSource {
                     Vec::new()
                 },
             },
-            start: cfg.read.start.clone(),
-            end_commit: cfg.read.end_commit.clone(),
-            commits_limit: cfg.read.commits_limit,
-            skip_compaction: cfg.read.skip_compaction,
-            skip_clustering: cfg.read.skip_clustering,
+            read: cfg.read.clone(),
             merge: MergeConfig::from_table(&table),
-            changelog: cfg.read.changelog,
-            skip_merge: cfg.read.skip_merge,
-            cdc_from_log: cfg.read.cdc_from_log,
             spill: slice::SpillConfig {
                 budget: cfg.read.memory_budget,
                 dir: cfg.read.spill_dir.clone(),
@@ -231,7 +216,8 @@ impl Source for HudiSource {
     }
 
     fn reached_end(&self, issued: &Position) -> bool {
-        self.end_commit
+        self.read
+            .end_commit
             .as_ref()
             .is_some_and(|end| issued.instant.as_str() >= end.as_str())
     }

@@ -120,11 +120,11 @@ impl HudiSource {
         let md = CommitMetadata::load(&self.table.storage, &i.meta)?;
         unit.operation = md.operation.clone();
         match md.operation.as_deref() {
-            Some("COMPACT") | Some("LOG_COMPACT") if self.skip_compaction => {
+            Some("COMPACT") | Some("LOG_COMPACT") if self.read.skip_compaction => {
                 unit.skipped = Some("compaction");
                 return Ok(unit);
             }
-            Some("CLUSTER") if self.skip_clustering => {
+            Some("CLUSTER") if self.read.skip_clustering => {
                 unit.skipped = Some("clustering");
                 return Ok(unit);
             }
@@ -201,7 +201,7 @@ impl HudiSource {
                 }
                 tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect()
             }
-            None => match &self.start {
+            None => match &self.read.start {
                 StartCommit::Earliest => {
                     return match tl.latest() {
                         Some(l) => Ok(vec![self.snapshot_unit(&tl, l)?]),
@@ -230,10 +230,10 @@ impl HudiSource {
                     .collect(),
             },
         };
-        if let Some(end) = &self.end_commit {
+        if let Some(end) = &self.read.end_commit {
             candidates.retain(|i| i.requested.as_str() <= end.as_str());
         }
-        if let Some(limit) = self.commits_limit {
+        if let Some(limit) = self.read.commits_limit {
             candidates.truncate(limit);
         }
         candidates.into_iter().map(|i| self.change_unit(i)).collect()

@@ -154,7 +154,8 @@ impl HudiSource {
                     .transpose()?;
                 let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
                 let old_batches = old.map(|o| o.batches).unwrap_or_default();
-                let (batches, rows) = changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.skip_merge)?;
+                let (batches, rows) =
+                    changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.read.skip_merge)?;
                 let file = logs
                     .iter()
                     .rfind(|l| l.instant <= unit.position.instant)
@@ -210,7 +211,7 @@ impl HudiSource {
                 ),
             });
         }
-        let changelog = (self.changelog || self.skip_merge) && self.table.is_mor();
+        let changelog = (self.read.changelog || self.read.skip_merge) && self.table.is_mor();
         let (replaced, cdc) = if unit.snapshot {
             (self.replaced_up_to(&tl, unit.position.order_key())?, None)
         } else {
