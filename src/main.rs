@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use lakestream::config::{load_connector, ConnectorConfig};
 use lakestream::generate::{self, GenerateOptions};
 use lakestream::runtime::admin::show_offsets;
+use lakestream::runtime::verify::VerifyOptions;
 use lakestream::runtime::{run_connector, RunOptions};
 
 #[derive(Parser)]
@@ -72,6 +73,21 @@ enum Command {
     Offsets {
         #[command(subcommand)]
         action: OffsetsCommand,
+    },
+    /// Prove that the topic equals the table: replay the topic by key up to the connector's
+    /// committed position and compare with the table read at that commit. Exit 0 only when equal,
+    /// 3 when they differ (the report names the keys).
+    Verify {
+        file: PathBuf,
+        /// A commit at or before the connector's position (Hudi instant, Iceberg snapshot id).
+        #[arg(long)]
+        at: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Example keys named per kind of difference.
+        #[arg(long, default_value_t = 10)]
+        examples: usize,
     },
     /// Write demo/benchmark tables.
     Generate {
@@ -207,6 +223,12 @@ fn main() -> ExitCode {
             let id = instant.or(snapshot).unwrap_or_default();
             Box::pin(async move { lakestream::runtime::admin::set(&c, &id, force).await })
         }),
+        Command::Verify {
+            file,
+            at,
+            json,
+            examples,
+        } => verify(&rt, file, VerifyOptions { at, examples }, json),
         Command::Generate {
             format: GenerateCommand::Hudi(opts),
         } => match generate::hudi(&opts) {
@@ -276,6 +298,28 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
     }
 }
 
+/// `verify`: the report on stdout; exit 0 equal, 3 different, else the failure's code.
+fn verify(rt: &tokio::runtime::Runtime, file: PathBuf, opts: VerifyOptions, json: bool) -> ExitCode {
+    let cfg = match load_all(&[file], 0) {
+        Ok(mut c) => c.remove(0),
+        Err(code) => return code,
+    };
+    match rt.block_on(lakestream::runtime::verify::verify(&cfg, &opts)) {
+        Ok(report) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            } else {
+                print!("{}", report.text());
+            }
+            ExitCode::from(if report.equal { 0 } else { 3 })
+        }
+        Err(e) => {
+            eprintln!("error: {}: {}", cfg.file.display(), lakestream::causes::with_causes(&e));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
 /// `offsets show`: the task's stored offsets, as JSON.
 fn offsets_show(file: PathBuf, task_id: u32) -> ExitCode {
     let cfg = match load_all(&[file], task_id) {
@@ -336,6 +380,18 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         });
     }
     let mut set = tokio::task::JoinSet::new();
+    // verify.interval: one background audit per connector, beside its task 0 (dropped, and so
+    // stopped, with the process's connectors)
+    let mut audits = tokio::task::JoinSet::new();
+    for cfg in cfgs.iter().filter(|c| c.runtime.task_id == 0 && !once) {
+        if let Some(every) = cfg.runtime.verify_interval {
+            audits.spawn(lakestream::runtime::verify::run_periodically(
+                cfg.clone(),
+                every,
+                rx.clone(),
+            ));
+        }
+    }
     let first_units = std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default());
     for cfg in cfgs {
         let opts = RunOptions {

@@ -137,6 +137,46 @@ metric!(
         REGISTRY
     )
 );
+metric!(
+    VERIFY_LAST_SUCCESS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_verify_last_success_timestamp_seconds",
+        "When the last background verify (verify.interval) found the topic equal to the table (unix seconds)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    VERIFY_MISMATCHED,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_verify_mismatched_keys",
+        "Keys missing, extra or differing in the last completed background verify (0: equal)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    VERIFY_RUNS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_verify_runs_total",
+        "Background verifies by result: equal, different, error",
+        &["connector", "result"],
+        REGISTRY
+    )
+);
+metric!(
+    VERIFY_PROGRESS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_verify_progress_records",
+        "Records read so far by the running verify, by side (topic, table)",
+        &["connector", "side"],
+        REGISTRY
+    )
+);
 metric!(LAG_SECONDS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_lag_seconds", "0 when every committed instant / snapshot is emitted, else now minus the commit time of the oldest one not yet emitted", &["connector", "task"], REGISTRY));
 metric!(

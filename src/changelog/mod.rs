@@ -2,6 +2,7 @@
 //! Confluent-framed (magic 0, 4-byte schema id), schemas registered per TopicNameStrategy.
 
 pub mod avro;
+pub mod decode;
 pub mod registry;
 pub mod temporal;
 pub mod transaction;
@@ -37,6 +38,9 @@ pub enum ChangelogError {
     /// A schema this build generated is not valid Avro (a bug).
     #[error("{0}")]
     Schema(String),
+    /// A record read back from the topic that is not a change event of this connector.
+    #[error("undecodable record: {0}")]
+    Undecodable(String),
 }
 
 impl ChangelogError {
@@ -49,6 +53,7 @@ impl ChangelogError {
             ChangelogError::Registry { .. } => K::Rejected,
             ChangelogError::RegistryUnavailable { .. } => K::Unavailable,
             ChangelogError::Schema(_) => K::Internal,
+            ChangelogError::Undecodable(_) => K::Data,
         }
     }
 }

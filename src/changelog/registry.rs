@@ -1,5 +1,5 @@
 //! Confluent Schema Registry client: register (TopicNameStrategy subjects), with an id cache so a
-//! schema is sent once per process, and retries for transient failures.
+//! schema is sent once per process, and retries for transient failures; schemas by id (verify).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,6 +14,8 @@ pub struct RegistryClient {
     http: reqwest::Client,
     auth: Option<Auth>,
     cache: Mutex<HashMap<(String, String), u32>>,
+    /// Schemas fetched by id.
+    by_id: Mutex<HashMap<u32, String>>,
     /// The connector, for metric labels.
     connector: String,
 }
@@ -60,6 +62,7 @@ impl RegistryClient {
             http,
             auth,
             cache: Mutex::new(HashMap::new()),
+            by_id: Mutex::new(HashMap::new()),
             connector: connector.to_string(),
         })
     }
@@ -89,6 +92,42 @@ impl RegistryClient {
             url,
             message: format!("bad response: {e}"),
         })
+    }
+
+    /// The schema registered under global id `id` (to decode events written with it), cached.
+    pub async fn schema(&self, id: u32) -> Result<String, ChangelogError> {
+        if let Some(text) = self.by_id.lock().await.get(&id) {
+            return Ok(text.clone());
+        }
+        let url = format!("{}/schemas/ids/{id}", self.base);
+        let req = match &self.auth {
+            Some(Auth::Basic(u, p)) => self.http.get(&url).basic_auth(u, Some(p)),
+            Some(Auth::Bearer(t)) => self.http.get(&url).bearer_auth(t),
+            None => self.http.get(&url),
+        };
+        let res = req.send().await.map_err(|e| ChangelogError::RegistryUnavailable {
+            url: url.clone(),
+            message: crate::causes::with_causes(&e),
+        })?;
+        if !res.status().is_success() {
+            return Err(ChangelogError::Registry {
+                message: format!(
+                    "HTTP {} for schema id {id} (a record not written by this connector?)",
+                    res.status()
+                ),
+                url,
+            });
+        }
+        let v: serde_json::Value = res.json().await.map_err(|e| ChangelogError::Registry {
+            url: url.clone(),
+            message: format!("bad response: {e}"),
+        })?;
+        let text = v["schema"].as_str().ok_or_else(|| ChangelogError::Registry {
+            url,
+            message: format!("response without schema: {v}"),
+        })?;
+        self.by_id.lock().await.insert(id, text.to_string());
+        Ok(text.to_string())
     }
 
     /// Register `schema` under `subject` (idempotent in the registry) and return its global id.

@@ -223,6 +223,8 @@ pub struct RuntimeConfig {
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub metrics_port: Option<u16>,
+    /// `verify.interval`: audit the topic against the table in the background (off: `None`).
+    pub verify_interval: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for ConnectorConfig {

@@ -17,7 +17,7 @@ use crate::source::Ownership;
 type Records = HashMap<String, (u32, u32, bool, Offsets)>;
 
 /// The offsets records of `cfg`'s connector and table.
-fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
+pub(super) fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
     let shape = |k: &[u8]| -> Option<(u32, u32, bool)> {
         let v: serde_json::Value = serde_json::from_slice(k).ok()?;
         let (name, o) = (v.get(0)?.as_str()?, v.get(1)?.as_object()?);

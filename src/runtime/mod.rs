@@ -16,6 +16,7 @@ mod progress;
 mod resume;
 pub mod state;
 pub mod tasks;
+pub mod verify;
 
 use self::state::{FirstUnit, InFlight, Offsets};
 use crate::changelog::{ChangelogEncoder, ChangelogError};
@@ -36,6 +37,8 @@ pub enum RuntimeError {
     Changelog(#[from] ChangelogError),
     #[error("sink: {0}")]
     Sink(#[from] SinkError),
+    #[error("verify: {0}")]
+    Verify(#[from] verify::VerifyError),
     /// The stored position was written under different terms than this run's (the key).
     #[error("position: {0}")]
     Position(String),
@@ -54,6 +57,7 @@ impl RuntimeError {
             RuntimeError::Source(e) => e.kind(),
             RuntimeError::Changelog(e) => e.kind(),
             RuntimeError::Sink(e) => e.kind(),
+            RuntimeError::Verify(e) => e.kind(),
             RuntimeError::Position(_) => ErrorKind::Position,
         }
     }
@@ -142,16 +146,7 @@ pub(super) async fn run_inner(
     tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, tasks = cfg.runtime.tasks, ownership = %source.ownership().name(),
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
-    let encoder = ChangelogEncoder::new(
-        &cfg.name,
-        &cfg.kafka.topic,
-        source.info().clone(),
-        cfg.events.tombstones_on_delete,
-        &cfg.registry,
-    )?
-    .with_transaction_topic(cfg.events.txn_metadata.then(|| cfg.transaction_topic()))
-    .with_column_exclude(cfg.events.column_exclude.clone())
-    .with_time_mode(cfg.events.time_mode);
+    let encoder = encoder_for(&cfg, source.info().clone())?;
     let mut task = Task {
         cfg,
         source,
@@ -173,6 +168,20 @@ pub(super) async fn run_inner(
     tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");
     res
+}
+
+/// The connector's encoder of `table`'s rows, as its settings shape the events.
+fn encoder_for(cfg: &ConnectorConfig, table: crate::source::TableInfo) -> Result<ChangelogEncoder, ChangelogError> {
+    Ok(ChangelogEncoder::new(
+        &cfg.name,
+        &cfg.kafka.topic,
+        table,
+        cfg.events.tombstones_on_delete,
+        &cfg.registry,
+    )?
+    .with_transaction_topic(cfg.events.txn_metadata.then(|| cfg.transaction_topic()))
+    .with_column_exclude(cfg.events.column_exclude.clone())
+    .with_time_mode(cfg.events.time_mode))
 }
 
 /// [`crate::source::open`] on a blocking thread.

@@ -17,6 +17,7 @@ pub use quiet::QuietContext;
 pub use stats::StatsContext;
 use topics::ensure_topics;
 mod reach;
+pub mod scan;
 mod stats;
 mod topics;
 

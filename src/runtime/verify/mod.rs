@@ -1,0 +1,264 @@
+//! `lakestream verify`: prove that the topic equals the table. The connector's committed position
+//! (the least far of its tasks' issued commits, or an earlier commit named with `--at`) is the
+//! point compared: the topic is read whole, read_committed, and replayed by key up to that commit;
+//! the table is read at that commit through the source's snapshot path; both are digested by the
+//! connector's own encoder and decoder, spilled by key into bucket files ([`runs`]) and compared
+//! bucket by bucket ([`compare`]), so memory stays within `read.memory.budget` whatever the table's
+//! size. Also run in the background by `lakestream run` with `verify.interval` ([`periodic`]).
+
+mod compare;
+mod periodic;
+mod report;
+mod runs;
+mod table;
+#[cfg(test)]
+mod tests;
+mod topic;
+
+use std::time::Instant;
+
+pub use self::periodic::run_periodically;
+pub use self::report::Report;
+use self::runs::{RunWriter, Side};
+use super::state::FirstUnit;
+use super::RuntimeError;
+use crate::changelog::decode::EventDecoder;
+use crate::changelog::registry::RegistryClient;
+use crate::changelog::ChangelogError;
+use crate::config::ConnectorConfig;
+use crate::error::ErrorKind;
+use crate::sink::SinkError;
+use crate::source::{Position, Source, SourceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Changelog(#[from] ChangelogError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A record of the topic that cannot be replayed (named by partition and offset).
+    #[error("topic: {0}")]
+    Topic(String),
+    /// The spill files in `read.spill.dir` could not be written or read.
+    #[error("verify spill files: {0}")]
+    Spill(String),
+    /// Nothing to compare yet, or `--at` names a commit the topic does not cover.
+    #[error("{0}")]
+    Position(String),
+}
+
+impl VerifyError {
+    fn spill(e: std::io::Error) -> Self {
+        VerifyError::Spill(e.to_string())
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            VerifyError::Changelog(e) => e.kind(),
+            VerifyError::Sink(e) => e.kind(),
+            VerifyError::Source(e) => e.kind(),
+            VerifyError::Topic(_) => ErrorKind::Data,
+            VerifyError::Spill(_) => ErrorKind::Internal,
+            VerifyError::Position(_) => ErrorKind::Config,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// A commit (Hudi instant, Iceberg snapshot) at or before the connector's position.
+    pub at: Option<String>,
+    /// Example keys named per kind of difference.
+    pub examples: usize,
+}
+
+/// The commit compared, and what the stored position says of the stream.
+struct Target {
+    position: Position,
+    tasks: u32,
+    first: Option<FirstUnit>,
+}
+
+fn order(source: &dyn Source, p: &Position) -> Result<String, VerifyError> {
+    Ok(source.order(p)?)
+}
+
+/// The position to verify: the least far issued commit of the connector's current generation
+/// (every task has published everything up to it), or `at` when it is not after that.
+fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Result<Target, RuntimeError> {
+    let records = super::admin::records_of(cfg)?;
+    let epoch = records.values().map(|(.., o)| o.epoch).max();
+    let Some(epoch) = epoch else {
+        return Err(VerifyError::Position(format!(
+            "connector {}: no stored position (nothing published yet): run it first",
+            cfg.name
+        ))
+        .into());
+    };
+    let current: Vec<_> = records.values().filter(|(.., o)| o.epoch == epoch).collect();
+    let tasks = current.iter().map(|(t, ..)| (*t).max(1)).max().unwrap_or(1);
+    let mut least: Option<(String, Position)> = None;
+    let mut first = None;
+    for t in 0..tasks {
+        let Some((.., o)) = current.iter().find(|(_, task, ..)| *task == t) else {
+            return Err(VerifyError::Position(format!(
+                "connector {}: task {t} of {tasks} has no stored position yet: verify once every task has published",
+                cfg.name
+            ))
+            .into());
+        };
+        let Some(issued) = &o.issued else {
+            return Err(VerifyError::Position(format!(
+                "connector {}: task {t} of {tasks} has not finished its first commit yet (in flight: {})",
+                cfg.name,
+                o.in_flight.as_ref().map_or("nothing", |f| f.unit.instant.as_str())
+            ))
+            .into());
+        };
+        let ord = order(source, issued)?;
+        if least.as_ref().is_none_or(|(l, _)| ord < *l) {
+            least = Some((ord, issued.clone()));
+        }
+        first = first.or(o.first.clone());
+    }
+    let (least_order, least) = least.expect("at least one task");
+    let position = match at {
+        None => least,
+        Some(id) => {
+            let p = source.position_of(id)?;
+            if order(source, &p)? > least_order {
+                return Err(VerifyError::Position(format!(
+                    "--at {id} is after the connector's position {} (the least far of its tasks): the topic does not \
+                     hold it yet",
+                    least.instant
+                ))
+                .into());
+            }
+            p
+        }
+    };
+    Ok(Target { position, tasks, first })
+}
+
+/// Compare the topic with the table at the connector's position (or `opts.at`).
+pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Report, RuntimeError> {
+    let started = Instant::now();
+    // the whole table, not one task's share; no end bound
+    let mut whole = cfg.clone();
+    (whole.runtime.tasks, whole.runtime.task_id) = (1, 0);
+    (whole.read.end_commit, whole.read.commits_limit) = (None, None);
+    let source = super::open_source_async(&whole).await?;
+    let (c, s, at) = (cfg.clone(), source.clone(), opts.at.clone());
+    let target = tokio::task::spawn_blocking(move || target(&c, s.as_ref(), at.as_deref()))
+        .await
+        .expect("verify target panicked")?;
+    let (s, p) = (source.clone(), target.position.clone());
+    let unit = tokio::task::spawn_blocking(move || s.unit_at(&p, true))
+        .await
+        .expect("unit_at panicked")?;
+    let (c, t) = (cfg.clone(), cfg.kafka.topic.clone());
+    let marks = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
+        .await
+        .expect("watermarks panicked")?;
+    let expected: u64 = marks.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
+    let buckets = runs::buckets_for(expected, cfg.read.memory_budget);
+    let buffer = (cfg.read.memory_budget / 8 / buckets as usize).clamp(4096, 1 << 16);
+    std::fs::create_dir_all(&cfg.read.spill_dir)
+        .map_err(|e| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display())))?;
+    let dir = tempfile::Builder::new()
+        .prefix("lakestream-verify-")
+        .tempdir_in(&cfg.read.spill_dir)
+        .map_err(|e| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display())))?;
+    tracing::info!(connector = %cfg.name, position = %target.position.instant, topic_records = expected, buckets,
+        "verify: reading the topic and the table");
+    let keyless = source.info().keyless();
+    let decoder = || RegistryClient::new(&cfg.registry, &cfg.name).map(EventDecoder::new);
+    let topic_out = RunWriter::new(dir.path(), Side::Topic, buckets, buffer).map_err(VerifyError::spill)?;
+    let table_out = RunWriter::new(dir.path(), Side::Table, buckets, buffer).map_err(VerifyError::spill)?;
+    let target_order = order(source.as_ref(), &target.position)?;
+    let (c, s, handle, dec) = (
+        cfg.clone(),
+        source.clone(),
+        tokio::runtime::Handle::current(),
+        decoder()?,
+    );
+    let topic_side = tokio::task::spawn_blocking(move || {
+        let at_or_before = |p: &Position| s.order(p).ok().map(|o| o <= target_order);
+        topic::read(
+            topic::TopicReader {
+                cfg: &c,
+                decoder: dec,
+                handle,
+                keyless,
+                at_or_before: &at_or_before,
+            },
+            topic_out,
+        )
+    });
+    let encoder = super::encoder_for(cfg, source.info().clone())?;
+    let (s, handle, dec, name, u) = (
+        source.clone(),
+        tokio::runtime::Handle::current(),
+        decoder()?,
+        cfg.name.clone(),
+        unit.clone(),
+    );
+    let table_side = tokio::task::spawn_blocking(move || {
+        table::read(
+            table::TableReader {
+                connector: &name,
+                source: s.as_ref(),
+                unit: &u,
+                encoder,
+                decoder: dec,
+                handle,
+                keyless,
+            },
+            table_out,
+        )
+    });
+    let (topic_side, table_side) = (
+        topic_side.await.expect("verify topic reader panicked"),
+        table_side.await.expect("verify table reader panicked"),
+    );
+    let (topic_side, table_side) = (topic_side?, table_side?);
+    let (limit, changelog) = (opts.examples, cfg.read.changelog);
+    let tally = tokio::task::spawn_blocking(move || {
+        let mut tally = compare::Tally {
+            limit,
+            duplicates: !changelog,
+            ..Default::default()
+        };
+        let names = compare::Names {
+            topic: &topic_side.partitions,
+            table: &table_side.partitions,
+        };
+        for (a, b) in topic_side.paths.iter().zip(&table_side.paths) {
+            if keyless {
+                compare::keyless(a, b, &names, &mut tally)?;
+            } else {
+                compare::keyed(a, b, &names, &mut tally)?;
+            }
+        }
+        Ok::<_, std::io::Error>((tally, topic_side))
+    })
+    .await
+    .expect("verify compare panicked");
+    let (tally, topic_side) = tally.map_err(VerifyError::spill)?;
+    drop(dir);
+    let report = Report::new(
+        cfg,
+        &source,
+        &target,
+        &unit,
+        tally,
+        &topic_side,
+        buckets,
+        started.elapsed(),
+    );
+    tracing::info!(connector = %cfg.name, position = %report.position, equal = report.equal, mismatched = report.total.mismatched(),
+        table_rows = report.total.table_rows, seconds = report.seconds, "verify finished");
+    Ok(report)
+}

@@ -1,0 +1,189 @@
+//! The topic side of a verify: the topic read whole (read_committed), each event decoded and
+//! kept when its lake commit is at or before the verified position (a task may have published
+//! later commits since), and spilled by key as a replay step. A tombstone follows its delete's
+//! fate: one whose `d` came after the position is left out with it.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use tokio::runtime::Handle;
+
+use super::runs::{Partitions, Rec, RunWriter};
+use super::VerifyError;
+use crate::changelog::decode::EventDecoder;
+use crate::config::ConnectorConfig;
+use crate::metrics;
+use crate::source::Position;
+
+/// Whether a commit is at or before the position (`None`: the table no longer knows it, an
+/// expired snapshot: counted, and kept, as it can only be older than what the table holds).
+pub type OrderOf<'a> = dyn Fn(&Position) -> Option<bool> + 'a;
+
+#[derive(Debug, Default)]
+pub struct TopicSide {
+    pub records: u64,
+    /// Events (and tombstones) replayed.
+    pub applied: u64,
+    /// Events of commits after the position, left out.
+    pub after_position: u64,
+    /// Commits of events the table no longer knows (expired snapshots).
+    pub unknown_commits: Vec<String>,
+    pub partitions: Partitions,
+    pub paths: Vec<std::path::PathBuf>,
+}
+
+pub struct TopicReader<'a> {
+    pub cfg: &'a ConnectorConfig,
+    pub decoder: EventDecoder,
+    pub handle: Handle,
+    pub keyless: bool,
+    pub at_or_before: &'a OrderOf<'a>,
+}
+
+struct State<'a> {
+    commits: HashMap<(String, Option<String>), bool>,
+    skipped_deletes: HashSet<(i32, u128)>,
+    side: TopicSide,
+    out: RunWriter,
+    reader: TopicReader<'a>,
+}
+
+impl State<'_> {
+    fn ensure(&mut self, framed: &[u8]) -> Result<(), VerifyError> {
+        if let Some(id) = self.reader.decoder.unknown(framed)? {
+            let d = &mut self.reader.decoder;
+            self.reader.handle.block_on(d.fetch(id))?;
+        }
+        Ok(())
+    }
+
+    fn keep(&mut self, instant: &str, completed: Option<&str>) -> bool {
+        let k = (instant.to_string(), completed.map(str::to_string));
+        if let Some(k) = self.commits.get(&k) {
+            return *k;
+        }
+        let p = Position {
+            instant: k.0.clone(),
+            completed: k.1.clone(),
+        };
+        let keep = match (self.reader.at_or_before)(&p) {
+            Some(b) => b,
+            None => {
+                self.side.unknown_commits.push(instant.to_string());
+                true
+            }
+        };
+        self.commits.insert(k, keep);
+        keep
+    }
+
+    fn record(&mut self, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<(), VerifyError> {
+        self.side.records += 1;
+        let key = match (key, self.reader.keyless) {
+            (_, true) => None,
+            (Some(k), false) => {
+                self.ensure(k)?;
+                Some(self.reader.decoder.key(k)?)
+            }
+            (None, false) => return Err(VerifyError::Topic("a record without a key in a keyed topic".into())),
+        };
+        let Some(value) = value else {
+            let Some(key) = key else {
+                return Ok(()); // a keyless table has no tombstones
+            };
+            if self.skipped_deletes.remove(&(partition, key.digest)) {
+                self.side.after_position += 1;
+                return Ok(());
+            }
+            self.side.applied += 1;
+            let p = self.side.partitions.id("");
+            return self.push(Rec {
+                key: key.digest,
+                image: 0,
+                delta: 0,
+                commit: 0,
+                op: 0,
+                partition: p,
+                text: key.text,
+            });
+        };
+        self.ensure(value)?;
+        let e = self.reader.decoder.value(value)?;
+        if !self.keep(&e.instant, e.completed.as_deref()) {
+            self.side.after_position += 1;
+            if let (Some(k), "d") = (&key, e.op.as_str()) {
+                if self.reader.cfg.events.tombstones_on_delete {
+                    self.skipped_deletes.insert((partition, k.digest));
+                }
+            }
+            return Ok(());
+        }
+        self.side.applied += 1;
+        let partition = self.side.partitions.id(&e.partition);
+        let commit = (crate::changelog::decode::digest(e.instant.as_bytes()) as u64).max(1);
+        let op = e.op.as_bytes().first().copied().unwrap_or(0);
+        let step = |key: u128, image: u128, delta: i8, text: String| Rec {
+            key,
+            image,
+            delta,
+            commit,
+            op,
+            partition,
+            text,
+        };
+        match key {
+            Some(k) => match (op, e.after) {
+                (b'd', _) | (_, None) => self.push(step(k.digest, 0, 0, k.text)),
+                (_, Some(after)) => self.push(step(k.digest, after, 1, k.text)),
+            },
+            None => {
+                if let Some(b) = e.before {
+                    self.push(step(b, 0, -1, String::new()))?;
+                }
+                match e.after {
+                    Some(a) => self.push(step(a, 0, 1, String::new())),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, r: Rec) -> Result<(), VerifyError> {
+        self.out.push(&r).map_err(VerifyError::spill)
+    }
+}
+
+/// Read the whole topic into `out` (blocking).
+pub fn read(reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, VerifyError> {
+    let (cfg, topic) = (reader.cfg, reader.cfg.kafka.topic.clone());
+    let mut st = State {
+        commits: HashMap::new(),
+        skipped_deletes: HashSet::new(),
+        side: TopicSide::default(),
+        out,
+        reader,
+    };
+    let started = Instant::now();
+    let gauge = metrics::VERIFY_PROGRESS.with_label_values(&[&cfg.name, "topic"]);
+    let mut f = |r: crate::sink::scan::TopicRecord<'_>| {
+        st.record(r.partition, r.key, r.value).map_err(|e| match e {
+            VerifyError::Topic(m) => {
+                VerifyError::Topic(format!("{topic} partition {} offset {}: {m}", r.partition, r.offset))
+            }
+            VerifyError::Changelog(c) => {
+                VerifyError::Topic(format!("{topic} partition {} offset {}: {c}", r.partition, r.offset))
+            }
+            e => e,
+        })
+    };
+    let read = crate::sink::scan::read_to_end(cfg, &cfg.kafka.topic, &mut f, &mut |n| {
+        gauge.set(n as f64);
+        tracing::info!(connector = %cfg.name, records = n, seconds = started.elapsed().as_secs(), "verify: reading the topic");
+    })?;
+    gauge.set(read.records() as f64);
+    let mut side = st.side;
+    side.paths = st.out.finish().map_err(VerifyError::spill)?;
+    tracing::info!(connector = %cfg.name, records = side.records, applied = side.applied, after_position = side.after_position,
+        seconds = started.elapsed().as_secs_f64(), "verify: topic read");
+    Ok(side)
+}

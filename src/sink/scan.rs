@@ -1,0 +1,164 @@
+//! Reading a topic back, whole (for `verify`): every partition from its beginning, read_committed
+//! (aborted transactions and control records are never seen), to the end it had when the read
+//! began. One client assigned every partition: a partition's records arrive in offset order, so
+//! a key's records (one partition per key) keep theirs.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::SinkError;
+use crate::config::ConnectorConfig;
+
+/// One committed record.
+pub struct TopicRecord<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    /// `None`: a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// What was read: per partition, the records seen and the end offset the read stopped at.
+#[derive(Debug, Default, Clone)]
+pub struct TopicRead {
+    pub partitions: HashMap<i32, (u64, i64)>,
+}
+
+impl TopicRead {
+    pub fn records(&self) -> u64 {
+        self.partitions.values().map(|(n, _)| n).sum()
+    }
+}
+
+fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
+    super::client_config(cfg)
+        .set("group.id", format!("lakestream-verify-{}", cfg.name))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.max.bytes", "52428800")
+        .create_with_context(super::QuietContext::new(&cfg.name, "verify reader"))
+        .map_err(|e| SinkError::kafka("verify consumer", e))
+}
+
+/// The (low, high) watermarks of every partition of `topic` (an absent topic: none).
+pub fn watermarks(cfg: &ConnectorConfig, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
+    let c = consumer(cfg)?;
+    watermarks_of(&c, topic)
+}
+
+fn watermarks_of(c: &BaseConsumer<super::QuietContext>, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .map_err(|e| SinkError::kafka(format!("metadata of topic {topic}"), e))?;
+    let mut out = HashMap::new();
+    for t in md.topics() {
+        if t.error().is_some() {
+            continue;
+        }
+        for p in t.partitions() {
+            let w = c
+                .fetch_watermarks(topic, p.id(), Duration::from_secs(30))
+                .map_err(|e| SinkError::kafka(format!("watermarks of {topic}/{}", p.id()), e))?;
+            out.insert(p.id(), w);
+        }
+    }
+    Ok(out)
+}
+
+fn position(c: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<i64, SinkError> {
+    let tpl = c.position().map_err(|e| SinkError::kafka("consumer position", e))?;
+    Ok(tpl
+        .find_partition(topic, p)
+        .and_then(|e| match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        })
+        .unwrap_or(0))
+}
+
+/// Read `topic` from the beginning to the ends its partitions had when the read began, handing
+/// each record to `f` (which may stop the read with an error of its own). `progress` is called
+/// about every 10 s with the records read so far.
+pub fn read_to_end<E: From<SinkError>>(
+    cfg: &ConnectorConfig,
+    topic: &str,
+    f: &mut dyn FnMut(TopicRecord<'_>) -> Result<(), E>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TopicRead, E> {
+    let c = consumer(cfg)?;
+    let ends = watermarks_of(&c, topic)?;
+    let mut read = TopicRead::default();
+    let mut tpl = TopicPartitionList::new();
+    let mut open: std::collections::HashSet<i32> = Default::default();
+    for (p, (low, high)) in &ends {
+        read.partitions.insert(*p, (0, *high));
+        if high > low {
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)
+                .map_err(|e| SinkError::kafka("assign", e))?;
+            open.insert(*p);
+        }
+    }
+    if open.is_empty() {
+        return Ok(read);
+    }
+    c.assign(&tpl).map_err(|e| SinkError::kafka("assign topic", e))?;
+    let (mut last_progress, mut idle_since) = (Instant::now(), Instant::now());
+    while !open.is_empty() {
+        if last_progress.elapsed() > Duration::from_secs(10) {
+            progress(read.records());
+            last_progress = Instant::now();
+        }
+        match c.poll(Duration::from_millis(500)) {
+            None => {
+                // read_committed stops at an open transaction: its records come when it ends
+                if idle_since.elapsed() > Duration::from_secs(300) {
+                    return Err(SinkError::Topic(format!(
+                        "no record of {topic} for 5 minutes before its end (partitions {open:?} still open: an \
+                         abandoned transaction?)"
+                    ))
+                    .into());
+                }
+            }
+            // at the last stable offset: done once it is past the end the read began with (a
+            // commit marker can take the last offsets; before it, an open transaction holds them)
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                if position(&c, topic, p)? >= ends.get(&p).map_or(0, |w| w.1) {
+                    open.remove(&p);
+                }
+            }
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure,
+            ))) => tracing::warn!(topic, "verify reader: broker connection lost; retrying"),
+            Some(Err(e)) => return Err(SinkError::kafka(format!("reading {topic}"), e).into()),
+            Some(Ok(m)) => {
+                idle_since = Instant::now();
+                let p = m.partition();
+                let end = ends.get(&p).map_or(0, |w| w.1);
+                if m.offset() >= end {
+                    open.remove(&p);
+                    continue;
+                }
+                if let Some(e) = read.partitions.get_mut(&p) {
+                    e.0 += 1;
+                }
+                f(TopicRecord {
+                    partition: p,
+                    offset: m.offset(),
+                    key: m.key(),
+                    value: m.payload(),
+                })?;
+                if m.offset() + 1 >= end {
+                    open.remove(&p);
+                }
+            }
+        }
+    }
+    Ok(read)
+}
