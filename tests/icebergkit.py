@@ -12,7 +12,7 @@ import pytest
 
 import uuid
 
-from testkit import FIXTURES, Replay, compare, connector_props, consume_all, new_records, norm, run_once
+from testkit import FIXTURES, Replay, assert_verified, compare, connector_props, consume_all, new_records, norm, run_once
 
 ICEBERG_ROOT = Path("/tmp/lakestream-fixtures/iceberg")
 WAREHOUSE = ICEBERG_ROOT / "warehouse"
@@ -178,6 +178,7 @@ def replay_revealed_keyless(env, registry, name, tmp, **extra):
         replay.check(snap["rows"], {c["name"] for c in snap["columns"]}, f"{name} version {i} snapshot {cur}")
         steps += 1
     assert steps >= 2, f"{name}: only {steps} states compared"
+    assert_verified(props, name)
     return replay
 
 
@@ -259,6 +260,7 @@ def replay_revealed(env, registry, name, tmp, first_version=0, catalog=False, **
         steps += 1
     assert steps >= 2, f"{name}: only {steps} states compared"
     no_split_updates(replay)
+    assert_verified(props, name)
     return replay, oracle, topic
 
 

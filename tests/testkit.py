@@ -237,6 +237,20 @@ def run_once(props: Path, timeout=120, check=True):
     return r
 
 
+def verify(props: Path, *args, timeout=300):
+    """`lakestream verify --json`: (exit code, report or None, stderr)."""
+    r = subprocess.run([str(BIN), "verify", "--json", *args, str(props)], capture_output=True, text=True, timeout=timeout)
+    report = json.loads(r.stdout) if r.stdout.strip() else None
+    return r.returncode, report, r.stderr
+
+
+def assert_verified(props: Path, label="", *args):
+    """The connector's own audit agrees: the topic replays to the table at its position."""
+    code, report, err = verify(props, *args)
+    assert code == 0 and report and report["equal"], f"{label}: verify exit {code}: {json.dumps(report)[:3000]}\n{err[-3000:]}"
+    return report
+
+
 # ---------------------------------------------------------------- consuming and replaying
 
 class Registry:
@@ -376,6 +390,8 @@ def replay_steps(env, registry, revealed, oracle, instants, props, topic, label,
             assert len(records) == consumed, f"{inst['operation']} {inst['requested']} emitted records"
         consumed = len(records)
         compare(oracle, inst["rows"], replay, f"{label} step {step} ({inst['action']} {inst['requested']})")
+    if instants:
+        assert_verified(props, label)
     return replay, consumed
 
 

@@ -40,6 +40,22 @@ pub struct Key {
 pub struct EventDecoder {
     registry: RegistryClient,
     readers: HashMap<u32, GenericDatumReader<'static>>,
+    columns: Columns,
+}
+
+/// Which top-level columns of an image its digest covers.
+#[derive(Debug, Clone, Default)]
+pub struct Columns {
+    /// Only these (the table's columns at the verified commit); `None`: all.
+    pub keep: Option<std::collections::HashSet<String>>,
+    /// Never these (columns renamed or re-added in the table's history).
+    pub skip: std::collections::HashSet<String>,
+}
+
+impl Columns {
+    fn covers(&self, name: &str) -> bool {
+        !self.skip.contains(name) && self.keep.as_ref().is_none_or(|k| k.contains(name))
+    }
 }
 
 /// Parsed schemas by their text, kept for the process's life so their resolved readers can be
@@ -80,7 +96,26 @@ impl EventDecoder {
         Self {
             registry,
             readers: HashMap::new(),
+            columns: Columns::default(),
         }
+    }
+
+    /// Digest only `columns` of each image from now on.
+    pub fn set_columns(&mut self, columns: Columns) {
+        self.columns = columns;
+    }
+
+    /// The column names of a framed envelope's images (its `after`, else `before`).
+    pub fn image_columns(&self, framed: &[u8]) -> Result<Vec<String>, ChangelogError> {
+        let Value::Record(fields) = self.datum(framed)? else {
+            return Err(bad("the value is not a record"));
+        };
+        for want in ["after", "before"] {
+            if let Some((_, Value::Record(f))) = fields.iter().find(|(n, _)| n == want).map(|(n, v)| (n, unwrap(v))) {
+                return Ok(f.iter().map(|(n, _)| n.clone()).collect());
+            }
+        }
+        Ok(Vec::new())
     }
 
     /// The schema id of `framed` when its schema is not loaded yet ([`Self::fetch`] it first).
@@ -148,6 +183,11 @@ impl EventDecoder {
                 "before" | "after" => {
                     let image = match unwrap(v) {
                         Value::Null => None,
+                        Value::Record(cols) => {
+                            canon.clear();
+                            write_record(cols, &|n| self.columns.covers(n), &mut canon);
+                            Some(digest(&canon))
+                        }
                         img => {
                             canon.clear();
                             write_canonical(img, &mut canon);
@@ -257,19 +297,22 @@ pub fn write_canonical(v: &Value, out: &mut Vec<u8>) {
                 write_canonical(&m[k], out);
             }
         }
-        Value::Record(fields) => {
-            let mut present: Vec<&(String, Value)> = fields
-                .iter()
-                .filter(|(_, v)| !matches!(unwrap(v), Value::Null))
-                .collect();
-            present.sort_by(|a, b| a.0.cmp(&b.0));
-            put(out, b'r', &(present.len() as u32).to_le_bytes());
-            for (name, v) in present {
-                put(out, b'k', name.as_bytes());
-                write_canonical(v, out);
-            }
-        }
+        Value::Record(fields) => write_record(fields, &|_| true, out),
         other => put(out, b'?', format!("{other:?}").as_bytes()),
+    }
+}
+
+/// A record's canonical form: its non-null fields that `covers` names, by name.
+fn write_record(fields: &[(String, Value)], covers: &dyn Fn(&str) -> bool, out: &mut Vec<u8>) {
+    let mut present: Vec<&(String, Value)> = fields
+        .iter()
+        .filter(|(n, v)| !matches!(unwrap(v), Value::Null) && covers(n))
+        .collect();
+    present.sort_by(|a, b| a.0.cmp(&b.0));
+    put(out, b'r', &(present.len() as u32).to_le_bytes());
+    for (name, v) in present {
+        put(out, b'k', name.as_bytes());
+        write_canonical(v, out);
     }
 }
 

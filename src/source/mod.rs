@@ -404,4 +404,11 @@ pub trait Source: Send + Sync {
     /// The position of a completed instant / snapshot `id` (`offsets set`); an id the table
     /// does not have is a `SourceError::Config`.
     fn position_of(&self, id: &str) -> Result<Position, SourceError>;
+
+    /// Columns whose identity changed in the table's history (renamed, or dropped and re-added):
+    /// events published before the change cannot carry their current values (`verify` leaves
+    /// them out of its comparison and says so).
+    fn unstable_columns(&self) -> Result<Vec<String>, SourceError> {
+        Ok(Vec::new())
+    }
 }

@@ -174,6 +174,14 @@ pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Repor
     tracing::info!(connector = %cfg.name, position = %target.position.instant, topic_records = expected, buckets,
         "verify: reading the topic and the table");
     let keyless = source.info().keyless();
+    let s = source.clone();
+    let unstable = tokio::task::spawn_blocking(move || s.unstable_columns())
+        .await
+        .expect("unstable_columns panicked")?;
+    let skip: std::collections::HashSet<String> =
+        unstable.iter().map(|c| crate::changelog::avro::avro_name(c)).collect();
+    let (columns_tx, columns_rx) = std::sync::mpsc::channel();
+    let topic_skip = skip.clone();
     let decoder = || RegistryClient::new(&cfg.registry, &cfg.name).map(EventDecoder::new);
     let topic_out = RunWriter::new(dir.path(), Side::Topic, buckets, buffer).map_err(VerifyError::spill)?;
     let table_out = RunWriter::new(dir.path(), Side::Table, buckets, buffer).map_err(VerifyError::spill)?;
@@ -193,15 +201,22 @@ pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Repor
                 handle,
                 keyless,
                 at_or_before: &at_or_before,
+                columns: columns_rx,
+                skip: topic_skip,
             },
             topic_out,
         )
     });
     let encoder = super::encoder_for(cfg, source.info().clone())?;
+    let mut table_decoder = decoder()?;
+    table_decoder.set_columns(crate::changelog::decode::Columns {
+        keep: None,
+        skip: skip.clone(),
+    });
     let (s, handle, dec, name, u) = (
         source.clone(),
         tokio::runtime::Handle::current(),
-        decoder()?,
+        table_decoder,
         cfg.name.clone(),
         unit.clone(),
     );
@@ -215,6 +230,7 @@ pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Repor
                 decoder: dec,
                 handle,
                 keyless,
+                columns: columns_tx,
             },
             table_out,
         )
@@ -248,7 +264,7 @@ pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Repor
     .expect("verify compare panicked");
     let (tally, topic_side) = tally.map_err(VerifyError::spill)?;
     drop(dir);
-    let report = Report::new(
+    let mut report = Report::new(
         cfg,
         &source,
         &target,
@@ -258,6 +274,7 @@ pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Repor
         buckets,
         started.elapsed(),
     );
+    report.columns_not_compared = unstable;
     tracing::info!(connector = %cfg.name, position = %report.position, equal = report.equal, mismatched = report.total.mismatched(),
         table_rows = report.total.table_rows, seconds = report.seconds, "verify finished");
     Ok(report)

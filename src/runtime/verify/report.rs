@@ -47,6 +47,9 @@ pub struct Report {
     /// Commits of events the table's history no longer names (expired snapshots), replayed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unknown_commits: Vec<String>,
+    /// Columns renamed or re-added in the table's history, left out of the comparison.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub columns_not_compared: Vec<String>,
     pub buckets: u32,
     pub seconds: f64,
 }
@@ -90,6 +93,7 @@ impl Report {
             events_replayed: topic.applied,
             events_after_position: topic.after_position,
             unknown_commits: unknown,
+            columns_not_compared: Vec::new(),
             buckets,
             seconds: took.as_secs_f64(),
         }
@@ -113,6 +117,12 @@ impl Report {
                 "note: the stream began with commit {}, not with a snapshot: rows the table held before it and \
                  not changed since are not in the topic (they count as missing)\n",
                 self.first_unit.as_deref().unwrap_or("?")
+            ));
+        }
+        if !self.columns_not_compared.is_empty() {
+            out.push_str(&format!(
+                "note: columns renamed or re-added in the table's history are not compared: {}\n",
+                self.columns_not_compared.join(", ")
             ));
         }
         let w = self

@@ -29,6 +29,8 @@ pub struct TableReader<'a> {
     pub decoder: EventDecoder,
     pub handle: Handle,
     pub keyless: bool,
+    /// Where the image columns of the table at the commit go (once, for the topic side).
+    pub columns: std::sync::mpsc::Sender<Vec<String>>,
 }
 
 struct State<'a> {
@@ -55,6 +57,9 @@ impl State<'_> {
             let rec = self.records.swap_remove(0);
             let Some(value) = rec.value.as_deref() else { continue };
             self.ensure(value)?;
+            if self.side.rows == 0 {
+                let _ = self.r.columns.send(self.r.decoder.image_columns(value)?);
+            }
             let e = self.r.decoder.value(value)?;
             let Some(after) = e.after else { continue };
             let partition = self.side.partitions.id(&e.partition);

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 
 use super::runs::{Partitions, Rec, RunWriter};
 use super::VerifyError;
-use crate::changelog::decode::EventDecoder;
+use crate::changelog::decode::{Columns, EventDecoder};
 use crate::config::ConnectorConfig;
 use crate::metrics;
 use crate::source::Position;
@@ -38,9 +38,15 @@ pub struct TopicReader<'a> {
     pub handle: Handle,
     pub keyless: bool,
     pub at_or_before: &'a OrderOf<'a>,
+    /// The table's image columns at the commit (from the table side; closed unsent: an empty
+    /// table), which the digests are taken over, less `skip`.
+    pub columns: std::sync::mpsc::Receiver<Vec<String>>,
+    pub skip: std::collections::HashSet<String>,
 }
 
 struct State<'a> {
+    /// The digests' columns are set (before the first image is digested).
+    columns_set: bool,
     commits: HashMap<(String, Option<String>), bool>,
     skipped_deletes: HashSet<(i32, u128)>,
     side: TopicSide,
@@ -108,6 +114,12 @@ impl State<'_> {
             });
         };
         self.ensure(value)?;
+        if !self.columns_set {
+            let keep = self.reader.columns.recv().ok().map(|c| c.into_iter().collect());
+            let skip = self.reader.skip.clone();
+            self.reader.decoder.set_columns(Columns { keep, skip });
+            self.columns_set = true;
+        }
         let e = self.reader.decoder.value(value)?;
         if !self.keep(&e.instant, e.completed.as_deref()) {
             self.side.after_position += 1;
@@ -157,6 +169,7 @@ impl State<'_> {
 pub fn read(reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, VerifyError> {
     let (cfg, topic) = (reader.cfg, reader.cfg.kafka.topic.clone());
     let mut st = State {
+        columns_set: false,
         commits: HashMap::new(),
         skipped_deletes: HashSet::new(),
         side: TopicSide::default(),

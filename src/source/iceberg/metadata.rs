@@ -1,7 +1,7 @@
 //! Table metadata (`*.metadata.json`): snapshots, schemas, partition specs; finding the current
 //! metadata file of a table directory or catalog; Iceberg types as Arrow types.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -80,6 +80,27 @@ pub struct IcebergSchema {
     pub fields: Vec<NestedField>,
     #[serde(default)]
     pub identifier_field_ids: Vec<i32>,
+}
+
+impl TableMetadata {
+    /// Top-level columns whose identity changed in the table's history: a name held by two field
+    /// ids (dropped and re-added) or a field id under two names (renamed). Rows published before
+    /// the change carry them under their old meaning.
+    pub fn unstable_columns(&self) -> Vec<String> {
+        let mut ids_of: HashMap<&str, HashSet<i32>> = HashMap::new();
+        let mut names_of: HashMap<i32, HashSet<&str>> = HashMap::new();
+        for f in self.schemas.iter().flat_map(|s| &s.fields) {
+            ids_of.entry(&f.name).or_default().insert(f.id);
+            names_of.entry(f.id).or_default().insert(&f.name);
+        }
+        let mut out: Vec<String> = ids_of
+            .iter()
+            .filter(|(_, ids)| ids.len() > 1 || ids.iter().any(|id| names_of[id].len() > 1))
+            .map(|(n, _)| n.to_string())
+            .collect();
+        out.sort();
+        out
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -362,6 +362,10 @@ impl Source for IcebergSource {
         Ok(format!("{:020}", snap.sequence_number))
     }
 
+    fn unstable_columns(&self) -> Result<Vec<String>, SourceError> {
+        Ok(self.metadata()?.unstable_columns())
+    }
+
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
         let file = metadata::current_metadata_file(&self.storage, &self.opts.location)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
