@@ -35,6 +35,8 @@ PROD = {
     "secretFiles": ["registry"],
     "metrics": {"serviceMonitor": {"enabled": True}},
     "grafanaDashboard": {"enabled": True},
+    "verify": {"enabled": True, "schedule": "0 3 * * *"},
+    "prometheusRule": {"enabled": True},
 }
 
 
@@ -90,8 +92,8 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(helm, tmp_path, 
         r = subprocess.run([str(kv), "--strict", "-k", version, str(f)], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
         checked = len(re.findall(r"passed for resource", r.stdout + r.stderr))
-        # every document but the ServiceMonitor (a CRD kubernetes-validate has no schema for)
-        assert checked == sum(d["kind"] != "ServiceMonitor" for d in docs), r.stdout + r.stderr
+        # every document but the ServiceMonitor and PrometheusRule (CRDs kubernetes-validate has no schema for)
+        assert checked == sum(d["kind"] not in ("ServiceMonitor", "PrometheusRule") for d in docs), r.stdout + r.stderr
 
 
 def test_statefulset_runs_tasks_by_pod_index_safely(helm, tmp_path):
@@ -213,3 +215,35 @@ def test_dashboard_charts_only_exported_metrics():
     for panel in json.loads(dash)["panels"]:
         for target in panel.get("targets", []):
             assert 'connector=~"$connector"' in target["expr"], (panel["title"], target["expr"])
+
+
+def test_verify_runs_as_a_job_or_on_a_schedule_for_each_connector(helm, tmp_path):
+    _, docs = render(helm, tmp_path, PROD)
+    crons = kinds(docs, "CronJob")
+    assert set(crons) == {"rel-lakestream-verify-orders", "rel-lakestream-verify-events"}, set(crons)
+    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    for name, cron in crons.items():
+        assert cron["spec"]["schedule"] == "0 3 * * *" and cron["spec"]["concurrencyPolicy"] == "Forbid"
+        pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"]
+        (c,) = pod["containers"]
+        assert c["args"][0] == "verify" and "--json" in c["args"], c["args"]
+        # the file it audits is the one its connector's pods run
+        cm = next(v for v in pod["volumes"] if v["name"] == "connectors")["configMap"]["name"]
+        assert c["args"][-1].rsplit("/", 1)[1] in maps[cm]["data"], (c["args"], cm)
+        assert {"KAFKA_PASSWORD", "CATALOG_TOKEN"} <= {e["name"] for e in c["env"]}
+    # without a schedule: one Job per connector; off by default
+    _, docs = render(helm, tmp_path, {**MINIMAL, "verify": {"enabled": True}})
+    assert set(kinds(docs, "Job")) == {"rel-lakestream-verify-orders"} and not kinds(docs, "CronJob")
+    _, docs = render(helm, tmp_path, MINIMAL)
+    assert not kinds(docs, "Job") and not kinds(docs, "CronJob") and not kinds(docs, "PrometheusRule")
+
+
+def test_alert_rules_use_exported_metrics(helm, tmp_path):
+    _, docs = render(helm, tmp_path, PROD)
+    (rule,) = kinds(docs, "PrometheusRule").values()
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    used = set(re.findall(r"lakestream_[a-z_]+", " ".join(exprs)))
+    exported = set(re.findall(r'"(lakestream_[a-z_]+)"', (testkit.REPO / "src" / "metrics.rs").read_text()))
+    assert used == {"lakestream_verify_mismatched_keys", "lakestream_verify_last_success_timestamp_seconds"}, used
+    assert used <= exported

@@ -77,9 +77,10 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("key.converter.schema.registry.url", "(ignored)", "accepted; `schema.registry.url` is used"),
     ("value.converter.schema.registry.url", "(none)", "alias of `schema.registry.url`"),
     ("producer.override.<librdkafka key>", "", "passed verbatim to the librdkafka producer (e.g. `producer.override.compression.type=zstd`)"),
+    ("consumer.override.<librdkafka key>", "", "passed verbatim to the librdkafka consumer `verify` reads the topic with (after the security settings of producer.override.*)"),
 ];
 
-const PREFIXES: &[&str] = &["producer.override."];
+const PREFIXES: &[&str] = &["producer.override.", "consumer.override."];
 
 pub fn is_known(key: &str) -> bool {
     KEYS.iter().any(|(k, _, _)| *k == key) || PREFIXES.iter().any(|p| key.starts_with(p) && key.len() > p.len())

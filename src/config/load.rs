@@ -108,7 +108,16 @@ fn kafka(v: &Validator, props: &Properties) -> Result<KafkaConfig, ConfigError> 
                 .map(|r| (r.to_string(), val.clone()))
         })
         .collect();
+    let consumer_overrides = props
+        .entries
+        .iter()
+        .filter_map(|(k, (val, _))| {
+            k.strip_prefix("consumer.override.")
+                .map(|r| (r.to_string(), val.clone()))
+        })
+        .collect();
     Ok(KafkaConfig {
+        consumer_overrides,
         topic: checks::topic_name(v, "topic", v.required("topic", "the Kafka topic for change events")?)?,
         bootstrap_servers: v.required("bootstrap.servers", "host:port[,host:port]")?,
         offsets_topic: checks::topic_name(

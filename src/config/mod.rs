@@ -206,6 +206,8 @@ pub struct KafkaConfig {
     pub replication_factor: i32,
     /// librdkafka settings from `producer.override.*` (and `kafka.*`), passed through verbatim.
     pub producer_overrides: BTreeMap<String, String>,
+    /// `consumer.override.*`: librdkafka settings of the consumer `verify` reads the topic with.
+    pub consumer_overrides: BTreeMap<String, String>,
 }
 
 /// How the task loop runs: which task this is and how tasks divide the table, where

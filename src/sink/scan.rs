@@ -1,7 +1,8 @@
 //! Reading a topic back, whole (for `verify`): every partition from its beginning, read_committed
 //! (aborted transactions and control records are never seen), to the end it had when the read
-//! began. One client assigned every partition: a partition's records arrive in offset order, so
-//! a key's records (one partition per key) keep theirs.
+//! began. One partition after another: a key's records are in one partition, in offset order
+//! (and a broker that answers a fetch with all it holds, as noida-db does, then answers with one
+//! partition's records, not the whole topic's).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -36,13 +37,23 @@ impl TopicRead {
 }
 
 fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
-    super::client_config(cfg)
-        .set("group.id", format!("lakestream-verify-{}", cfg.name))
+    let mut cc = super::client_config(cfg);
+    cc.set("group.id", format!("lakestream-verify-{}", cfg.name))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .set("fetch.max.bytes", "52428800")
+        // bounded fetches: a partition's share at most 8 MiB, a response at most 64 MiB
+        .set("fetch.max.bytes", "67108864")
+        .set("max.partition.fetch.bytes", "8388608")
+        .set("receive.message.max.bytes", "134217728")
+        // prefetch at most 16 MiB ahead of the reader
+        .set("queued.max.messages.kbytes", "16384");
+    for (k, v) in &cfg.kafka.consumer_overrides {
+        cc.set(k, v);
+    }
+    // read_committed is what makes the audit exact
+    cc.set("isolation.level", "read_committed")
         .create_with_context(super::QuietContext::new(&cfg.name, "verify reader"))
         .map_err(|e| SinkError::kafka("verify consumer", e))
 }
@@ -95,25 +106,55 @@ pub fn read_to_end<E: From<SinkError>>(
     let c = consumer(cfg)?;
     let ends = watermarks_of(&c, topic)?;
     let mut read = TopicRead::default();
-    let mut tpl = TopicPartitionList::new();
-    let mut open: std::collections::HashSet<i32> = Default::default();
-    for (p, (low, high)) in &ends {
-        read.partitions.insert(*p, (0, *high));
-        if high > low {
-            tpl.add_partition_offset(topic, *p, Offset::Beginning)
-                .map_err(|e| SinkError::kafka("assign", e))?;
-            open.insert(*p);
-        }
+    let mut parts: Vec<i32> = ends.keys().copied().collect();
+    parts.sort();
+    for p in &parts {
+        read.partitions.insert(*p, (0, ends[p].1));
     }
-    if open.is_empty() {
-        return Ok(read);
+    let mut last_progress = Instant::now();
+    for p in parts.into_iter().filter(|p| ends[p].1 > ends[p].0) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .map_err(|e| SinkError::kafka("assign", e))?;
+        c.assign(&tpl).map_err(|e| SinkError::kafka("assign topic", e))?;
+        let open = std::collections::HashSet::from([p]);
+        read_partition(
+            &c,
+            topic,
+            &ends,
+            open,
+            &mut read,
+            f,
+            &mut || {
+                if last_progress.elapsed() > Duration::from_secs(10) {
+                    last_progress = Instant::now();
+                    true
+                } else {
+                    false
+                }
+            },
+            progress,
+        )?;
     }
-    c.assign(&tpl).map_err(|e| SinkError::kafka("assign topic", e))?;
-    let (mut last_progress, mut idle_since) = (Instant::now(), Instant::now());
+    Ok(read)
+}
+
+/// Read the assigned partitions (`open`) to their `ends`.
+#[allow(clippy::too_many_arguments)]
+fn read_partition<E: From<SinkError>>(
+    c: &BaseConsumer<super::QuietContext>,
+    topic: &str,
+    ends: &HashMap<i32, (i64, i64)>,
+    mut open: std::collections::HashSet<i32>,
+    read: &mut TopicRead,
+    f: &mut dyn FnMut(TopicRecord<'_>) -> Result<(), E>,
+    due: &mut dyn FnMut() -> bool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), E> {
+    let mut idle_since = Instant::now();
     while !open.is_empty() {
-        if last_progress.elapsed() > Duration::from_secs(10) {
+        if due() {
             progress(read.records());
-            last_progress = Instant::now();
         }
         match c.poll(Duration::from_millis(500)) {
             None => {
@@ -129,7 +170,7 @@ pub fn read_to_end<E: From<SinkError>>(
             // at the last stable offset: done once it is past the end the read began with (a
             // commit marker can take the last offsets; before it, an open transaction holds them)
             Some(Err(KafkaError::PartitionEOF(p))) => {
-                if position(&c, topic, p)? >= ends.get(&p).map_or(0, |w| w.1) {
+                if position(c, topic, p)? >= ends.get(&p).map_or(0, |w| w.1) {
                     open.remove(&p);
                 }
             }
@@ -160,5 +201,5 @@ pub fn read_to_end<E: From<SinkError>>(
             }
         }
     }
-    Ok(read)
+    Ok(())
 }

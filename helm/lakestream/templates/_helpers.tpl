@@ -86,3 +86,102 @@ verbatim: strings as written, whole numbers without an exponent. */}}
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* Environment every lakestream container gets: log level, scratch, the user's env and secrets. */}}
+{{- define "lakestream.env" -}}
+- name: RUST_LOG
+  value: {{ .Values.logLevel | quote }}
+- name: TMPDIR
+  value: /scratch
+{{- range $k, $v := .Values.env }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- range $k, $ref := .Values.secretEnv }}
+- name: {{ $k }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secret }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- end -}}
+
+{{/* Mounts of a lakestream container: the connector files, scratch, the secret files. */}}
+{{- define "lakestream.mounts" -}}
+- name: connectors
+  mountPath: /etc/lakestream/connectors
+  readOnly: true
+- name: scratch
+  mountPath: /scratch
+{{- range .Values.secretFiles }}
+- name: secret-{{ . }}
+  mountPath: /etc/lakestream/secrets/{{ . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The volumes behind those mounts: (dict "root" $ "workload" <workload name>). */}}
+{{- define "lakestream.volumes" -}}
+- name: connectors
+  configMap:
+    name: {{ .workload }}-connectors
+- name: scratch
+  emptyDir:
+    sizeLimit: {{ .root.Values.scratch.sizeLimit }}
+{{- range .root.Values.secretFiles }}
+- name: secret-{{ . }}
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* The spec of a verify Job: (dict "root" $ "id" <connector id> "workload" <workload name>). */}}
+{{- define "lakestream.verifyJob" -}}
+{{- $v := .root.Values -}}
+backoffLimit: {{ $v.verify.backoffLimit }}
+{{- with $v.verify.activeDeadlineSeconds }}
+activeDeadlineSeconds: {{ . }}
+{{- end }}
+template:
+  metadata:
+    labels:
+      {{- include "lakestream.selectorLabels" .root | nindent 6 }}
+      lakestream.io/verify: {{ .id | quote }}
+  spec:
+    restartPolicy: Never
+    serviceAccountName: {{ include "lakestream.serviceAccountName" .root }}
+    {{- with $v.imagePullSecrets }}
+    imagePullSecrets:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    securityContext:
+      {{- toYaml $v.podSecurityContext | nindent 6 }}
+    containers:
+      - name: verify
+        image: "{{ $v.image.repository }}:{{ $v.image.tag | default .root.Chart.AppVersion }}"
+        imagePullPolicy: {{ $v.image.pullPolicy }}
+        args:
+          - verify
+          - --log-format={{ $v.logFormat }}
+          - --json
+          - --examples={{ $v.verify.examples }}
+          - /etc/lakestream/connectors/{{ .id }}.properties
+        env:
+          {{- include "lakestream.env" .root | nindent 10 }}
+        resources:
+          {{- toYaml (default $v.resources $v.verify.resources) | nindent 10 }}
+        securityContext:
+          {{- toYaml $v.securityContext | nindent 10 }}
+        volumeMounts:
+          {{- include "lakestream.mounts" .root | nindent 10 }}
+    volumes:
+      {{- include "lakestream.volumes" (dict "root" .root "workload" .workload) | nindent 6 }}
+    {{- with $v.nodeSelector }}
+    nodeSelector:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- with $v.tolerations }}
+    tolerations:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+{{- end -}}

@@ -92,15 +92,33 @@ enum Kind {
     Duplicated,
 }
 
+/// A key of the bucket, packed (64 bytes: the bucket's memory is about 80-160 bytes a key).
 #[derive(Default)]
 struct Slot {
-    topic: Option<(u128, u32)>,
-    table: Option<(u128, u32)>,
+    topic_image: u128,
+    table_image: u128,
+    /// The commit of the key's last topic event.
+    last_commit: u64,
+    topic_part: u32,
+    table_part: u32,
     /// Rows of the table with this key.
     rows: u32,
-    /// The commit and op of the key's last topic event, and whether one repeated it.
-    last: (u64, u8),
-    duplicated: bool,
+    last_op: u8,
+    /// `LIVE`: the replay holds the key; `DUPLICATED`: an event repeated the one before it.
+    flags: u8,
+}
+
+const LIVE: u8 = 1;
+const DUPLICATED: u8 = 2;
+
+impl Slot {
+    fn topic(&self) -> Option<(u128, u32)> {
+        (self.flags & LIVE != 0).then_some((self.topic_image, self.topic_part))
+    }
+
+    fn table(&self) -> Option<(u128, u32)> {
+        (self.rows > 0).then_some((self.table_image, self.table_part))
+    }
 }
 
 /// The two sides' partition names.
@@ -119,16 +137,19 @@ pub fn keyed(topic: &Path, table: &Path, names: &Names, tally: &mut Tally) -> st
     let duplicates = tally.duplicates;
     read_bucket(topic, &mut |r: Rec| {
         let s = slots.entry(r.key).or_default();
-        s.topic = (r.delta == 1).then_some((r.image, r.partition));
+        (s.topic_image, s.topic_part) = (r.image, r.partition);
+        s.flags = if r.delta == 1 { s.flags | LIVE } else { s.flags & !LIVE };
         if r.commit != 0 {
-            s.duplicated |= duplicates && s.last == (r.commit, r.op);
-            s.last = (r.commit, r.op);
+            if duplicates && (s.last_commit, s.last_op) == (r.commit, r.op) {
+                s.flags |= DUPLICATED;
+            }
+            (s.last_commit, s.last_op) = (r.commit, r.op);
         }
     })?;
     read_bucket(table, &mut |r: Rec| {
         let s = slots.entry(r.key).or_default();
         s.rows += 1;
-        s.table = Some((r.image, r.partition));
+        (s.table_image, s.table_part) = (r.image, r.partition);
     })?;
     let mut wanted: HashMap<u128, Kind> = HashMap::new();
     let room = |tally: &Tally, wanted: &HashMap<u128, Kind>, k: Kind| {
@@ -142,28 +163,31 @@ pub fn keyed(topic: &Path, table: &Path, names: &Names, tally: &mut Tally) -> st
         have + wanted.values().filter(|w| **w == k).count() < tally.limit
     };
     for (key, s) in &slots {
-        if let Some((_, p)) = s.topic {
+        let (in_topic, in_table) = (s.topic(), s.table());
+        if let Some((_, p)) = in_topic {
             tally.at(name(names.topic, p)).replayed_rows += 1;
         }
-        let kind = match (s.table, s.topic) {
+        let kind = match (in_table, in_topic) {
             (Some((_, p)), None) => Some((Kind::Missing, name(names.table, p))),
             (None, Some((_, p))) => Some((Kind::Extra, name(names.topic, p))),
             (Some((a, p)), Some((b, _))) if a != b => Some((Kind::Differing, name(names.table, p))),
             _ => None,
         };
-        if let Some((_, p)) = s.table {
+        if let Some((_, p)) = in_table {
             tally.at(name(names.table, p)).table_rows += s.rows as u64;
         }
         if s.rows > 1 {
-            let p = s.table.map_or(0, |t| t.1);
+            let p = s.table_part;
             tally.at(name(names.table, p)).duplicate_keys += 1;
             if room(tally, &wanted, Kind::Duplicate) {
                 wanted.insert(*key, Kind::Duplicate);
             }
         }
-        if s.duplicated {
-            let p = s.topic.or(s.table).map_or(0, |t| t.1);
-            let names_of = if s.topic.is_some() { names.topic } else { names.table };
+        if s.flags & DUPLICATED != 0 {
+            let (names_of, p) = match in_topic {
+                Some((_, p)) => (names.topic, p),
+                None => (names.table, s.table_part),
+            };
             tally.at(name(names_of, p)).duplicated_events += 1;
             if room(tally, &wanted, Kind::Duplicated) && !wanted.contains_key(key) {
                 wanted.insert(*key, Kind::Duplicated);

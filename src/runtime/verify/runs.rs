@@ -59,10 +59,11 @@ pub fn bucket_of(key: u128, buckets: u32) -> usize {
     ((key >> 64) as u64 % buckets.max(1) as u64) as usize
 }
 
-/// Buckets for `keys` expected keys in `budget` bytes (about 100 bytes a key in memory, half the
-/// budget for the compared bucket), at most 1024 (files open at once).
+/// Buckets for `keys` expected keys in `budget` bytes (up to 170 bytes a key in the compared
+/// bucket's hash map, given its power-of-two growth; half the budget for it), at most 1024
+/// (files open at once).
 pub fn buckets_for(keys: u64, budget: usize) -> u32 {
-    let per_bucket = (budget as u64 / 2 / 100).max(1000);
+    let per_bucket = (budget as u64 / 2 / 170).max(1000);
     keys.div_ceil(per_bucket).clamp(1, 1024) as u32
 }
 
