@@ -142,139 +142,164 @@ fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Resul
     Ok(Target { position, tasks, first })
 }
 
-/// Compare the topic with the table at the connector's position (or `opts.at`).
-pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Report, RuntimeError> {
-    let started = Instant::now();
+/// What a verify reads: the table opened whole, the commit, its unit, where the runs go.
+struct Plan {
+    source: std::sync::Arc<dyn Source>,
+    target: Target,
+    unit: crate::source::Unit,
+    buckets: u32,
+    buffer: usize,
+    dir: tempfile::TempDir,
+    /// Columns renamed or re-added in the table's history (not compared), and their Avro names.
+    unstable: Vec<String>,
+    skip: std::collections::HashSet<String>,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("verify step panicked")
+}
+
+async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, RuntimeError> {
     // the whole table, not one task's share; no end bound
     let mut whole = cfg.clone();
     (whole.runtime.tasks, whole.runtime.task_id) = (1, 0);
     (whole.read.end_commit, whole.read.commits_limit) = (None, None);
     let source = super::open_source_async(&whole).await?;
     let (c, s, at) = (cfg.clone(), source.clone(), opts.at.clone());
-    let target = tokio::task::spawn_blocking(move || target(&c, s.as_ref(), at.as_deref()))
-        .await
-        .expect("verify target panicked")?;
+    let target = blocking(move || target(&c, s.as_ref(), at.as_deref())).await?;
     let (s, p) = (source.clone(), target.position.clone());
-    let unit = tokio::task::spawn_blocking(move || s.unit_at(&p, true))
-        .await
-        .expect("unit_at panicked")?;
+    let unit = blocking(move || s.unit_at(&p, true)).await?;
     let (c, t) = (cfg.clone(), cfg.kafka.topic.clone());
-    let marks = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
-        .await
-        .expect("watermarks panicked")?;
+    let marks = blocking(move || crate::sink::scan::watermarks(&c, &t)).await?;
     let expected: u64 = marks.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
     let buckets = runs::buckets_for(expected, cfg.read.memory_budget);
-    let buffer = (cfg.read.memory_budget / 8 / buckets as usize).clamp(4096, 1 << 16);
-    std::fs::create_dir_all(&cfg.read.spill_dir)
-        .map_err(|e| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display())))?;
+    let spill = |e: std::io::Error| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display()));
+    std::fs::create_dir_all(&cfg.read.spill_dir).map_err(spill)?;
     let dir = tempfile::Builder::new()
         .prefix("lakestream-verify-")
         .tempdir_in(&cfg.read.spill_dir)
-        .map_err(|e| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display())))?;
+        .map_err(spill)?;
+    let s = source.clone();
+    let unstable = blocking(move || s.unstable_columns()).await?;
+    let skip = unstable.iter().map(|c| crate::changelog::avro::avro_name(c)).collect();
     tracing::info!(connector = %cfg.name, position = %target.position.instant, topic_records = expected, buckets,
         "verify: reading the topic and the table");
-    let keyless = source.info().keyless();
-    let s = source.clone();
-    let unstable = tokio::task::spawn_blocking(move || s.unstable_columns())
-        .await
-        .expect("unstable_columns panicked")?;
-    let skip: std::collections::HashSet<String> =
-        unstable.iter().map(|c| crate::changelog::avro::avro_name(c)).collect();
-    let (columns_tx, columns_rx) = std::sync::mpsc::channel();
-    let topic_skip = skip.clone();
-    let decoder = || RegistryClient::new(&cfg.registry, &cfg.name).map(EventDecoder::new);
-    let topic_out = RunWriter::new(dir.path(), Side::Topic, buckets, buffer).map_err(VerifyError::spill)?;
-    let table_out = RunWriter::new(dir.path(), Side::Table, buckets, buffer).map_err(VerifyError::spill)?;
-    let target_order = order(source.as_ref(), &target.position)?;
-    let (c, s, handle, dec) = (
-        cfg.clone(),
-        source.clone(),
-        tokio::runtime::Handle::current(),
-        decoder()?,
-    );
-    let topic_side = tokio::task::spawn_blocking(move || {
-        let at_or_before = |p: &Position| s.order(p).ok().map(|o| o <= target_order);
-        topic::read(
-            topic::TopicReader {
-                cfg: &c,
-                decoder: dec,
-                handle,
-                keyless,
-                at_or_before: &at_or_before,
-                columns: columns_rx,
-                skip: topic_skip,
-            },
-            topic_out,
-        )
-    });
-    let encoder = super::encoder_for(cfg, source.info().clone())?;
-    let mut table_decoder = decoder()?;
-    table_decoder.set_columns(crate::changelog::decode::Columns {
-        keep: None,
-        skip: skip.clone(),
-    });
-    let (s, handle, dec, name, u) = (
-        source.clone(),
-        tokio::runtime::Handle::current(),
-        table_decoder,
-        cfg.name.clone(),
-        unit.clone(),
-    );
-    let table_side = tokio::task::spawn_blocking(move || {
-        table::read(
-            table::TableReader {
-                connector: &name,
-                source: s.as_ref(),
-                unit: &u,
-                encoder,
-                decoder: dec,
-                handle,
-                keyless,
-                columns: columns_tx,
-            },
-            table_out,
-        )
-    });
-    let (topic_side, table_side) = (
-        topic_side.await.expect("verify topic reader panicked"),
-        table_side.await.expect("verify table reader panicked"),
-    );
-    let (topic_side, table_side) = (topic_side?, table_side?);
-    let (limit, changelog) = (opts.examples, cfg.read.changelog);
-    let tally = tokio::task::spawn_blocking(move || {
-        let mut tally = compare::Tally {
-            limit,
-            duplicates: !changelog,
-            ..Default::default()
-        };
-        let names = compare::Names {
-            topic: &topic_side.partitions,
-            table: &table_side.partitions,
-        };
-        for (a, b) in topic_side.paths.iter().zip(&table_side.paths) {
-            if keyless {
-                compare::keyless(a, b, &names, &mut tally)?;
-            } else {
-                compare::keyed(a, b, &names, &mut tally)?;
-            }
-        }
-        Ok::<_, std::io::Error>((tally, topic_side))
+    Ok(Plan {
+        source,
+        target,
+        unit,
+        buckets,
+        buffer: (cfg.read.memory_budget / 8 / buckets as usize).clamp(4096, 1 << 16),
+        dir,
+        unstable,
+        skip,
     })
-    .await
-    .expect("verify compare panicked");
-    let (tally, topic_side) = tally.map_err(VerifyError::spill)?;
-    drop(dir);
+}
+
+/// Both sides read at once, each on a blocking thread, into their runs.
+async fn read_sides(cfg: &ConnectorConfig, plan: &Plan) -> Result<(topic::TopicSide, table::TableSide), RuntimeError> {
+    let keyless = plan.source.info().keyless();
+    let decoder = || RegistryClient::new(&cfg.registry, &cfg.name).map(EventDecoder::new);
+    let topic_out =
+        RunWriter::new(plan.dir.path(), Side::Topic, plan.buckets, plan.buffer).map_err(VerifyError::spill)?;
+    let table_out =
+        RunWriter::new(plan.dir.path(), Side::Table, plan.buckets, plan.buffer).map_err(VerifyError::spill)?;
+    let (columns_tx, columns_rx) = std::sync::mpsc::channel();
+    let target_order = order(plan.source.as_ref(), &plan.target.position)?;
+    let (c, s, dec, skip) = (cfg.clone(), plan.source.clone(), decoder()?, plan.skip.clone());
+    let handle = tokio::runtime::Handle::current();
+    let topic_side = blocking(move || {
+        let at_or_before = |p: &Position| s.order(p).ok().map(|o| o <= target_order);
+        let reader = topic::TopicReader {
+            cfg: &c,
+            decoder: dec,
+            handle,
+            keyless,
+            at_or_before: &at_or_before,
+            columns: columns_rx,
+            skip,
+        };
+        topic::read(reader, topic_out)
+    });
+    let encoder = super::encoder_for(cfg, plan.source.info().clone())?;
+    let mut dec = decoder()?;
+    dec.set_columns(crate::changelog::decode::Columns {
+        keep: None,
+        skip: plan.skip.clone(),
+    });
+    let (s, name, unit, handle) = (
+        plan.source.clone(),
+        cfg.name.clone(),
+        plan.unit.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let table_side = blocking(move || {
+        let reader = table::TableReader {
+            connector: &name,
+            source: s.as_ref(),
+            unit: &unit,
+            encoder,
+            decoder: dec,
+            handle,
+            keyless,
+            columns: columns_tx,
+        };
+        table::read(reader, table_out)
+    });
+    let (topic_side, table_side) = futures::join!(topic_side, table_side);
+    Ok((topic_side?, table_side?))
+}
+
+/// Compare the runs bucket by bucket.
+fn compare_runs(
+    topic_side: &topic::TopicSide,
+    table_side: &table::TableSide,
+    keyless: bool,
+    limit: usize,
+    duplicates: bool,
+) -> std::io::Result<compare::Tally> {
+    let mut tally = compare::Tally {
+        limit,
+        duplicates,
+        ..Default::default()
+    };
+    let names = compare::Names {
+        topic: &topic_side.partitions,
+        table: &table_side.partitions,
+    };
+    for (a, b) in topic_side.paths.iter().zip(&table_side.paths) {
+        if keyless {
+            compare::keyless(a, b, &names, &mut tally)?;
+        } else {
+            compare::keyed(a, b, &names, &mut tally)?;
+        }
+    }
+    Ok(tally)
+}
+
+/// Compare the topic with the table at the connector's position (or `opts.at`).
+pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Report, RuntimeError> {
+    let started = Instant::now();
+    let plan = plan(cfg, opts).await?;
+    let (topic_side, table_side) = read_sides(cfg, &plan).await?;
+    let keyless = plan.source.info().keyless();
+    let (limit, duplicates) = (opts.examples, !cfg.read.changelog);
+    let (tally, topic_side) =
+        blocking(move || compare_runs(&topic_side, &table_side, keyless, limit, duplicates).map(|t| (t, topic_side)))
+            .await
+            .map_err(VerifyError::spill)?;
     let mut report = Report::new(
         cfg,
-        &source,
-        &target,
-        &unit,
+        &plan.source,
+        &plan.target,
+        &plan.unit,
         tally,
         &topic_side,
-        buckets,
+        plan.buckets,
         started.elapsed(),
     );
-    report.columns_not_compared = unstable;
+    report.columns_not_compared = plan.unstable.clone();
+    drop(plan.dir);
     tracing::info!(connector = %cfg.name, position = %report.position, equal = report.equal, mismatched = report.total.mismatched(),
         table_rows = report.total.table_rows, seconds = report.seconds, "verify finished");
     Ok(report)
