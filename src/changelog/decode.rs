@@ -124,6 +124,15 @@ impl EventDecoder {
         Ok((!self.readers.contains_key(&id)).then_some(id))
     }
 
+    /// From a blocking thread: make sure the schema of `framed` is loaded (fetched through
+    /// `handle` on first sight).
+    pub fn load_for(&mut self, framed: &[u8], handle: &tokio::runtime::Handle) -> Result<(), ChangelogError> {
+        match self.unknown(framed)? {
+            Some(id) => handle.block_on(self.fetch(id)),
+            None => Ok(()),
+        }
+    }
+
     pub async fn fetch(&mut self, id: u32) -> Result<(), ChangelogError> {
         let text = self.registry.schema(id).await?;
         let reader = GenericDatumReader::builder(parsed(&text)?)

@@ -67,18 +67,23 @@ impl RegistryClient {
         })
     }
 
+    /// A GET with the client's auth; no answer is `RegistryUnavailable`.
+    async fn get(&self, url: &str) -> Result<reqwest::Response, ChangelogError> {
+        let req = match &self.auth {
+            Some(Auth::Basic(u, p)) => self.http.get(url).basic_auth(u, Some(p)),
+            Some(Auth::Bearer(t)) => self.http.get(url).bearer_auth(t),
+            None => self.http.get(url),
+        };
+        req.send().await.map_err(|e| ChangelogError::RegistryUnavailable {
+            url: url.to_string(),
+            message: crate::causes::with_causes(&e),
+        })
+    }
+
     /// The versions registered under `subject` (`None`: no such subject), for `validate --online`.
     pub async fn versions(&self, subject: &str) -> Result<Option<Vec<u32>>, ChangelogError> {
         let url = format!("{}/subjects/{}/versions", self.base, subject);
-        let req = match &self.auth {
-            Some(Auth::Basic(u, p)) => self.http.get(&url).basic_auth(u, Some(p)),
-            Some(Auth::Bearer(t)) => self.http.get(&url).bearer_auth(t),
-            None => self.http.get(&url),
-        };
-        let res = req.send().await.map_err(|e| ChangelogError::RegistryUnavailable {
-            url: url.clone(),
-            message: crate::causes::with_causes(&e),
-        })?;
+        let res = self.get(&url).await?;
         if res.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -100,15 +105,7 @@ impl RegistryClient {
             return Ok(text.clone());
         }
         let url = format!("{}/schemas/ids/{id}", self.base);
-        let req = match &self.auth {
-            Some(Auth::Basic(u, p)) => self.http.get(&url).basic_auth(u, Some(p)),
-            Some(Auth::Bearer(t)) => self.http.get(&url).bearer_auth(t),
-            None => self.http.get(&url),
-        };
-        let res = req.send().await.map_err(|e| ChangelogError::RegistryUnavailable {
-            url: url.clone(),
-            message: crate::causes::with_causes(&e),
-        })?;
+        let res = self.get(&url).await?;
         if !res.status().is_success() {
             return Err(ChangelogError::Registry {
                 message: format!(

@@ -100,22 +100,16 @@ fn events(v: &Validator) -> Result<EventsConfig, ConfigError> {
 /// The sink's section: broker, topics, transactions, outages and librdkafka passthrough.
 fn kafka(v: &Validator, props: &Properties) -> Result<KafkaConfig, ConfigError> {
     checks::producer_overrides(v)?;
-    let producer_overrides = props
-        .entries
-        .iter()
-        .filter_map(|(k, (val, _))| {
-            k.strip_prefix("producer.override.")
-                .map(|r| (r.to_string(), val.clone()))
-        })
-        .collect();
-    let consumer_overrides = props
-        .entries
-        .iter()
-        .filter_map(|(k, (val, _))| {
-            k.strip_prefix("consumer.override.")
-                .map(|r| (r.to_string(), val.clone()))
-        })
-        .collect();
+    // `<prefix><librdkafka key>=value` passthrough settings, prefix removed
+    let passthrough = |prefix: &str| {
+        props
+            .entries
+            .iter()
+            .filter_map(|(k, (val, _))| k.strip_prefix(prefix).map(|r| (r.to_string(), val.clone())))
+            .collect()
+    };
+    let (producer_overrides, consumer_overrides) =
+        (passthrough("producer.override."), passthrough("consumer.override."));
     Ok(KafkaConfig {
         consumer_overrides,
         topic: checks::topic_name(v, "topic", v.required("topic", "the Kafka topic for change events")?)?,

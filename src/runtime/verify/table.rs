@@ -41,14 +41,6 @@ struct State<'a> {
 }
 
 impl State<'_> {
-    fn ensure(&mut self, framed: &[u8]) -> Result<(), VerifyError> {
-        if let Some(id) = self.r.decoder.unknown(framed)? {
-            let d = &mut self.r.decoder;
-            self.r.handle.block_on(d.fetch(id))?;
-        }
-        Ok(())
-    }
-
     fn split(&mut self, split: &crate::source::SplitChanges) -> Result<(), VerifyError> {
         let enc = self.r.handle.block_on(self.r.encoder.split(self.r.unit, split))?;
         for row in &split.rows {
@@ -56,7 +48,7 @@ impl State<'_> {
             enc.encode(row, self.r.unit.ts_ms, None, &mut self.records);
             let rec = self.records.swap_remove(0);
             let Some(value) = rec.value.as_deref() else { continue };
-            self.ensure(value)?;
+            self.r.decoder.load_for(value, &self.r.handle)?;
             if self.side.rows == 0 {
                 let _ = self.r.columns.send(self.r.decoder.image_columns(value)?);
             }
@@ -74,7 +66,7 @@ impl State<'_> {
                     text: String::new(),
                 }
             } else {
-                self.ensure(&rec.key)?;
+                self.r.decoder.load_for(&rec.key, &self.r.handle)?;
                 let k = self.r.decoder.key(&rec.key)?;
                 Rec {
                     key: k.digest,

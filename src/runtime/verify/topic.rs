@@ -55,14 +55,6 @@ struct State<'a> {
 }
 
 impl State<'_> {
-    fn ensure(&mut self, framed: &[u8]) -> Result<(), VerifyError> {
-        if let Some(id) = self.reader.decoder.unknown(framed)? {
-            let d = &mut self.reader.decoder;
-            self.reader.handle.block_on(d.fetch(id))?;
-        }
-        Ok(())
-    }
-
     fn keep(&mut self, instant: &str, completed: Option<&str>) -> bool {
         let k = (instant.to_string(), completed.map(str::to_string));
         if let Some(k) = self.commits.get(&k) {
@@ -88,7 +80,7 @@ impl State<'_> {
         let key = match (key, self.reader.keyless) {
             (_, true) => None,
             (Some(k), false) => {
-                self.ensure(k)?;
+                self.reader.decoder.load_for(k, &self.reader.handle)?;
                 Some(self.reader.decoder.key(k)?)
             }
             (None, false) => return Err(VerifyError::Topic("a record without a key in a keyed topic".into())),
@@ -113,7 +105,7 @@ impl State<'_> {
                 text: key.text,
             });
         };
-        self.ensure(value)?;
+        self.reader.decoder.load_for(value, &self.reader.handle)?;
         if !self.columns_set {
             let keep = self.reader.columns.recv().ok().map(|c| c.into_iter().collect());
             let skip = self.reader.skip.clone();
