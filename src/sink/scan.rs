@@ -61,10 +61,6 @@ fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, 
 /// The (low, high) watermarks of every partition of `topic` (an absent topic: none).
 pub fn watermarks(cfg: &ConnectorConfig, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
     let c = consumer(cfg)?;
-    watermarks_of(&c, topic)
-}
-
-fn watermarks_of(c: &BaseConsumer<super::QuietContext>, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
     let md = c
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .map_err(|e| SinkError::kafka(format!("metadata of topic {topic}"), e))?;
@@ -94,17 +90,17 @@ fn position(c: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Resul
         .unwrap_or(0))
 }
 
-/// Read `topic` from the beginning to the ends its partitions had when the read began, handing
-/// each record to `f` (which may stop the read with an error of its own). `progress` is called
-/// about every 10 s with the records read so far.
+/// Read `topic` from the beginning to `ends` ([`watermarks`] taken before), handing each record
+/// to `f` (which may stop the read with an error of its own). `progress` is called about every
+/// 10 s with the records read so far.
 pub fn read_to_end<E: From<SinkError>>(
     cfg: &ConnectorConfig,
     topic: &str,
+    ends: &HashMap<i32, (i64, i64)>,
     f: &mut dyn FnMut(TopicRecord<'_>) -> Result<(), E>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<TopicRead, E> {
     let c = consumer(cfg)?;
-    let ends = watermarks_of(&c, topic)?;
     let mut read = TopicRead::default();
     let mut parts: Vec<i32> = ends.keys().copied().collect();
     parts.sort();
@@ -121,7 +117,7 @@ pub fn read_to_end<E: From<SinkError>>(
         read_partition(
             &c,
             topic,
-            &ends,
+            ends,
             open,
             &mut read,
             f,

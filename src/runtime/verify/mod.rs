@@ -153,6 +153,8 @@ struct Plan {
     /// Columns renamed or re-added in the table's history (not compared), and their Avro names.
     unstable: Vec<String>,
     skip: std::collections::HashSet<String>,
+    /// The topic's (low, high) watermarks by partition: where its read ends.
+    ends: std::collections::HashMap<i32, (i64, i64)>,
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -170,8 +172,9 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
     let (s, p) = (source.clone(), target.position.clone());
     let unit = blocking(move || s.unit_at(&p, true)).await?;
     let (c, t) = (cfg.clone(), cfg.kafka.topic.clone());
-    let marks = blocking(move || crate::sink::scan::watermarks(&c, &t)).await?;
-    let expected: u64 = marks.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
+    // taken after the position was read: every record it accounts for is below them
+    let ends = blocking(move || crate::sink::scan::watermarks(&c, &t)).await?;
+    let expected: u64 = ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
     let buckets = runs::buckets_for(expected, cfg.read.memory_budget);
     let spill = |e: std::io::Error| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display()));
     std::fs::create_dir_all(&cfg.read.spill_dir).map_err(spill)?;
@@ -193,6 +196,7 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
         dir,
         unstable,
         skip,
+        ends,
     })
 }
 
@@ -206,7 +210,13 @@ async fn read_sides(cfg: &ConnectorConfig, plan: &Plan) -> Result<(topic::TopicS
         RunWriter::new(plan.dir.path(), Side::Table, plan.buckets, plan.buffer).map_err(VerifyError::spill)?;
     let (columns_tx, columns_rx) = std::sync::mpsc::channel();
     let target_order = order(plan.source.as_ref(), &plan.target.position)?;
-    let (c, s, dec, skip) = (cfg.clone(), plan.source.clone(), decoder()?, plan.skip.clone());
+    let (c, s, dec, skip, ends) = (
+        cfg.clone(),
+        plan.source.clone(),
+        decoder()?,
+        plan.skip.clone(),
+        plan.ends.clone(),
+    );
     let handle = tokio::runtime::Handle::current();
     let topic_side = blocking(move || {
         let at_or_before = |p: &Position| s.order(p).ok().map(|o| o <= target_order);
@@ -218,6 +228,7 @@ async fn read_sides(cfg: &ConnectorConfig, plan: &Plan) -> Result<(topic::TopicS
             at_or_before: &at_or_before,
             columns: columns_rx,
             skip,
+            ends,
         };
         topic::read(reader, topic_out)
     });

@@ -42,6 +42,8 @@ pub struct TopicReader<'a> {
     /// table), which the digests are taken over, less `skip`.
     pub columns: std::sync::mpsc::Receiver<Vec<String>>,
     pub skip: std::collections::HashSet<String>,
+    /// Where each partition's read ends: its watermarks taken after the position was read.
+    pub ends: HashMap<i32, (i64, i64)>,
 }
 
 struct State<'a> {
@@ -55,8 +57,10 @@ struct State<'a> {
 }
 
 impl State<'_> {
-    fn keep(&mut self, instant: &str, completed: Option<&str>) -> bool {
-        let k = (instant.to_string(), completed.map(str::to_string));
+    /// Whether the event's commit is kept (looked up once per commit; the event's own strings
+    /// are the key, so a hit allocates nothing).
+    fn keep(&mut self, instant: String, completed: Option<String>) -> bool {
+        let k = (instant, completed);
         if let Some(k) = self.commits.get(&k) {
             return *k;
         }
@@ -67,7 +71,7 @@ impl State<'_> {
         let keep = match (self.reader.at_or_before)(&p) {
             Some(b) => b,
             None => {
-                self.side.unknown_commits.push(instant.to_string());
+                self.side.unknown_commits.push(k.0.clone());
                 true
             }
         };
@@ -112,8 +116,8 @@ impl State<'_> {
             self.reader.decoder.set_columns(Columns { keep, skip });
             self.columns_set = true;
         }
-        let e = self.reader.decoder.value(value)?;
-        if !self.keep(&e.instant, e.completed.as_deref()) {
+        let mut e = self.reader.decoder.value(value)?;
+        if !self.keep(std::mem::take(&mut e.instant), e.completed.take()) {
             self.side.after_position += 1;
             if let (Some(k), "d") = (&key, e.op.as_str()) {
                 if self.reader.cfg.events.tombstones_on_delete {
@@ -158,8 +162,12 @@ impl State<'_> {
 }
 
 /// Read the whole topic into `out` (blocking).
-pub fn read(reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, VerifyError> {
-    let (cfg, topic) = (reader.cfg, reader.cfg.kafka.topic.clone());
+pub fn read(mut reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, VerifyError> {
+    let (cfg, topic, ends) = (
+        reader.cfg,
+        reader.cfg.kafka.topic.clone(),
+        std::mem::take(&mut reader.ends),
+    );
     let mut st = State {
         columns_set: false,
         commits: HashMap::new(),
@@ -181,7 +189,7 @@ pub fn read(reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, Verify
             e => e,
         })
     };
-    let read = crate::sink::scan::read_to_end(cfg, &cfg.kafka.topic, &mut f, &mut |n| {
+    let read = crate::sink::scan::read_to_end(cfg, &cfg.kafka.topic, &ends, &mut f, &mut |n| {
         gauge.set(n as f64);
         tracing::info!(connector = %cfg.name, records = n, seconds = started.elapsed().as_secs(), "verify: reading the topic");
     })?;
