@@ -49,7 +49,8 @@ pub struct TopicReader<'a> {
 struct State<'a> {
     /// The digests' columns are set (before the first image is digested).
     columns_set: bool,
-    commits: HashMap<(String, Option<String>), bool>,
+    /// Keep/skip by commit (`commit_digest`).
+    commits: HashMap<u128, bool>,
     skipped_deletes: HashSet<(i32, u128)>,
     side: TopicSide,
     out: RunWriter,
@@ -57,21 +58,21 @@ struct State<'a> {
 }
 
 impl State<'_> {
-    /// Whether the event's commit is kept (looked up once per commit; the event's own strings
-    /// are the key, so a hit allocates nothing).
-    fn keep(&mut self, instant: String, completed: Option<String>) -> bool {
-        let k = (instant, completed);
+    /// Whether the event's commit is kept (looked up once per commit, by the digest of its
+    /// strings, so a hit allocates nothing).
+    fn keep(&mut self, instant: &str, completed: Option<&str>) -> bool {
+        let k = commit_digest(instant, completed);
         if let Some(k) = self.commits.get(&k) {
             return *k;
         }
         let p = Position {
-            instant: k.0.clone(),
-            completed: k.1.clone(),
+            instant: instant.to_string(),
+            completed: completed.map(str::to_string),
         };
         let keep = match (self.reader.at_or_before)(&p) {
             Some(b) => b,
             None => {
-                self.side.unknown_commits.push(k.0.clone());
+                self.side.unknown_commits.push(instant.to_string());
                 true
             }
         };
@@ -116,8 +117,8 @@ impl State<'_> {
             self.reader.decoder.set_columns(Columns { keep, skip });
             self.columns_set = true;
         }
-        let mut e = self.reader.decoder.value(value)?;
-        if !self.keep(std::mem::take(&mut e.instant), e.completed.take()) {
+        let e = self.reader.decoder.value(value)?;
+        if !self.keep(&e.instant, e.completed.as_deref()) {
             self.side.after_position += 1;
             if let (Some(k), "d") = (&key, e.op.as_str()) {
                 if self.reader.cfg.events.tombstones_on_delete {
@@ -159,6 +160,13 @@ impl State<'_> {
     fn push(&mut self, r: Rec) -> Result<(), VerifyError> {
         self.out.push(&r).map_err(VerifyError::spill)
     }
+}
+
+/// A commit's identity in the keep/skip cache: its instant and completion time.
+fn commit_digest(instant: &str, completed: Option<&str>) -> u128 {
+    use crate::changelog::decode::digest;
+    let c = completed.map_or(0, |c| digest(c.as_bytes()).rotate_left(1) | 1);
+    digest(instant.as_bytes()) ^ c
 }
 
 /// Read the whole topic into `out` (blocking).
