@@ -2,43 +2,12 @@
 //! added files hold (copy-on-write rewrites, and deletes read with both sides' delete files),
 //! keyed and diffed in memory, or in key buckets on disk beyond `read.memory.budget`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use arrow_array::RecordBatch;
-
 use super::manifest;
 use super::monitor::{DiffPart, Plan, Task};
 use super::reader::{and_not, keep, read_range, FileRange};
 use super::IcebergSource;
-use crate::source::buckets::{restrict_indexes, BucketWriter};
-use crate::source::rows::{diff, multiset_diff};
-use crate::source::{par, SourceError, SplitChanges, SplitSpec};
-
-/// The two sides of a diff: (batch, (partition, file)) before and after, and the bytes read.
-#[derive(Default)]
-pub(super) struct Sides {
-    pub(super) old: Vec<(RecordBatch, (String, String))>,
-    pub(super) new: Vec<(RecordBatch, (String, String))>,
-    pub(super) bytes: u64,
-}
-
-/// Batches (old side first), their labels, and the batch indexes of each side.
-type Flat = (Vec<RecordBatch>, Vec<(String, String)>, Vec<u32>, Vec<u32>);
-
-impl Sides {
-    fn flatten(self) -> Flat {
-        let (mut batches, mut labels, mut old_idx, mut new_idx) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (is_new, side) in [(false, self.old), (true, self.new)] {
-            for (b, label) in side {
-                if is_new { &mut new_idx } else { &mut old_idx }.push(batches.len() as u32);
-                batches.push(b);
-                labels.push(label);
-            }
-        }
-        (batches, labels, old_idx, new_idx)
-    }
-}
+use crate::source::sides::{diff_split, DiffJob, Sides};
+use crate::source::{SourceError, SplitChanges, SplitSpec};
 
 impl IcebergSource {
     /// A rewritten data file: rows deleted by this snapshot (old side) and rows it brought back.
@@ -102,107 +71,17 @@ impl IcebergSource {
                 self.read_rewritten(plan, r, b, a)
             }
         };
-        if buckets > 1 {
-            return self.read_diff_bucketed(split, plan, buckets, n, &read, emit);
-        }
-        let mut all = Sides::default();
-        par::ordered(n, self.threads, &read, &mut |s: Sides| {
-            all.old.extend(s.old);
-            all.new.extend(s.new);
-            all.bytes += s.bytes;
-            Ok(())
-        })?;
-        let bytes_read = all.bytes;
-        let (batches, labels, old_idx, new_idx) = all.flatten();
-        let keys = self.key_columns(plan)?;
-        let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let rows = if self.info.keyless() {
-            multiset_diff(&batches, &old_idx, &new_idx)?
-        } else {
-            diff(&batches, &[old_idx], &[new_idx], &keys, None)?.remove(0)
+        let job = DiffJob {
+            schema: plan.schema.clone(),
+            keys: self.key_columns(plan)?,
+            keyless: self.info.keyless(),
+            threads: self.threads,
+            budget: self.budget,
+            spill_dir: &self.spill_dir,
+            connector: &self.connector,
+            unit: plan.snapshot.snapshot_id.to_string(),
         };
-        let (picked, rows) = restrict_indexes(batches.len(), rows);
-        let batches: Vec<RecordBatch> = picked.iter().map(|&i| batches[i].clone()).collect();
-        let labels: Vec<(String, String)> = picked.iter().map(|&i| labels[i].clone()).collect();
-        emit(SplitChanges {
-            split: split.clone(),
-            first_row: 0,
-            last: true,
-            buckets: 1,
-            file: String::new(),
-            batches: Arc::new(batches),
-            batch_files: labels,
-            rows,
-            rows_read,
-            bytes_read,
-        })
-    }
-
-    /// A diff larger than `read.memory.budget`, in key buckets on disk (see
-    /// [`crate::source::buckets`]): one chunk of the unit's one split per bucket.
-    pub(super) fn read_diff_bucketed(
-        &self,
-        split: &SplitSpec,
-        plan: &Plan,
-        buckets: u32,
-        n: usize,
-        read: &(dyn Fn(usize) -> Result<Sides, SourceError> + Sync),
-        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
-    ) -> Result<(), SourceError> {
-        let keys = self.key_columns(plan)?;
-        tracing::info!(snapshot = plan.snapshot.snapshot_id, split = %split.id, buckets, budget = self.budget,
-            "change unit larger than read.memory.budget: diffing in key buckets on disk");
-        let mut writer = BucketWriter::new(&self.spill_dir, plan.schema.clone(), keys.clone(), buckets, self.budget)?;
-        let mut labels: Vec<(String, String)> = Vec::new();
-        let mut label_ids: HashMap<(String, String), u32> = HashMap::new();
-        let (mut rows_read, mut bytes_read) = (0u64, 0u64);
-        par::ordered(n, self.threads, read, &mut |s: Sides| {
-            bytes_read += s.bytes;
-            for (is_new, side) in [(false, s.old), (true, s.new)] {
-                for (b, label) in side {
-                    rows_read += b.num_rows() as u64;
-                    let tag = *label_ids.entry(label.clone()).or_insert_with(|| {
-                        labels.push(label);
-                        labels.len() as u32 - 1
-                    });
-                    writer.push(0, is_new, tag, &b)?;
-                }
-            }
-            Ok(())
-        })?;
-        let reader = writer.finish()?;
-        crate::metrics::SPILLED_BYTES
-            .with_label_values(&[&self.connector])
-            .inc_by(reader.bytes);
-        let mut first_row = 0u64;
-        for p in 0..reader.len() {
-            let rows = reader.read(p, 1)?;
-            let changes = if self.info.keyless() {
-                multiset_diff(&rows.batches, &rows.old[0], &rows.new[0])?
-            } else {
-                diff(&rows.batches, &rows.old, &rows.new, &keys, None)?.remove(0)
-            };
-            let last = p + 1 == reader.len();
-            if changes.is_empty() && !last {
-                continue;
-            }
-            let count = changes.len() as u64;
-            let (picked, changes) = restrict_indexes(rows.batches.len(), changes);
-            emit(SplitChanges {
-                split: split.clone(),
-                first_row,
-                last,
-                buckets: reader.len() as u32,
-                file: String::new(),
-                batches: Arc::new(picked.iter().map(|&i| rows.batches[i].clone()).collect()),
-                batch_files: picked.iter().map(|&i| labels[rows.tags[i] as usize].clone()).collect(),
-                rows: changes,
-                rows_read: if last { rows_read } else { 0 },
-                bytes_read: if last { bytes_read } else { 0 },
-            })?;
-            first_row += count;
-        }
-        Ok(())
+        diff_split(&job, split, buckets, n, &read, emit)
     }
 
     /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.
