@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::values::Validator;
 use super::{
-    checks, iceberg, keys, parse_size, ConfigError, ConnectorConfig, ConnectorKind, EventsConfig, IcebergOptions,
-    KafkaConfig, Properties, ReadConfig, RegistryOptions, RuntimeConfig, StartCommit, TableLocation, TaskOwnership,
-    TimeMode, TxnBoundary,
+    checks, delta, iceberg, keys, parse_size, ConfigError, ConnectorConfig, ConnectorKind, DeltaOptions, EventsConfig,
+    IcebergOptions, KafkaConfig, Properties, ReadConfig, RegistryOptions, RuntimeConfig, StartCommit, TableLocation,
+    TaskOwnership, TimeMode, TxnBoundary,
 };
 
 /// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
@@ -22,10 +22,16 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
     if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
         return Err(v.invalid("name", "must be non-empty and contain no whitespace".into()));
     }
-    let (iceberg, table_path, table_id) = table(&v, kind)?;
+    let Table {
+        iceberg,
+        delta,
+        path: table_path,
+        id: table_id,
+    } = table(&v, kind)?;
     let events = events(&v)?;
     let runtime = runtime(&v, task_id)?;
-    undividable(&v, runtime.tasks as u64, events.txn_metadata, iceberg.as_ref())?;
+    let keyless = iceberg.as_ref().is_some_and(|o| o.keyless) || delta.as_ref().is_some_and(|o| o.keyless);
+    undividable(&v, runtime.tasks as u64, events.txn_metadata, keyless)?;
     checks::converters(&v)?;
     Ok(ConnectorConfig {
         file: props.file.clone(),
@@ -34,6 +40,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         table_path,
         table_id,
         iceberg,
+        delta,
         registry: registry(&v)?,
         storage: storage(&v)?,
         read: read(&v)?,
@@ -175,18 +182,61 @@ fn known_keys(props: &Properties) -> Result<(), ConfigError> {
 
 fn connector_class(v: &Validator) -> Result<ConnectorKind, ConfigError> {
     match v
-        .required("connector.class", "hudi or iceberg")?
+        .required("connector.class", "hudi, iceberg or delta")?
         .to_ascii_lowercase()
         .as_str()
     {
         "hudi" | "lakestream.hudi" | "io.lakestream.hudi" => Ok(ConnectorKind::Hudi),
         "iceberg" | "lakestream.iceberg" | "io.lakestream.iceberg" => Ok(ConnectorKind::Iceberg),
-        other => Err(v.invalid("connector.class", format!("`{other}` is not one of: hudi, iceberg"))),
+        "delta" | "lakestream.delta" | "io.lakestream.delta" => Ok(ConnectorKind::Delta),
+        other => Err(v.invalid(
+            "connector.class",
+            format!("`{other}` is not one of: hudi, iceberg, delta"),
+        )),
     }
 }
 
-/// The table: Iceberg options (location, read options), the table path and its stable id.
-fn table(v: &Validator, kind: ConnectorKind) -> Result<(Option<IcebergOptions>, PathBuf, String), ConfigError> {
+/// The table section: the format's options, the table path and its stable id.
+struct Table {
+    iceberg: Option<IcebergOptions>,
+    delta: Option<DeltaOptions>,
+    path: PathBuf,
+    id: String,
+}
+
+/// The keys of the other formats, refused with the format they belong to.
+fn foreign_keys(v: &Validator, kind: ConnectorKind) -> Result<(), ConfigError> {
+    let this = match kind {
+        ConnectorKind::Hudi => "hudi",
+        ConnectorKind::Iceberg => "iceberg",
+        ConnectorKind::Delta => "delta",
+    };
+    let mut foreign: Vec<(&str, &str)> = Vec::new();
+    // Delta shares the key keys and the poll interval's alias
+    let shared =
+        |k: &&str| kind == ConnectorKind::Delta && matches!(*k, "key.fields" | "key.mode" | "monitor-interval");
+    if kind != ConnectorKind::Iceberg {
+        foreign.extend(
+            iceberg::ICEBERG_KEYS
+                .iter()
+                .filter(|k| !shared(k))
+                .map(|k| (*k, "an Iceberg")),
+        );
+    }
+    if kind != ConnectorKind::Delta {
+        foreign.extend(delta::DELTA_KEYS.iter().map(|k| (*k, "a Delta")));
+    }
+    match foreign.iter().find(|(k, _)| v.get(k).is_some()) {
+        Some((k, which)) => Err(v.invalid(
+            k,
+            format!("is {which} option; this connector is `connector.class={this}`"),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn table(v: &Validator, kind: ConnectorKind) -> Result<Table, ConfigError> {
+    foreign_keys(v, kind)?;
     match kind {
         ConnectorKind::Iceberg => {
             let o = iceberg::load(v)?;
@@ -194,20 +244,29 @@ fn table(v: &Validator, kind: ConnectorKind) -> Result<(Option<IcebergOptions>, 
                 TableLocation::Path(p) => p.clone(),
                 _ => PathBuf::new(),
             };
-            let id = o.table_id();
-            Ok((Some(o), path, id))
+            Ok(Table {
+                id: o.table_id(),
+                iceberg: Some(o),
+                delta: None,
+                path,
+            })
         }
-        ConnectorKind::Hudi => {
-            if let Some(k) = iceberg::ICEBERG_KEYS.iter().find(|k| v.get(k).is_some()) {
-                return Err(v.invalid(
-                    k,
-                    "is an Iceberg option; this connector is `connector.class=hudi`".into(),
-                ));
-            }
-            let raw_path = v.required("table.path", "a local path or file:// URI of the table")?;
+        ConnectorKind::Hudi | ConnectorKind::Delta => {
+            let delta = match kind {
+                ConnectorKind::Delta => Some(delta::load(v)?),
+                _ => None,
+            };
+            let raw_path = v.required(
+                "table.path",
+                "a local path, file:// URI or object-store URL of the table",
+            )?;
             let p = parse_table_path(&raw_path).map_err(|m| v.invalid("table.path", m))?;
-            let id = p.display().to_string();
-            Ok((None, p, id))
+            Ok(Table {
+                id: p.display().to_string(),
+                iceberg: None,
+                delta,
+                path: p,
+            })
         }
     }
 }
@@ -249,19 +308,14 @@ fn storage(v: &Validator) -> Result<crate::storage::StorageOptions, ConfigError>
 }
 
 /// What cannot be divided among tasks.
-fn undividable(
-    v: &Validator,
-    tasks: u64,
-    txn_metadata: bool,
-    iceberg: Option<&IcebergOptions>,
-) -> Result<(), ConfigError> {
+fn undividable(v: &Validator, tasks: u64, txn_metadata: bool, keyless: bool) -> Result<(), ConfigError> {
     if tasks > 1 && txn_metadata {
         return Err(v.invalid(
             "provide.transaction.metadata",
             "needs tasks.max=1: one BEGIN/END per lake commit cannot be split among tasks".into(),
         ));
     }
-    if tasks > 1 && iceberg.is_some_and(|o| o.keyless) {
+    if tasks > 1 && keyless {
         return Err(v.invalid(
             "key.mode",
             "`none`: the rows of a keyless table cannot be divided among tasks by key; use tasks.max=1".into(),

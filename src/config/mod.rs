@@ -4,6 +4,7 @@
 //! allowed values).
 
 mod checks;
+mod delta;
 mod iceberg;
 mod keys;
 mod load;
@@ -14,6 +15,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use delta::{DeltaOptions, DeltaStart};
 pub use iceberg::{IcebergOptions, StartingStrategy, TableLocation};
 pub use keys::{is_secret_key, KEYS};
 use values::Validator;
@@ -63,6 +65,7 @@ impl ConfigError {
 pub enum ConnectorKind {
     Hudi,
     Iceberg,
+    Delta,
 }
 
 /// Where a connector with no stored offsets starts (Flink's `read.start-commit`).
@@ -132,12 +135,14 @@ pub struct ConnectorConfig {
     pub file: PathBuf,
     pub name: String,
     pub kind: ConnectorKind,
-    /// Hudi: the table base path; Iceberg: the table path when it has one.
+    /// Hudi, Delta: the table base path; Iceberg: the table path when it has one.
     pub table_path: PathBuf,
     /// The table's stable name in offsets keys (the path, or the catalog identifier).
     pub table_id: String,
     /// Iceberg table location and read options (`connector.class=iceberg`).
     pub iceberg: Option<IcebergOptions>,
+    /// Delta read options (`connector.class=delta`).
+    pub delta: Option<DeltaOptions>,
     /// Schema Registry URL, credentials and TLS.
     pub registry: RegistryOptions,
     /// Object-store settings (`s3.*`) for `s3://`, `gs://`, `az://` tables.
