@@ -7,10 +7,12 @@
 //! the records it already committed.
 
 pub mod buckets;
+pub mod delta;
 pub mod hudi;
 pub mod iceberg;
 pub mod par;
 pub mod rows;
+pub mod sides;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -57,6 +59,7 @@ pub fn open(cfg: &crate::config::ConnectorConfig) -> Result<std::sync::Arc<dyn S
     Ok(match cfg.kind {
         crate::config::ConnectorKind::Hudi => std::sync::Arc::new(hudi::HudiSource::open(cfg, storage)?),
         crate::config::ConnectorKind::Iceberg => std::sync::Arc::new(iceberg::IcebergSource::open(cfg, storage)?),
+        crate::config::ConnectorKind::Delta => std::sync::Arc::new(delta::DeltaSource::open(cfg, storage)?),
     })
 }
 

@@ -1,0 +1,324 @@
+//! The Delta monitor and planner: versions committed after the last issued one (or per the
+//! starting version) become units, one per version, each planned from its commit:
+//! - a snapshot (`starting-version=earliest`): every live file of the version, rows as `r`;
+//! - change-data files (`cdc` actions; the writer wrote them because it had CDF on): the change
+//!   rows, `delete`/`update_preimage` against `insert`/`update_postimage`, diffed by key (a pre
+//!   and post image of one key are one `u`);
+//! - only added files: rows as `c`;
+//! - removed and added files: the removed files' live rows against the added files' (a file
+//!   whose deletion vector changed is read once: rows it now hides against rows it shows again),
+//!   diffed by key, so rows copied unchanged into a rewritten file emit nothing;
+//! - only `dataChange=false` actions (OPTIMIZE, ZORDER, purge): nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::log::{missing_commit, Commit, FileAction, Listing, TableState};
+use super::read::partition_of;
+use super::schema::{check_protocol, DeltaSchema};
+use super::DeltaSource;
+use crate::config::DeltaStart;
+use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
+
+/// The table's definition in effect at a version.
+#[derive(Debug)]
+pub struct Meta {
+    pub schema: DeltaSchema,
+    pub cdf: bool,
+}
+
+/// Rows one version took away against rows it brought, in one partition (or all of them).
+#[derive(Debug, Default, Clone)]
+pub struct DiffPart {
+    pub partition: String,
+    pub old: Vec<FileAction>,
+    pub new: Vec<FileAction>,
+    /// One file whose deletion vector changed: (as removed, as added).
+    pub rewritten: Vec<(FileAction, FileAction)>,
+    pub cdc: Vec<FileAction>,
+}
+
+impl DiffPart {
+    pub fn bytes(&self) -> u64 {
+        let size = |f: &FileAction| f.size.unwrap_or(0).max(0) as u64;
+        self.old.iter().chain(&self.new).chain(&self.cdc).map(size).sum::<u64>()
+            + self.rewritten.iter().map(|(o, _)| size(o)).sum::<u64>()
+    }
+
+    fn split(&self, whole: bool) -> SplitSpec {
+        let id = if whole {
+            "diff".to_string()
+        } else {
+            format!("diff:{}", self.partition)
+        };
+        SplitSpec {
+            id: id.clone(),
+            partition: self.partition.clone(),
+            file_group: id,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum PlanKind {
+    Nothing(&'static str),
+    /// Every row of the files, as `op` events, a split per file.
+    Rows {
+        op: Op,
+        files: Vec<FileAction>,
+    },
+    Diff(Vec<DiffPart>),
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub version: u64,
+    pub meta: Arc<Meta>,
+    pub kind: PlanKind,
+}
+
+pub fn position(v: u64) -> Position {
+    Position {
+        instant: v.to_string(),
+        completed: None,
+    }
+}
+
+pub fn parse_version(p: &Position) -> Result<u64, SourceError> {
+    p.instant.parse().map_err(|_| SourceError::Unreadable {
+        message: format!(
+            "stored position `{}` is not a Delta table version (offsets of another connector type?); use a new \
+             connector name, or inspect it with `lakestream offsets show`",
+            p.instant
+        ),
+    })
+}
+
+pub fn file_split(schema: &DeltaSchema, f: &FileAction) -> SplitSpec {
+    SplitSpec {
+        id: f.path.clone(),
+        partition: partition_of(schema, f),
+        file_group: f.path.clone(),
+    }
+}
+
+impl DeltaSource {
+    /// Versions to emit after `after` (or per the starting version), oldest first; the first is
+    /// a snapshot, a start marker, or changes like the rest.
+    pub(super) fn pending(&self, listing: &Listing, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
+        let Some(latest) = listing.latest() else {
+            return Ok(Vec::new());
+        };
+        let from = match after {
+            Some(p) => parse_version(p)? + 1,
+            None => match self.opts.start {
+                DeltaStart::Snapshot => return Ok(vec![self.unit(listing, latest, true, false)?]),
+                DeltaStart::Latest => return Ok(vec![self.unit(listing, latest, false, true)?]),
+                DeltaStart::Version(v) if v > latest => {
+                    return Err(SourceError::Config {
+                        message: format!("starting-version {v} is after the table's latest version {latest}"),
+                    })
+                }
+                DeltaStart::Version(v) => v,
+                DeltaStart::Timestamp(ts) => match self.first_at_or_after(listing, ts)? {
+                    Some(v) => v,
+                    None => return Ok(Vec::new()),
+                },
+            },
+        };
+        let mut last = latest;
+        if let Some(end) = self.opts.end_version {
+            last = last.min(end);
+        }
+        (from..=last).map(|v| self.unit(listing, v, false, false)).collect()
+    }
+
+    /// The first version committed at or after `ts` (epoch ms) among the commits left.
+    fn first_at_or_after(&self, listing: &Listing, ts: i64) -> Result<Option<u64>, SourceError> {
+        for &v in listing.commits.keys() {
+            if self.commit(listing, v)?.timestamp >= ts {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A commit's actions (cached: the planner and the metadata replay both read it).
+    pub(super) fn commit(&self, listing: &Listing, v: u64) -> Result<Arc<Commit>, SourceError> {
+        if let Some(c) = self.commits.lock().expect("commits lock").get(&v) {
+            return Ok(c.clone());
+        }
+        if !listing.commits.contains_key(&v) {
+            return Err(missing_commit(&self.log, v, listing));
+        }
+        let c = Arc::new(self.log.commit(v)?);
+        let mut cache = self.commits.lock().expect("commits lock");
+        if cache.len() >= 256 {
+            cache.clear();
+        }
+        cache.insert(v, c.clone());
+        Ok(c)
+    }
+
+    /// The table's definition at version `v`: from the one at `v - 1` and `v`'s commit when
+    /// known, else replayed from the log.
+    pub(super) fn meta_at(&self, listing: &Listing, v: u64) -> Result<Arc<Meta>, SourceError> {
+        if let Some(m) = self.metas.lock().expect("metas lock").get(&v) {
+            return Ok(m.clone());
+        }
+        let prev = v
+            .checked_sub(1)
+            .and_then(|p| self.metas.lock().expect("metas lock").get(&p).cloned());
+        let meta = match prev {
+            Some(prev) if listing.commits.contains_key(&v) => {
+                let c = self.commit(listing, v)?;
+                match (&c.metadata, &c.protocol) {
+                    (None, None) => prev,
+                    _ => {
+                        let state = TableState::load_meta(&self.log, listing, v)?;
+                        Arc::new(self.meta_of(&state, v)?)
+                    }
+                }
+            }
+            _ => {
+                let state = TableState::load_meta(&self.log, listing, v)?;
+                Arc::new(self.meta_of(&state, v)?)
+            }
+        };
+        let mut metas = self.metas.lock().expect("metas lock");
+        if metas.len() >= 1024 {
+            let keep: BTreeMap<u64, Arc<Meta>> = metas.split_off(&v.saturating_sub(16));
+            *metas = keep;
+        }
+        metas.insert(v, meta.clone());
+        Ok(meta)
+    }
+
+    fn meta_of(&self, state: &TableState, v: u64) -> Result<Meta, SourceError> {
+        let at = format!("{} version {v}", self.log.root.display());
+        check_protocol(&state.protocol, &at)?;
+        Ok(Meta {
+            schema: DeltaSchema::parse(&state.metadata, &at)?,
+            cdf: state.metadata.setting("delta.enableChangeDataFeed") == Some("true"),
+        })
+    }
+
+    /// The unit of version `v` (planned, and the plan kept for reading): a snapshot, a start
+    /// marker (`marker`), or the version's changes.
+    pub(super) fn unit(&self, listing: &Listing, v: u64, snapshot: bool, marker: bool) -> Result<Unit, SourceError> {
+        let meta = self.meta_at(listing, v)?;
+        let (kind, ts, operation) = if snapshot {
+            let state = TableState::load(&self.log, listing, v)?;
+            let files: Vec<FileAction> = state.files.into_values().collect();
+            let kind = if files.is_empty() {
+                PlanKind::Nothing("empty_table")
+            } else {
+                PlanKind::Rows { op: Op::Read, files }
+            };
+            (kind, state.timestamp, Some("SNAPSHOT".to_string()))
+        } else {
+            let c = self.commit(listing, v)?;
+            let kind = if marker {
+                PlanKind::Nothing("start_at_latest")
+            } else {
+                self.plan_changes(listing, &meta, &c)?
+            };
+            (kind, c.timestamp, c.operation.clone())
+        };
+        let splits = match &kind {
+            PlanKind::Nothing(_) => Vec::new(),
+            PlanKind::Rows { files, .. } => files.iter().map(|f| file_split(&meta.schema, f)).collect(),
+            PlanKind::Diff(parts) => parts.iter().map(|p| p.split(!self.by_partition)).collect(),
+        };
+        let skipped = match &kind {
+            PlanKind::Nothing(why) => Some(*why),
+            _ => None,
+        };
+        let unit = Unit {
+            position: position(v),
+            action: "commit".to_string(),
+            operation,
+            snapshot,
+            ts_ms: ts,
+            splits,
+            skipped,
+        };
+        let mut plans = self.plans.lock().expect("plans lock");
+        if plans.len() > 64 {
+            plans.clear();
+        }
+        plans.insert((v, snapshot), Arc::new(Plan { version: v, meta, kind }));
+        Ok(unit)
+    }
+
+    /// How one version's changes are read.
+    fn plan_changes(&self, listing: &Listing, meta: &Meta, c: &Commit) -> Result<PlanKind, SourceError> {
+        let part = |f: &FileAction| {
+            if self.by_partition {
+                partition_of(&meta.schema, f)
+            } else {
+                String::new()
+            }
+        };
+        let mut parts: BTreeMap<String, DiffPart> = BTreeMap::new();
+        fn entry(parts: &mut BTreeMap<String, DiffPart>, p: String) -> &mut DiffPart {
+            parts.entry(p.clone()).or_insert_with(|| DiffPart {
+                partition: p,
+                ..Default::default()
+            })
+        }
+        if !c.cdcs.is_empty() {
+            // the writer's own change rows: the version's add/remove actions are not read
+            for f in &c.cdcs {
+                entry(&mut parts, part(f)).cdc.push(f.clone());
+            }
+            return Ok(PlanKind::Diff(parts.into_values().collect()));
+        }
+        let adds: Vec<&FileAction> = c.adds.iter().filter(|a| a.data_change).collect();
+        let removes: Vec<&FileAction> = c.removes.iter().filter(|r| r.data_change).collect();
+        if adds.is_empty() && removes.is_empty() {
+            let compaction = matches!(
+                c.operation.as_deref(),
+                Some("OPTIMIZE" | "ZORDER" | "REORG" | "ZORDER BY")
+            );
+            return Ok(PlanKind::Nothing(if compaction {
+                "compaction"
+            } else {
+                "no_data_change"
+            }));
+        }
+        if removes.is_empty() {
+            return Ok(PlanKind::Rows {
+                op: Op::Create,
+                files: adds.into_iter().cloned().collect(),
+            });
+        }
+        // a remove that lacks its partition values takes them from the file as it was added
+        let mut before: Option<TableState> = None;
+        let mut removed = Vec::with_capacity(removes.len());
+        for r in removes {
+            let mut r = r.clone();
+            if r.partition_values.is_none() && !meta.schema.partition_columns.is_empty() {
+                if before.is_none() {
+                    before = Some(TableState::load(&self.log, listing, c.version.saturating_sub(1))?);
+                }
+                if let Some(a) = before.as_ref().and_then(|s| s.files.get(&r.id())) {
+                    r.partition_values = a.partition_values.clone();
+                    r.size = r.size.or(a.size);
+                }
+            }
+            removed.push(r);
+        }
+        let mut added: BTreeMap<&str, &FileAction> = adds.iter().map(|a| (a.path.as_str(), *a)).collect();
+        for r in removed {
+            match added.remove(r.path.as_str()) {
+                Some(a) => entry(&mut parts, part(a)).rewritten.push((r, a.clone())),
+                None => entry(&mut parts, part(&r)).old.push(r),
+            }
+        }
+        for a in adds.iter().filter(|a| added.contains_key(a.path.as_str())) {
+            entry(&mut parts, part(a)).new.push((*a).clone());
+        }
+        Ok(PlanKind::Diff(parts.into_values().collect()))
+    }
+}
