@@ -146,20 +146,38 @@ def compare(want_rows, replay, label):
             assert same(norm(gv), norm(wv)), f"{label}: id {k} column {col}: got {gv!r}, want {wv!r}"
 
 
-def replay_revealed(env, registry, tmp, seed, start=None, first=0, cdf=True, partitioned=True, **extra):
+class StrictReplay(Replay):
+    """`Replay`, and a `c` never names a live key nor a `r` anything but a snapshot's row."""
+
+    def apply(self, records):
+        for rec in records:
+            if rec[3] is not None:
+                ev = self.registry.decode(rec[3])
+                kt = json.dumps(self.registry.decode(rec[2]), sort_keys=True, default=str)
+                assert ev["op"] != "c" or kt not in self.state, f"create of a live key {kt} at version {ev['source']['instant']}"
+                assert ev["op"] != "r" or ev["source"]["snapshot"] in ("true", "last"), f"r outside a snapshot: {ev['source']}"
+            super().apply([rec])
+
+
+def replay_revealed(env, registry, tmp, seed, start=None, first=0, cdf=True, partitioned=True, location=None,
+                    after_reveal=None, **extra):
     """Write a history, reveal it one version at a time from `first`, run the connector once
-    after each, replay by key and compare with the oracle at every version. Returns the replay."""
+    after each, replay by key and compare with the oracle at every version. `location`: the
+    table.path to give (else the revealed copy); `after_reveal(dir)` runs after each reveal.
+    Returns (replay, operations, props, topic)."""
     src = tmp / "written"
     ops = write_history(src, seed, cdf=cdf, partitioned=partitioned)
     orc = oracle(src)
     t = RevealedDelta(src, tmp / "table")
     if start is not None:
         extra["starting-version"] = start
-    props, topic = delta_props(tmp, env, t.table, **extra)
-    replay, seen = Replay(registry), set()
+    props, topic = delta_props(tmp, env, location or t.table, **extra)
+    replay, seen = StrictReplay(registry), set()
     begin = first if start in (None, "earliest") else int(start)
     for v in range(first, t.latest + 1):
         t.reveal(v)
+        if after_reveal:
+            after_reveal(t.table)
         if v < begin:
             continue
         run_once(props)

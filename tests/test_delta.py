@@ -2,11 +2,17 @@
 with checkpoints), revealed one version at a time: the topic replayed by key equals the table at
 every version, from a snapshot and from the earliest changes, with no (key, version, op) twice."""
 
+import json
+import random
+import signal
 import time
 
+import deltalake
+import pyarrow as pa
 import pytest
 
 import deltakit as dk
+import testkit
 
 
 def seed():
@@ -28,3 +34,176 @@ def test_history_replays_to_every_version_as_changes_from_version_0(env, registr
     replay, ops, _, _ = dk.replay_revealed(env, registry, tmp_path, seed(), start="0", cdf=cdf, partitioned=partitioned)
     got = {e["op"] for e in replay.events}
     assert "r" not in got and {"c", "u", "d"} <= got, (got, ops)
+
+
+def test_two_tasks_divide_the_table_and_replay_to_every_version(env, registry, tmp_path):
+    replay, ops, props, topic = dk.replay_revealed(
+        env, registry, tmp_path, seed(), **{"tasks.max": "2", "topic.creation.default.partitions": "2"})
+    keys = testkit.offsets_records(env, props.stem)
+    assert {json.loads(k)[1]["task"] for k, _ in keys} == {0, 1}, keys
+
+
+def test_kill_9_at_20_random_moments_loses_and_duplicates_nothing(env, registry, tmp_path):
+    """The history revealed while the connector runs with tiny transactions (kills land inside
+    versions and mid-split); 20 kill -9s, then the topic equals the last version and verify
+    agrees."""
+    s = seed()
+    rng = random.Random(s)
+    src = tmp_path / "written"
+    ops = dk.write_history(src, s, versions=16, rows=600)
+    orc = dk.oracle(src)
+    t = dk.RevealedDelta(src, tmp_path / "table")
+    props, topic = dk.delta_props(tmp_path, env, t.table, **{"transaction.max.records": "3", "monitor-interval": "50ms"})
+    step = 0
+    t.reveal(step)
+    for _ in range(20):
+        proc = testkit.start(props)
+        testkit.wait_for_log(proc, "resuming from stored offsets")
+        time.sleep(rng.uniform(0.02, 0.4))
+        if step < t.latest and rng.random() < 0.6:
+            step += 1
+            t.reveal(step)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    t.reveal(t.latest)
+    testkit.run_once(props)
+    replay = dk.StrictReplay(registry)  # asserts no (key, version, op) twice
+    replay.apply(testkit.consume_all(env, topic))
+    dk.compare(orc[t.latest], replay, f"seed {s} after 20 kills ({ops})")
+    testkit.assert_verified(props, f"seed {s}")
+
+
+def test_unsupported_reader_feature_fails_naming_it(env, tmp_path):
+    src = tmp_path / "written"
+    dk.write_history(src, 1, versions=2)
+    log = src / "_delta_log"
+    nxt = max(int(f.name[:20]) for f in log.glob("*.json")) + 1
+    (log / f"{nxt:020}.json").write_text(json.dumps({"protocol": {
+        "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["variantType"], "writerFeatures": ["variantType"]}}) + "\n")
+    props, _ = dk.delta_props(tmp_path, env, src)
+    r = testkit.run_once(props, check=False)
+    assert r.returncode != 0 and "`variantType`" in r.stderr, r.stderr[-2000:]
+
+
+def test_missing_key_fields_and_unknown_key_columns_are_config_errors(env, tmp_path):
+    src = tmp_path / "written"
+    dk.write_history(src, 2, versions=1)
+    props, _ = dk.delta_props(tmp_path, env, src)
+    props.write_text("".join(l for l in props.read_text().splitlines(True) if not l.startswith("key.fields=")))
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 2 and "key.fields" in r.stderr, r.stderr[-2000:]
+    props.write_text(props.read_text() + "key.fields=nope\n")
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 2 and "`nope` is not a column" in r.stderr, r.stderr[-2000:]
+
+
+def test_vacuumed_files_and_cleaned_log_stop_loudly_with_the_way_out(env, tmp_path):
+    src = tmp_path / "written"
+    dk.write_history(src, 3, versions=8, checkpoint_every=4)
+    t = dk.RevealedDelta(src, tmp_path / "table")
+    t.reveal(1)
+    props, _ = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0"})
+    testkit.run_once(props)
+    # log cleanup: the commits after the stored position are gone, only a checkpoint is left
+    t.reveal(t.latest)
+    t.hide_commits_before(4)
+    r = testkit.run_once(props, check=False)
+    assert r.returncode != 0 and "00000000000000000002.json is gone" in r.stderr and "starting-version=earliest" in r.stderr, \
+        r.stderr[-2000:]
+    # VACUUM: a file the next version removes is gone
+    t2 = dk.RevealedDelta(src, tmp_path / "table2")
+    t2.reveal(0)
+    props2, _ = dk.delta_props(tmp_path, env, t2.table)
+    testkit.run_once(props2)
+    for f in t2.table.rglob("*.parquet"):
+        if "_delta_log" not in str(f):
+            f.unlink()
+    t2.reveal(t2.latest)
+    r = testkit.run_once(props2, check=False)
+    assert r.returncode != 0 and "is gone (VACUUM" in r.stderr, r.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- deletion vectors
+# delta-rs does not write deletion vectors; these commits are written here to the protocol's
+# letter (a UUID-named vector file, the portable 64-bit Roaring format, CRC-32) and checked
+# against rows computed independently from the data file.
+
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def z85(b: bytes) -> str:
+    out = []
+    for i in range(0, len(b), 4):
+        n = int.from_bytes(b[i:i + 4], "big")
+        out.append("".join(Z85[(n // 85 ** k) % 85] for k in range(4, -1, -1)))
+    return "".join(out)
+
+
+def roaring64(rows):
+    """The portable 64-bit Roaring serialization of small row numbers (one array container)."""
+    rows = sorted(rows)
+    assert rows and rows[-1] < 65536
+    body = (12346).to_bytes(4, "little") + (1).to_bytes(4, "little")
+    body += (0).to_bytes(2, "little") + (len(rows) - 1).to_bytes(2, "little") + (16).to_bytes(4, "little")
+    body += b"".join(r.to_bytes(2, "little") for r in rows)
+    return (1).to_bytes(8, "little") + (0).to_bytes(4, "little") + body
+
+
+def write_dv(table, rows):
+    """A deletion vector file for `rows`; returns its descriptor."""
+    import uuid as uuidlib
+    import zlib
+    u = uuidlib.uuid4()
+    blob = (1681511377).to_bytes(4, "little") + roaring64(rows)
+    data = b"\x01" + len(blob).to_bytes(4, "big") + blob + (zlib.crc32(blob) & 0xFFFFFFFF).to_bytes(4, "big")
+    (table / f"deletion_vector_{u}.bin").write_bytes(data)
+    return {"storageType": "u", "pathOrInlineDv": z85(u.bytes), "offset": 1, "sizeInBytes": len(blob), "cardinality": len(rows)}
+
+
+def test_deletion_vectors_delete_rows_in_place(env, registry, tmp_path):
+    import pyarrow.parquet as pq
+    src = tmp_path / "written"
+    dk.write_history(src, 7, cdf=False, partitioned=False, versions=3, checkpoint_every=0)
+    orc = dk.oracle(src)
+    base = max(orc)
+    t = dk.RevealedDelta(src, tmp_path / "table")
+    t.reveal(base)
+    props, topic = dk.delta_props(tmp_path, env, t.table)
+    testkit.run_once(props)
+    adds = pa.table(deltalake.DeltaTable(str(t.table)).get_add_actions(flatten=True)).to_pylist()
+    f = max(adds, key=lambda a: a["num_records"])
+    ids = pq.read_table(t.table / f["path"]).column("id").to_pylist()
+    common = {"path": f["path"], "partitionValues": {}, "size": f["size_bytes"], "dataChange": True}
+    log = t.table / "_delta_log"
+    replay, seen, dv = dk.StrictReplay(registry), set(), None
+    want = {r["id"]: r for r in orc[base]}
+    for v, gone in [(base + 1, [0, 3, 5]), (base + 2, [0, 3, 5, 7, 8]), (base + 3, None)]:
+        lines = [{"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "DELETE"}}]
+        if v == base + 1:
+            lines.append({"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                       "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}})
+        lines.append({"remove": {**common, "deletionTimestamp": 1, "extendedFileMetadata": True,
+                                 **({"deletionVector": dv} if dv else {})}})
+        if gone is not None:
+            dv = write_dv(t.table, gone)
+            lines.append({"add": {**common, "modificationTime": 1, "deletionVector": dv}})
+            for pos in gone:
+                want.pop(ids[pos], None)
+        else:
+            for i in ids:
+                want.pop(i, None)
+        (log / f"{v:020}.json").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        testkit.run_once(props)
+        replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+        dk.compare(list(want.values()), replay, f"deletion vector version {v}")
+    deletes = [e for e in replay.events if e["op"] == "d"]
+    assert len(deletes) == len(ids) and {e["source"]["instant"] for e in deletes} == {str(base + i) for i in (1, 2, 3)}
+    testkit.assert_verified(props, "deletion vectors")
+    # a snapshot of a version with a deletion vector leaves its rows out
+    props2, topic2 = dk.delta_props(tmp_path, env, t.table, **{"ending-version": str(base + 2)})
+    (log / f"{base + 3:020}.json").rename(tmp_path / "hidden.json")
+    testkit.run_once(props2)
+    snap = dk.StrictReplay(registry)
+    snap.apply(testkit.consume_all(env, topic2))
+    expect = {r["id"]: r for r in orc[base] if r["id"] not in {ids[p] for p in [0, 3, 5, 7, 8]}}
+    dk.compare(list(expect.values()), snap, "snapshot with a deletion vector")

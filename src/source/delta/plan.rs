@@ -130,6 +130,10 @@ impl DeltaSource {
         if let Some(end) = self.opts.end_version {
             last = last.min(end);
         }
+        // every version to emit must still have its commit (log cleanup may have taken it)
+        if let Some(v) = (from..=last).find(|v| !listing.commits.contains_key(v)) {
+            return Err(missing_commit(&self.log, v, listing));
+        }
         (from..=last).map(|v| self.unit(listing, v, false, false)).collect()
     }
 
