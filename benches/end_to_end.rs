@@ -11,7 +11,10 @@
 //! * the 1M-row merge-on-read fixture `perf_mor_v8` (5 rounds of 100k upserts in log files): full
 //!   scan next to hudi-rs reading it, and changes with a small and a large budget;
 //! * a 1,000,000-row Iceberg table written by pyiceberg (`scripts/gen_iceberg.py`, run with
-//!   `BENCH_PYTHON`): full scan, and changes (1M `c`, then a copy-on-write delete diffed).
+//!   `BENCH_PYTHON`): full scan, and changes (1M `c`, then a copy-on-write delete diffed);
+//! * Delta tables written by delta-rs at each size in `BENCH_DELTA_SIZES` (default 1M, 4M;
+//!   `scripts/gen_delta.py`): the snapshot, and a MERGE + DELETE as changes, from change-data
+//!   files (CDF on) and diffed from remove/add actions (CDF off).
 //!
 //! Each full scan is followed by the **raw produce limit** of lakestream's own producer in the same
 //! run: the same settings (transactional, lz4, `transaction.max.records`), as many records as the
@@ -69,9 +72,13 @@ fn write_props(dir: &Path, table: &Path, topic: &str, extra: &str) -> PathBuf {
     std::fs::write(
         &p,
         format!(
-            "name=bench\nconnector.class={}\ntable.path={}\ntopic={topic}\nbootstrap.servers={}\n\
+            "name=bench\n{}table.path={}\ntopic={topic}\nbootstrap.servers={}\n\
              schema.registry.url={}\noffsets.storage.topic={topic}-offsets\nproducer.override.compression.type=lz4\n{extra}",
-            if extra.contains("starting-strategy") { "iceberg" } else { "hudi" },
+            match extra {
+                e if e.contains("connector.class=") => "",
+                e if e.contains("starting-strategy") => "connector.class=iceberg\n",
+                _ => "connector.class=hudi\n",
+            },
             table.display(),
             std::env::var("KAFKA_BOOTSTRAP").expect("KAFKA_BOOTSTRAP"),
             std::env::var("SCHEMA_REGISTRY_URL").expect("SCHEMA_REGISTRY_URL"),
@@ -416,6 +423,56 @@ fn main() {
     if only.is_empty() || only.contains("iceberg") {
         iceberg_cases(dir.path(), 1_000_000);
     }
+    if only.is_empty() || only.contains("delta") {
+        let sizes = std::env::var("BENCH_DELTA_SIZES").unwrap_or_else(|_| "1000000,4000000".into());
+        for rows in sizes.split(',').filter_map(|v| v.trim().parse().ok()) {
+            delta_cases(dir.path(), rows);
+        }
+    }
+}
+
+/// delta-rs tables (`scripts/gen_delta.py`): a snapshot, and the MERGE + DELETE versions as
+/// changes read from change-data files (CDF on) and diffed from remove/add (CDF off).
+fn delta_cases(dir: &Path, rows: usize) {
+    let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/gen_delta.py");
+    let t = Instant::now();
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(dir.join(format!("delta{rows}")))
+        .arg(rows.to_string())
+        .output();
+    let tables: Vec<PathBuf> = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).lines().map(PathBuf::from).collect(),
+        _ => {
+            println!("(deltalake not available to {python}: Delta cases skipped; scripts/bench.sh sets BENCH_PYTHON)");
+            return;
+        }
+    };
+    println!(
+        "generated two {rows}-row Delta tables with delta-rs (write, MERGE 10 % + 1 %, DELETE ~1 %) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let (cdf, plain) = (&tables[0], &tables[1]);
+    let class = "connector.class=delta\nkey.fields=id\n";
+    let snapshot = format!("Delta {rows} snapshot (starting-version=earliest)");
+    let extra = format!("{class}starting-version=earliest\n");
+    if rows <= 1_000_000 {
+        // the raw limit samples the topic back whole: only at the size the other formats use
+        child_with_produce_limit(&snapshot, cdf, &extra, rows as u64);
+    } else {
+        child(&snapshot, cdf, &extra);
+    }
+    child(
+        &format!("Delta {rows} MERGE + DELETE from change-data files"),
+        cdf,
+        &format!("{class}starting-version=1\n"),
+    );
+    child(
+        &format!("Delta {rows} MERGE + DELETE diffed (CDF off)"),
+        plain,
+        &format!("{class}starting-version=1\n"),
+    );
 }
 
 fn perf_mor_cases(dir: &Path) {

@@ -318,7 +318,8 @@ impl DeltaSource {
                     })
             })
             .collect::<Result<_, _>>()?;
-        let chunk_bytes = (self.budget / (self.threads * 4).max(1)).clamp(1 << 20, 256 << 20);
+        // held at once: about (threads × (queue depth + 1) + 1) chunks, half the budget
+        let chunk_bytes = (self.budget / (self.threads * 8).max(1)).clamp(1 << 20, 64 << 20);
         let produce = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| {
             let (split, f) = todo[k];
             let deleted = self.deleted(f)?;
