@@ -48,9 +48,26 @@ pub fn read_records_matching(
     consumer
         .assign(&tpl)
         .map_err(|e| SinkError::kafka("assign offsets topic", e))?;
+    // the end is the high watermark taken now, not the first end-of-partition: read_committed
+    // stops at the last stable offset, below a transaction still open (a commit of our own whose
+    // outcome the broker has not settled yet). Reading past it only once it is settled is what
+    // keeps a restart from resuming at a position older than one already published.
+    let mut ends = std::collections::HashMap::new();
+    for p in &parts {
+        let (_, hi) = consumer
+            .fetch_watermarks(topic, *p, Duration::from_secs(30))
+            .map_err(|e| SinkError::kafka("offsets topic watermarks", e))?;
+        ends.insert(*p, hi);
+    }
+    let mut at_eof = std::collections::HashSet::new();
     let mut eof = std::collections::HashSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while eof.len() < parts.len() {
+        for p in &at_eof {
+            if !eof.contains(p) && super::scan::position(&consumer, topic, *p)? >= ends[p] {
+                eof.insert(*p);
+            }
+        }
         if std::time::Instant::now() > deadline {
             return Err(SinkError::Offsets(format!(
                 "timed out reading offsets topic `{topic}` to its end (an open transaction of another producer?)"
@@ -59,7 +76,7 @@ pub fn read_records_matching(
         match consumer.poll(Duration::from_millis(500)) {
             None => {}
             Some(Err(KafkaError::PartitionEOF(p))) => {
-                eof.insert(p);
+                at_eof.insert(p);
             }
             // the client reconnects by itself: a broker restart or a dropped connection is ridden
             // out until the deadline (a stopped connector must not fail on a blip)

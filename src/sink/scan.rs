@@ -79,7 +79,8 @@ pub fn watermarks(cfg: &ConnectorConfig, topic: &str) -> Result<HashMap<i32, (i6
     Ok(out)
 }
 
-fn position(c: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<i64, SinkError> {
+/// The consumer's position on `topic`/`p` (read_committed: it stops at the last stable offset).
+pub(super) fn position(c: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<i64, SinkError> {
     let tpl = c.position().map_err(|e| SinkError::kafka("consumer position", e))?;
     Ok(tpl
         .find_partition(topic, p)
