@@ -42,9 +42,14 @@ def write_history(path: Path, seed: int, cdf=True, partitioned=True, versions=14
     deltalake.write_deltalake(str(path), _rows(rng, sorted(live)), partition_by=["part"] if partitioned else None,
                               configuration=conf)
     ops = ["create"]
+    # every kind of change at least once, the rest at random
+    required = ["delete", "update", "merge", "append", "optimize"][:max(0, versions - 1)]
+    kinds = ["append", "delete", "update", "merge", "merge", "overwrite", "optimize", "evolve"]
+    schedule = required + [rng.choice(kinds) for _ in range(versions - 1 - len(required))]
+    rng.shuffle(schedule)
     while len(ops) < versions:
         t = deltalake.DeltaTable(str(path))
-        kind = rng.choice(["append", "delete", "update", "merge", "merge", "overwrite", "optimize", "evolve"])
+        kind = schedule.pop() if schedule else "append"
         if kind == "evolve" and extra:
             kind = "append"
         if kind == "overwrite" and not partitioned:
@@ -61,7 +66,7 @@ def write_history(path: Path, seed: int, cdf=True, partitioned=True, versions=14
             deltalake.write_deltalake(str(path), _rows(rng, ids, extra), mode="append", schema_mode="merge")
             live.update(ids)
         elif kind == "delete":
-            lo = rng.randrange(next_id)
+            lo = rng.choice(sorted(live))
             t.delete(f"id >= {lo} AND id < {lo + 30}")
             live -= {i for i in live if lo <= i < lo + 30}
         elif kind == "update":
@@ -84,6 +89,8 @@ def write_history(path: Path, seed: int, cdf=True, partitioned=True, versions=14
             live = keep | set(ids)
         elif kind == "optimize":
             t.optimize.compact()
+        if deltalake.DeltaTable(str(path)).version() < len(ops):
+            continue  # nothing to do (an OPTIMIZE with nothing to compact): no version written
         ops.append(kind)
         if checkpoint_every and len(ops) % checkpoint_every == 0:
             deltalake.DeltaTable(str(path)).create_checkpoint()
@@ -104,13 +111,15 @@ class RevealedDelta:
         self.table = dest
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("_delta_log"))
         (dest / "_delta_log").mkdir()
+        self.revealed = set()
         self.latest = deltalake.DeltaTable(str(src)).version()
 
     def reveal(self, v: int):
         """The log through version `v`: its commits, and checkpoints written at or before it."""
         for f in sorted((self.src / "_delta_log").iterdir()):
             head = f.name[:20]
-            if f.is_file() and head.isdigit() and int(head) <= v and not (self.table / "_delta_log" / f.name).exists():
+            if f.is_file() and head.isdigit() and int(head) <= v and f.name not in self.revealed:
+                self.revealed.add(f.name)  # revealed once: a later cleanup or rewrite stays
                 tmp = self.table / "_delta_log" / f".{f.name}.tmp"
                 shutil.copyfile(f, tmp)
                 tmp.rename(self.table / "_delta_log" / f.name)  # a commit appears whole
@@ -118,7 +127,7 @@ class RevealedDelta:
     def hide_commits_before(self, v: int):
         """Log cleanup: commits before `v` gone (a checkpoint at or after them keeps the table readable)."""
         for f in (self.table / "_delta_log").iterdir():
-            if f.name.endswith(".json") and f.name[:20].isdigit() and int(f.name[:20]) < v:
+            if len(f.name) == 25 and f.name.endswith(".json") and f.name[:20].isdigit() and int(f.name[:20]) < v:
                 f.unlink()
 
 

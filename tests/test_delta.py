@@ -6,6 +6,7 @@ import json
 import random
 import signal
 import time
+import uuid
 
 import deltalake
 import pyarrow as pa
@@ -207,3 +208,55 @@ def test_deletion_vectors_delete_rows_in_place(env, registry, tmp_path):
     snap.apply(testkit.consume_all(env, topic2))
     expect = {r["id"]: r for r in orc[base] if r["id"] not in {ids[p] for p in [0, 3, 5, 7, 8]}}
     dk.compare(list(expect.values()), snap, "snapshot with a deletion vector")
+
+
+def rewrite_checkpoint(log, v, kind):
+    """Turn the classic checkpoint of version `v` into a multi-part one (two parts) or a v2 one
+    (a JSON top-level file with its file actions in a sidecar), as Spark writes them."""
+    import pyarrow.parquet as pq
+    classic = log / f"{v:020}.checkpoint.parquet"
+    t = pq.read_table(classic)
+    classic.unlink()
+    if kind == "multi-part":
+        half = t.num_rows // 2
+        pq.write_table(t.slice(0, half), log / f"{v:020}.checkpoint.0000000001.0000000002.parquet")
+        pq.write_table(t.slice(half), log / f"{v:020}.checkpoint.0000000002.0000000002.parquet")
+        return
+    (log / "_sidecars").mkdir(exist_ok=True)
+    adds = t.filter(pa.compute.is_valid(t.column("add"))).select(["add", "remove"])
+    side = log / "_sidecars" / "00000000000000000000.sidecar-1.parquet"
+    pq.write_table(adds, side)
+    rest = [r for r in t.to_pylist() if r.get("protocol") or r.get("metaData")]
+    lines = [{"checkpointMetadata": {"version": v}}]
+    for r in rest:
+        for k in ("protocol", "metaData"):
+            if r.get(k):
+                val = dict(r[k])
+                if k == "metaData":
+                    val["format"] = {"provider": "parquet", "options": {}}
+                    val["configuration"] = dict(val.get("configuration") or [])
+                lines.append({k: {x: y for x, y in val.items() if y is not None}})
+    lines.append({"sidecar": {"path": side.name, "sizeInBytes": side.stat().st_size, "modificationTime": 1}})
+    (log / f"{v:020}.checkpoint.{uuid.uuid4()}.json").write_text("".join(json.dumps(l) + "\n" for l in lines))
+
+
+@pytest.mark.parametrize("kind", ["multi-part", "v2"])
+def test_snapshot_from_a_multi_part_or_v2_checkpoint_then_changes(env, registry, tmp_path, kind):
+    """Commits before the checkpoint removed by log cleanup: the snapshot can only come from the
+    checkpoint (its parts, or its sidecar); later versions follow as changes."""
+    s = seed()
+    src = tmp_path / "written"
+    ops = dk.write_history(src, s, versions=9, checkpoint_every=5)
+    orc = dk.oracle(src)
+    t = dk.RevealedDelta(src, tmp_path / "table")
+    t.reveal(4)
+    rewrite_checkpoint(t.table / "_delta_log", 4, kind)
+    t.hide_commits_before(5)
+    props, topic = dk.delta_props(tmp_path, env, t.table)
+    replay, seen = dk.StrictReplay(registry), set()
+    for v in range(4, t.latest + 1):
+        t.reveal(v)
+        testkit.run_once(props)
+        replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+        dk.compare(orc[v], replay, f"seed {s} {kind} version {v} ({ops[v]})")
+    assert sum(e["op"] == "r" for e in replay.events) == len(orc[4])
