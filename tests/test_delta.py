@@ -260,3 +260,58 @@ def test_snapshot_from_a_multi_part_or_v2_checkpoint_then_changes(env, registry,
         replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
         dk.compare(orc[v], replay, f"seed {s} {kind} version {v} ({ops[v]})")
     assert sum(e["op"] == "r" for e in replay.events) == len(orc[4])
+
+
+# ---------------------------------------------------------------- column mapping
+def mapped_schema(names):
+    """A Delta schemaString under column mapping: (logical name, physical name, id, type)."""
+    return json.dumps({"type": "struct", "fields": [
+        {"name": n, "type": t, "nullable": True,
+         "metadata": {"delta.columnMapping.id": i, "delta.columnMapping.physicalName": p}}
+        for n, p, i, t in names]})
+
+
+def mapped_file(table, name, ids, titles):
+    """A data file with physical column names and field ids, as a column-mapping writer leaves it."""
+    import pyarrow.parquet as pq
+    schema = pa.schema([pa.field("col-a", pa.int64(), metadata={b"PARQUET:field_id": b"1"}),
+                        pa.field("col-b", pa.string(), metadata={b"PARQUET:field_id": b"2"})])
+    (table / "part=x").mkdir(parents=True, exist_ok=True)
+    path = table / "part=x" / name
+    pq.write_table(pa.table([pa.array(ids, pa.int64()), pa.array(titles)], schema=schema), path)
+    return {"path": f"part=x/{name}", "partitionValues": {"col-c": "x"}, "size": path.stat().st_size,
+            "modificationTime": 1, "dataChange": True}
+
+
+def test_column_mapping_reads_physical_columns_and_a_rename_is_left_out_of_verify(env, registry, tmp_path):
+    table = tmp_path / "mapped"
+    log = table / "_delta_log"
+    log.mkdir(parents=True)
+    cols = [("id", "col-a", 1, "long"), ("name", "col-b", 2, "string"), ("part", "col-c", 3, "string")]
+    meta = {"id": "m", "format": {"provider": "parquet", "options": {}}, "partitionColumns": ["part"],
+            "configuration": {"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "3"}}
+
+    def commit(v, *actions):
+        lines = [{"commitInfo": {"timestamp": 1_700_000_000_000 + v, "operation": "WRITE"}}, *actions]
+        (log / f"{v:020}.json").write_text("".join(json.dumps(a) + "\n" for a in lines))
+
+    f0 = mapped_file(table, "f0.parquet", [1, 2, 3], ["a", "b", "c"])
+    commit(0, {"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}},
+           {"metaData": {**meta, "schemaString": mapped_schema(cols)}}, {"add": f0})
+    props, topic = dk.delta_props(tmp_path, env, table)
+    testkit.run_once(props)
+    replay, seen = dk.StrictReplay(registry), set()
+    replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+    dk.compare([{"id": i, "name": n, "part": "x"} for i, n in [(1, "a"), (2, "b"), (3, "c")]], replay, "mapped v0")
+    # rename `name` to `title` (same physical column), then rewrite f0 with id 2 changed
+    renamed = [("id", "col-a", 1, "long"), ("title", "col-b", 2, "string"), ("part", "col-c", 3, "string")]
+    f1 = mapped_file(table, "f1.parquet", [1, 2, 3], ["a", "B", "c"])
+    commit(1, {"metaData": {**meta, "schemaString": mapped_schema(renamed)}})
+    commit(2, {"remove": {"path": f0["path"], "dataChange": True, "partitionValues": {"col-c": "x"}}}, {"add": f1})
+    testkit.run_once(props)
+    replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+    ups = [e for e in replay.events if e["op"] == "u"]
+    assert [(e["before"]["id"], e["after"]["title"]) for e in ups] == [(2, "B")], ups
+    code, report, err = testkit.verify(props)
+    assert code == 0 and report["equal"], (code, report, err[-2000:])
+    assert {"name", "title"} <= set(report["columns_not_compared"]), report

@@ -473,6 +473,35 @@ impl Source for DeltaSource {
         ))
     }
 
+    fn unstable_columns(&self) -> Result<Vec<String>, SourceError> {
+        // under column mapping a column is its physical name: a logical name that named two
+        // physical columns, or a physical column known by two names, changed identity
+        let listing = self.log.list()?;
+        let mut schemas = Vec::new();
+        if let Some(cp) = listing.checkpoints.values().next() {
+            schemas.extend(self.log.checkpoint(cp, false)?.metadata);
+        }
+        for v in listing.commits.keys() {
+            schemas.extend(self.commit(&listing, *v)?.metadata.clone());
+        }
+        let mut by_physical: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        let mut by_logical: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        for md in &schemas {
+            let s = schema::DeltaSchema::parse(md, "metaData")?;
+            for (logical, (physical, _)) in &s.physical {
+                by_physical.entry(physical.clone()).or_default().insert(logical.clone());
+                by_logical.entry(logical.clone()).or_default().insert(physical.clone());
+            }
+        }
+        let mut out: std::collections::BTreeSet<String> = by_physical
+            .into_values()
+            .filter(|names| names.len() > 1)
+            .flatten()
+            .collect();
+        out.extend(by_logical.into_iter().filter(|(_, p)| p.len() > 1).map(|(l, _)| l));
+        Ok(out.into_iter().collect())
+    }
+
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
         let listing = self.log.list()?;
         match id.parse::<u64>() {
