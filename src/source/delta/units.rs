@@ -1,0 +1,241 @@
+//! Reading a planned Delta unit: a version's diff parts (removed and added files, files whose
+//! deletion vector changed, change-data files) as the sides of a keyed diff, and rows as they are
+//! (a snapshot, an append), a split per file in bounded chunks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{BooleanArray, RecordBatch};
+use roaring::RoaringTreemap;
+
+use super::log::FileAction;
+use super::plan::{DiffPart, Plan};
+use super::read::{self, split_changes, with_change_type, Reader};
+use super::{dv, DeltaSource};
+use crate::source::buckets::{buckets_for, DECODED_PER_FILE_BYTE};
+use crate::source::sides::{diff_split, DiffJob, Sides};
+use crate::source::{par, ChangeRow, Op, Resume, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
+
+impl DeltaSource {
+    fn reader<'a>(&'a self, plan: &'a Plan) -> Reader<'a> {
+        Reader {
+            storage: &self.storage,
+            root: &self.log.root,
+            schema: &plan.meta.schema,
+        }
+    }
+
+    fn deleted(&self, f: &FileAction) -> Result<Option<RoaringTreemap>, SourceError> {
+        f.deletion_vector
+            .as_ref()
+            .map(|d| dv::read(&self.storage, &self.log.root, &f.path, d))
+            .transpose()
+    }
+
+    /// One piece of a diff part: an old or new file, a file whose deletion vector changed, or a
+    /// change-data file.
+    fn read_piece(&self, plan: &Plan, part: &DiffPart, i: usize) -> Result<Sides, SourceError> {
+        let reader = self.reader(plan);
+        let target = &plan.meta.schema.arrow;
+        let mut sides = Sides::default();
+        let (no, nn, nr) = (part.old.len(), part.new.len(), part.rewritten.len());
+        let label = |f: &FileAction| (read::partition_of(&plan.meta.schema, f), f.path.clone());
+        if i < no + nn {
+            let (f, is_new) = if i < no {
+                (&part.old[i], false)
+            } else {
+                (&part.new[i - no], true)
+            };
+            let deleted = self.deleted(f)?;
+            let l = label(f);
+            let side = if is_new { &mut sides.new } else { &mut sides.old };
+            sides.bytes = reader.read(f, target, deleted.as_ref(), &mut |b| {
+                side.push((b, l.clone()));
+                Ok(())
+            })?;
+        } else if i < no + nn + nr {
+            let (was, now) = &part.rewritten[i - no - nn];
+            let (was_deleted, now_deleted) = (
+                self.deleted(was)?.unwrap_or_default(),
+                self.deleted(now)?.unwrap_or_default(),
+            );
+            let l = label(now);
+            let mut at = 0u64;
+            sides.bytes = reader.read(now, target, None, &mut |b| {
+                let n = b.num_rows() as u64;
+                // rows live before and hidden now are the old side; shown again, the new side
+                let gone: BooleanArray = (at..at + n)
+                    .map(|r| Some(!was_deleted.contains(r) && now_deleted.contains(r)))
+                    .collect();
+                let back: BooleanArray = (at..at + n)
+                    .map(|r| Some(was_deleted.contains(r) && !now_deleted.contains(r)))
+                    .collect();
+                at += n;
+                let f = |m: &BooleanArray| {
+                    arrow::compute::filter_record_batch(&b, m).map_err(SourceError::arrow("deletion vector change"))
+                };
+                let (g, k) = (f(&gone)?, f(&back)?);
+                if g.num_rows() > 0 {
+                    sides.old.push((g, l.clone()));
+                }
+                if k.num_rows() > 0 {
+                    sides.new.push((k, l.clone()));
+                }
+                Ok(())
+            })?;
+        } else {
+            let f = &part.cdc[i - no - nn - nr];
+            let l = label(f);
+            let path = f.path.clone();
+            sides.bytes = reader.read(f, &with_change_type(target), None, &mut |b| {
+                let (old, new) = split_changes(&b, &path)?;
+                if old.num_rows() > 0 {
+                    sides.old.push((old, l.clone()));
+                }
+                if new.num_rows() > 0 {
+                    sides.new.push((new, l.clone()));
+                }
+                Ok(())
+            })?;
+        }
+        Ok(sides)
+    }
+
+    fn key_columns(&self, plan: &Plan) -> Result<Vec<usize>, SourceError> {
+        let schema = &plan.meta.schema.arrow;
+        if self.info.keyless() {
+            return Ok((0..schema.fields().len()).collect());
+        }
+        self.info
+            .key_fields
+            .iter()
+            .map(|k| {
+                schema.index_of(k).map_err(|_| SourceError::Unreadable {
+                    message: format!(
+                        "Delta version {}: key column `{k}` is not in the version's schema",
+                        plan.version
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn read_diff(
+        &self,
+        plan: &Plan,
+        parts: &[DiffPart],
+        unit: &Unit,
+        resume: &Resume,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        // one bucket count for the whole version: part of every part's row order
+        let buckets = match resume.buckets {
+            Some(b) => b.max(1),
+            None => buckets_for(
+                parts.iter().map(DiffPart::bytes).sum::<u64>() * DECODED_PER_FILE_BYTE,
+                self.budget,
+            ),
+        };
+        let job = DiffJob {
+            schema: plan.meta.schema.arrow.clone(),
+            keys: self.key_columns(plan)?,
+            keyless: self.info.keyless(),
+            threads: self.threads,
+            budget: self.budget,
+            spill_dir: &self.spill_dir,
+            connector: &self.connector,
+            unit: format!("version {}", plan.version),
+        };
+        for split in unit.splits.iter().filter(|s| !resume.done.contains(&s.id)) {
+            let part = parts
+                .iter()
+                .find(|p| p.partition == split.partition || (split.id == "diff" && parts.len() == 1))
+                .ok_or_else(|| SourceError::Unreadable {
+                    message: format!("Delta version {}: no diff part for split {}", plan.version, split.id),
+                })?;
+            let n = part.old.len() + part.new.len() + part.rewritten.len() + part.cdc.len();
+            diff_split(&job, split, buckets, n, &|i| self.read_piece(plan, part, i), emit)?;
+        }
+        Ok(())
+    }
+
+    /// Rows as they are (a snapshot, an append): a split per file, read in parallel, each in
+    /// chunks of a bounded size, handed on in order.
+    pub(super) fn read_rows(
+        &self,
+        plan: &Plan,
+        (op, files): (Op, &[FileAction]),
+        unit: &Unit,
+        resume: &Resume,
+        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        let by_id: HashMap<&str, &FileAction> = files.iter().map(|f| (f.path.as_str(), f)).collect();
+        let todo: Vec<(&SplitSpec, &FileAction)> = unit
+            .splits
+            .iter()
+            .filter(|s| !resume.done.contains(&s.id))
+            .map(|s| {
+                by_id
+                    .get(s.id.as_str())
+                    .map(|f| (s, *f))
+                    .ok_or_else(|| SourceError::Unreadable {
+                        message: format!(
+                            "Delta version {}: split {} is not in the version's plan",
+                            plan.version, s.id
+                        ),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        // held at once: about (threads × (queue depth + 1) + 1) chunks, half the budget
+        let chunk_bytes = (self.budget / (self.threads * 8).max(1)).clamp(1 << 20, 64 << 20);
+        let produce = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| {
+            let (split, f) = todo[k];
+            let deleted = self.deleted(f)?;
+            let (mut batches, mut held, mut first_row) = (Vec::new(), 0usize, 0u64);
+            let chunk = |batches: Vec<RecordBatch>, first_row: u64, last: bool, bytes: u64| {
+                let rows: Vec<ChangeRow> = batches
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(b, batch)| {
+                        (0..batch.num_rows()).map(move |r| ChangeRow {
+                            op,
+                            before: None,
+                            after: Some(RowRef {
+                                batch: b as u32,
+                                row: r as u32,
+                            }),
+                        })
+                    })
+                    .collect();
+                SplitChanges {
+                    split: split.clone(),
+                    first_row,
+                    last,
+                    buckets: 1,
+                    file: f.path.clone(),
+                    rows_read: rows.len() as u64,
+                    rows,
+                    batches: Arc::new(batches),
+                    batch_files: Vec::new(),
+                    bytes_read: bytes,
+                }
+            };
+            let bytes = self
+                .reader(plan)
+                .read(f, &plan.meta.schema.arrow, deleted.as_ref(), &mut |b| {
+                    held += b.get_array_memory_size();
+                    batches.push(b);
+                    if held >= chunk_bytes {
+                        let out = std::mem::take(&mut batches);
+                        let n: u64 = out.iter().map(|b| b.num_rows() as u64).sum();
+                        send(chunk(out, first_row, false, 0))?;
+                        first_row += n;
+                        held = 0;
+                    }
+                    Ok(())
+                })?;
+            send(chunk(batches, first_row, true, bytes))
+        };
+        par::ordered_streams(todo.len(), self.threads, 2, &produce, emit)
+    }
+}
