@@ -370,3 +370,18 @@ def test_keyless_table_replays_as_a_multiset(env, registry, tmp_path):
         replay.check(orc[v], columns, f"keyless version {v} ({ops[v]})")
     assert {e["op"] for e in replay.events} >= {"c", "d"}
     testkit.assert_verified(props, "keyless delta")
+
+
+def test_changes_equal_delta_rs_load_cdf(env, registry, tmp_path):
+    """With the change data feed on, every (version, key)'s event equals delta-rs's own
+    `load_cdf` rows for it, netted (a pre/post image pair is one `u`)."""
+    replay, ops, _, _ = dk.replay_revealed(env, registry, tmp_path, seed(), start="0")
+    cdf = pa.table(deltalake.DeltaTable(str(tmp_path / "written")).load_cdf(starting_version=0)).to_pylist()
+    types = {}
+    for r in cdf:
+        types.setdefault((r["_commit_version"], r["id"]), set()).add(r["_change_type"])
+    net = {frozenset({"insert"}): "c", frozenset({"delete"}): "d",
+           frozenset({"update_preimage", "update_postimage"}): "u", frozenset({"delete", "insert"}): "u"}
+    want = {k: net[frozenset(v)] for k, v in types.items()}
+    got = {(int(e["source"]["instant"]), e["after"]["id"] if e["after"] else e["before"]["id"]): e["op"] for e in replay.events}
+    assert got == want, (ops, sorted(set(got.items()) ^ set(want.items()))[:10])

@@ -77,6 +77,9 @@ pub struct Plan {
     pub kind: PlanKind,
 }
 
+/// Versions planned per poll at most.
+const MAX_UNITS_PER_POLL: u64 = 256;
+
 pub fn position(v: u64) -> Position {
     Position {
         instant: v.to_string(),
@@ -109,10 +112,11 @@ impl DeltaSource {
         let Some(latest) = listing.latest() else {
             return Ok(Vec::new());
         };
+        let end = self.opts.end_version.map_or(latest, |e| e.min(latest));
         let from = match after {
             Some(p) => parse_version(p)? + 1,
             None => match self.opts.start {
-                DeltaStart::Snapshot => return Ok(vec![self.unit(listing, latest, true, false)?]),
+                DeltaStart::Snapshot => return Ok(vec![self.unit(listing, end, true, false)?]),
                 DeltaStart::Latest => return Ok(vec![self.unit(listing, latest, false, true)?]),
                 DeltaStart::Version(v) if v > latest => {
                     return Err(SourceError::Config {
@@ -126,10 +130,8 @@ impl DeltaSource {
                 },
             },
         };
-        let mut last = latest;
-        if let Some(end) = self.opts.end_version {
-            last = last.min(end);
-        }
+        // a lagging connector plans a bounded number of versions per poll (the next poll goes on)
+        let last = end.min(from.saturating_add(MAX_UNITS_PER_POLL - 1));
         // every version to emit must still have its commit (log cleanup may have taken it)
         if let Some(v) = (from..=last).find(|v| !listing.commits.contains_key(v)) {
             return Err(missing_commit(&self.log, v, listing));
