@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use super::state::{read_offsets_matching, Offsets};
 use super::{open_source_async, RuntimeError};
 use crate::config::ConnectorConfig;
+use crate::sink::ReadTo;
 use crate::source::Ownership;
 
 /// A connector's offsets records: key -> (tasks, task, by partition, record).
@@ -29,7 +30,7 @@ pub(super) fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError>
             o.get("by").and_then(|b| b.as_str()) == Some("partition"),
         ))
     };
-    let found = read_offsets_matching(&crate::sink::Kafka, cfg, &|k| shape(k).is_some())?;
+    let found = read_offsets_matching(&crate::sink::Kafka, cfg, &|k| shape(k).is_some(), ReadTo::Stable)?;
     Ok(found
         .into_iter()
         .filter_map(|(k, o)| {
@@ -198,9 +199,12 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
 /// The task's record under either ownership scheme (the newer generation's when both exist).
 pub fn show_offsets(cfg: &ConnectorConfig) -> Result<Option<Offsets>, RuntimeError> {
     let keys = [false, true].map(|p| cfg.offsets_key_for(cfg.runtime.tasks, cfg.runtime.task_id, p));
-    let mut found = read_offsets_matching(&crate::sink::Kafka, cfg, &|k| {
-        keys.iter().any(|key| key.as_bytes() == k)
-    })?;
+    let mut found = read_offsets_matching(
+        &crate::sink::Kafka,
+        cfg,
+        &|k| keys.iter().any(|key| key.as_bytes() == k),
+        ReadTo::Stable,
+    )?;
     Ok(keys
         .iter()
         .filter_map(|k| found.remove(k.as_bytes()))

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::state::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::Cluster;
+use crate::sink::{Cluster, ReadTo};
 use crate::source::{Ownership, Position, Source};
 
 /// A generation's shape: its `tasks.max` and how it divides the table.
@@ -40,7 +40,7 @@ impl Shape {
 type Records = HashMap<(Shape, u32), Offsets>;
 
 /// Every committed offsets record of this connector and table, by (shape, task).
-fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
+fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig, to: ReadTo) -> Result<Records, RuntimeError> {
     let parse = |k: &[u8]| -> Option<(u32, u32)> {
         let v: serde_json::Value = serde_json::from_slice(k).ok()?;
         let (name, part) = (v.get(0)?.as_str()?, v.get(1)?);
@@ -51,7 +51,7 @@ fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig) -> Result<Reco
         let tasks = part.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
         Some((tasks, task))
     };
-    let all = read_offsets_matching(cluster, cfg, &|k| parse(k).is_some())?;
+    let all = read_offsets_matching(cluster, cfg, &|k| parse(k).is_some(), to)?;
     Ok(all
         .into_iter()
         .filter_map(|(k, o)| {
@@ -269,15 +269,17 @@ pub async fn resume_state(
     cfg: &ConnectorConfig,
     source: &Arc<dyn Source>,
 ) -> Result<(Offsets, bool), RuntimeError> {
-    let read = |cfg: ConnectorConfig| {
+    let read = |cfg: ConnectorConfig, to: ReadTo| {
         let cluster = cluster.clone();
         async move {
-            tokio::task::spawn_blocking(move || read_generations(cluster.as_ref(), &cfg))
+            tokio::task::spawn_blocking(move || read_generations(cluster.as_ref(), &cfg, to))
                 .await
                 .expect("offsets reader panicked")
         }
     };
-    let all = read(cfg.clone()).await?;
+    // what is committed now: enough to learn the newest generation (an older generation's
+    // zombie transaction, which only fencing ends, is not waited for)
+    let all = read(cfg.clone(), ReadTo::Stable).await?;
     let newest = all.values().map(|o| o.epoch).max();
     let (shape, i) = (Shape::of(cfg), cfg.runtime.task_id);
     let epoch = match newest {
@@ -292,7 +294,13 @@ pub async fn resume_state(
             ))
         }
         Some(e) if generation_shape(&all, e) == shape => {
-            if let Some(own) = all.get(&(shape, i)).filter(|o| o.epoch == e) {
+            // our own record, read again once every transaction below the end is settled (our
+            // producer is initialised: a commit of ours whose outcome we did not learn is in it)
+            let settled = match all.get(&(shape, i)).filter(|o| o.epoch == e) {
+                Some(_) => read(cfg.clone(), ReadTo::Settled).await?,
+                None => all,
+            };
+            if let Some(own) = settled.get(&(shape, i)).filter(|o| o.epoch == e) {
                 return Ok((
                     Offsets {
                         tasks: shape.tasks,
@@ -315,7 +323,7 @@ pub async fn resume_state(
         }
     };
     // read again: the fenced generation can no longer change its records
-    let all = read(cfg.clone()).await?;
+    let all = read(cfg.clone(), ReadTo::Settled).await?;
     let (src, cfg) = (source.clone(), cfg.clone());
     let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, shape, i, epoch))
         .await
@@ -362,7 +370,7 @@ pub async fn first_unit_of_task0(
             return v;
         }
         let (c, cl) = (cfg.clone(), cluster.clone());
-        let recorded = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c))
+        let recorded = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, ReadTo::Stable))
             .await
             .ok()?
             .ok()?;

@@ -183,6 +183,7 @@ impl Cluster for FakeCluster {
         &self,
         cfg: &ConnectorConfig,
         want: &dyn Fn(&[u8]) -> bool,
+        _to: crate::sink::ReadTo,
     ) -> Result<HashMap<Vec<u8>, StoredRecord>, SinkError> {
         let mut latest = HashMap::new();
         for (i, (t, k, v)) in self.lock().log.iter().enumerate() {
@@ -386,7 +387,9 @@ fn assert_same(got: &HashMap<Vec<u8>, Vec<String>>, want: &HashMap<Vec<u8>, Vec<
 
 /// The latest offsets record's in-flight unit (whether the stop left a unit half emitted).
 fn stopped_mid_unit(cluster: &FakeCluster, cfg: &ConnectorConfig) -> bool {
-    let all = cluster.read_offsets(cfg, &|_| true).unwrap();
+    let all = cluster
+        .read_offsets(cfg, &|_| true, crate::sink::ReadTo::Settled)
+        .unwrap();
     all.values().any(|r| {
         serde_json::from_slice::<super::state::Offsets>(&r.value)
             .unwrap()

@@ -56,10 +56,23 @@ pub trait Cluster: Send + Sync {
         &self,
         cfg: &ConnectorConfig,
         want: &dyn Fn(&[u8]) -> bool,
+        to: ReadTo,
     ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError>;
     /// Fence `transactional_id` so a zombie holding it can no longer commit.
     fn fence<'a>(&'a self, cfg: &'a ConnectorConfig, transactional_id: &'a str)
         -> BoxFuture<'a, Result<(), SinkError>>;
+}
+
+/// Where a read of the offsets topic ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadTo {
+    /// The last stable offset: what is committed now (a transaction still open is not waited
+    /// for; it may be a zombie's that only fencing ends).
+    Stable,
+    /// The high watermark taken before reading, once every transaction below it is settled: a
+    /// task resuming after its own producer was initialised (and every other id it could race
+    /// with fenced) must not start from a position older than one already published.
+    Settled,
 }
 
 /// The Kafka cluster named by the connector's `bootstrap.servers`.
@@ -83,8 +96,9 @@ impl Cluster for Kafka {
         &self,
         cfg: &ConnectorConfig,
         want: &dyn Fn(&[u8]) -> bool,
+        to: ReadTo,
     ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
-        super::offsets::read_records_matching(cfg, want)
+        super::offsets::read_records_matching(cfg, want, to)
     }
 
     fn fence<'a>(

@@ -11,7 +11,7 @@ mod quiet;
 
 pub use client::check_settings;
 use client::{client_config, producer_config, txn_call_timeout};
-pub use cluster::{Cluster, Kafka, Sink, StoredRecord};
+pub use cluster::{Cluster, Kafka, ReadTo, Sink, StoredRecord};
 
 pub use quiet::QuietContext;
 pub use stats::StatsContext;

@@ -18,6 +18,7 @@ use super::SinkError;
 pub fn read_records_matching(
     connector: &crate::config::ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
+    to: super::cluster::ReadTo,
 ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
     let topic = connector.kafka.offsets_topic.as_str();
     let consumer: BaseConsumer<super::QuietContext> = super::client_config(connector)
@@ -48,7 +49,7 @@ pub fn read_records_matching(
     consumer
         .assign(&tpl)
         .map_err(|e| SinkError::kafka("assign offsets topic", e))?;
-    // the end is the high watermark taken now, not the first end-of-partition: read_committed
+    // Settled: the end is the high watermark taken now, not the first end-of-partition: read_committed
     // stops at the last stable offset, below a transaction still open (a commit of our own whose
     // outcome the broker has not settled yet). Reading past it only once it is settled is what
     // keeps a restart from resuming at a position older than one already published.
@@ -64,7 +65,8 @@ pub fn read_records_matching(
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while eof.len() < parts.len() {
         for p in &at_eof {
-            if !eof.contains(p) && super::scan::position(&consumer, topic, *p)? >= ends[p] {
+            let settled = || -> Result<bool, SinkError> { Ok(super::scan::position(&consumer, topic, *p)? >= ends[p]) };
+            if !eof.contains(p) && (to == super::cluster::ReadTo::Stable || settled()?) {
                 eof.insert(*p);
             }
         }
