@@ -169,13 +169,13 @@ class StrictReplay(Replay):
 
 
 def replay_revealed(env, registry, tmp, seed, start=None, first=0, cdf=True, partitioned=True, location=None,
-                    after_reveal=None, **extra):
+                    after_reveal=None, versions=11, **extra):
     """Write a history, reveal it one version at a time from `first`, run the connector once
     after each, replay by key and compare with the oracle at every version. `location`: the
     table.path to give (else the revealed copy); `after_reveal(dir)` runs after each reveal.
     Returns (replay, operations, props, topic)."""
     src = tmp / "written"
-    ops = write_history(src, seed, cdf=cdf, partitioned=partitioned)
+    ops = write_history(src, seed, cdf=cdf, partitioned=partitioned, versions=versions)
     orc = oracle(src)
     t = RevealedDelta(src, tmp / "table")
     if start is not None:

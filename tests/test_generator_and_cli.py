@@ -109,7 +109,10 @@ def test_bad_input_exits_2_naming_what_is_wrong(tmp_path):
         ({"read.start-commt": "earliest"}, "c.properties:7: unknown key `read.start-commt`"),
         ({"tombstones.on.delete": "maybe"}, "`tombstones.on.delete`: `maybe` is not one of: true, false"),
         ({"table.path": tmp_path / "missing"}, "is not a directory"),
-        ({"connector.class": "delta"}, "`delta` is not one of: hudi, iceberg"),
+        ({"connector.class": "delta-lake"}, "`delta-lake` is not one of: hudi, iceberg, delta"),
+        ({"connector.class": "delta"}, "missing required key `key.fields`"),
+        ({"connector.class": "delta", "key.fields": "id", "read.start-commit": "earliest"}, "is a Hudi option; for Delta use starting-version"),
+        ({"starting-version": "3"}, "is a Delta option; this connector is `connector.class=hudi`"),
         # settings that used to be accepted and then misbehave (issue: never silently wrong)
         ({"metrics.port": "70000"}, "`metrics.port`: 70000 is not between 1 and 65535"),
         ({"transaction.max.records": "0"}, "`transaction.max.records`: 0 is not between 1 and"),

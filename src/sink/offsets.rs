@@ -75,7 +75,9 @@ pub fn read_records_matching(
                 "timed out reading offsets topic `{topic}` to its end (an open transaction of another producer?)"
             )));
         }
-        match consumer.poll(Duration::from_millis(500)) {
+        // only settling left (every open partition at its end): look again soon
+        let settling = parts.iter().all(|p| eof.contains(p) || at_eof.contains(p));
+        match consumer.poll(Duration::from_millis(if settling { 10 } else { 500 })) {
             None => {}
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 at_eof.insert(p);
