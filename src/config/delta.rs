@@ -91,26 +91,7 @@ pub(super) fn load(v: &Validator<'_>) -> Result<DeltaOptions, ConfigError> {
             _ => DeltaStart::Version(version(v, "starting-version")?.unwrap_or_default()),
         },
     };
-    let key_fields: Vec<String> = v
-        .get("key.fields")
-        .map(|s| {
-            s.split(',')
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    let keyless = match v.get("key.mode").as_deref() {
-        None | Some("fields") => false,
-        Some("none") if !key_fields.is_empty() => {
-            return Err(v.invalid(
-                "key.mode",
-                "`none` (no key) contradicts key.fields: set one of them".into(),
-            ))
-        }
-        Some("none") => true,
-        Some(s) => return Err(v.invalid("key.mode", format!("`{s}` is not one of: fields, none"))),
-    };
+    let (key_fields, keyless) = super::iceberg::key_settings(v)?;
     if key_fields.is_empty() && !keyless {
         return Err(ConfigError::Missing {
             file: v.props.file.clone(),

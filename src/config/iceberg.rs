@@ -198,6 +198,32 @@ fn size_key(v: &Validator<'_>, key: &str, default: u64) -> Result<u64, ConfigErr
     }
 }
 
+/// `key.fields` (comma-separated) and `key.mode` (`fields` / `none`), checked against each other;
+/// shared by the formats that take the key from the connector's settings (Iceberg, Delta).
+pub(super) fn key_settings(v: &Validator<'_>) -> Result<(Vec<String>, bool), ConfigError> {
+    let key_fields: Vec<String> = v
+        .get("key.fields")
+        .map(|s| {
+            s.split(',')
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let keyless = match v.get("key.mode").as_deref() {
+        None | Some("fields") => false,
+        Some("none") if !key_fields.is_empty() => {
+            return Err(v.invalid(
+                "key.mode",
+                "`none` (no key) contradicts key.fields: set one of them".into(),
+            ))
+        }
+        Some("none") => true,
+        Some(s) => return Err(v.invalid("key.mode", format!("`{s}` is not one of: fields, none"))),
+    };
+    Ok((key_fields, keyless))
+}
+
 pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
     for (key, instead) in HUDI_ONLY_KEYS {
         if v.get(key).is_some() {
@@ -237,26 +263,7 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
             ))
         }
     };
-    let key_fields: Vec<String> = v
-        .get("key.fields")
-        .map(|s| {
-            s.split(',')
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    let keyless = match v.get("key.mode").as_deref() {
-        None | Some("fields") => false,
-        Some("none") if !key_fields.is_empty() => {
-            return Err(v.invalid(
-                "key.mode",
-                "`none` (no key) contradicts key.fields: set one of them".into(),
-            ));
-        }
-        Some("none") => true,
-        Some(s) => return Err(v.invalid("key.mode", format!("`{s}` is not one of: fields, none"))),
-    };
+    let (key_fields, keyless) = key_settings(v)?;
     Ok(IcebergOptions {
         location: location(v)?,
         start,

@@ -305,6 +305,25 @@ pub struct Resume {
     pub buckets: Option<u32>,
 }
 
+/// Every row of `batches`, in order, as an `op` change with only an after image (a full scan,
+/// an append).
+pub fn rows_as(op: Op, batches: &[RecordBatch]) -> Vec<ChangeRow> {
+    batches
+        .iter()
+        .enumerate()
+        .flat_map(|(b, batch)| {
+            (0..batch.num_rows()).map(move |r| ChangeRow {
+                op,
+                before: None,
+                after: Some(RowRef {
+                    batch: b as u32,
+                    row: r as u32,
+                }),
+            })
+        })
+        .collect()
+}
+
 impl SplitChanges {
     /// A whole split in one chunk.
     pub fn whole(split: SplitSpec, file: String, batches: Vec<RecordBatch>, rows: Vec<ChangeRow>) -> Self {

@@ -14,7 +14,7 @@ use super::read::{self, split_changes, with_change_type, Reader};
 use super::{dv, DeltaSource};
 use crate::source::buckets::{buckets_for, DECODED_PER_FILE_BYTE};
 use crate::source::sides::{diff_split, DiffJob, Sides};
-use crate::source::{par, ChangeRow, Op, Resume, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
+use crate::source::{par, Op, Resume, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl DeltaSource {
     fn reader<'a>(&'a self, plan: &'a Plan) -> Reader<'a> {
@@ -193,20 +193,7 @@ impl DeltaSource {
             let deleted = self.deleted(f)?;
             let (mut batches, mut held, mut first_row) = (Vec::new(), 0usize, 0u64);
             let chunk = |batches: Vec<RecordBatch>, first_row: u64, last: bool, bytes: u64| {
-                let rows: Vec<ChangeRow> = batches
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(b, batch)| {
-                        (0..batch.num_rows()).map(move |r| ChangeRow {
-                            op,
-                            before: None,
-                            after: Some(RowRef {
-                                batch: b as u32,
-                                row: r as u32,
-                            }),
-                        })
-                    })
-                    .collect();
+                let rows = crate::source::rows_as(op, &batches);
                 SplitChanges {
                     split: split.clone(),
                     first_row,

@@ -24,9 +24,7 @@ use self::manifest::ManifestCache;
 use self::monitor::{DiffPart, First, Plan, PlanKind, Task};
 use self::reader::{keep, read_range};
 use super::buckets::{buckets_for, DECODED_PER_FILE_BYTE};
-use super::{
-    par, ChangeRow, Op, Position, Resume, RowRef, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit,
-};
+use super::{par, Op, Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
 use crate::storage::Storage;
 
@@ -229,20 +227,7 @@ impl IcebergSource {
         let read = |k: usize| -> Result<SplitChanges, SourceError> {
             let (i, split) = todo[k];
             let (batches, labels, bytes) = self.read_tasks(plan, &splits[i])?;
-            let rows: Vec<ChangeRow> = batches
-                .iter()
-                .enumerate()
-                .flat_map(|(b, batch)| {
-                    (0..batch.num_rows()).map(move |r| ChangeRow {
-                        op,
-                        before: None,
-                        after: Some(RowRef {
-                            batch: b as u32,
-                            row: r as u32,
-                        }),
-                    })
-                })
-                .collect();
+            let rows = super::rows_as(op, &batches);
             let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
             Ok(SplitChanges {
                 split: split.clone(),
