@@ -1,5 +1,7 @@
 # Shared by .ci/run, scripts/demo.sh and scripts/bench.sh: the Python venv with the test
 # packages, the release build, and a local broker + schema registry. Source it from the repo root.
+# The broker is Apache Kafka (from Maven Central, cached under /var/cache/lakestream-kafka) unless
+# LAKESTREAM_TEST_BROKER=noida picks noida-db, the in-RAM stand-in; KAFKA_BOOTSTRAP names any other.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/lakestream-target}"
 VENV="${LAKESTREAM_VENV:-/var/cache/lakestream-venv}"
 BIN="$CARGO_TARGET_DIR/release"
@@ -12,6 +14,7 @@ install_and_build() {
   "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
   install_helm
   install_podman
+  install_kafka
   cargo build --release --locked --bins
 }
 
@@ -38,6 +41,13 @@ install_helm() {
   "$HELM_BIN" version --short
 }
 
+# Apache Kafka's jars (tests/brokers.py: a small pom, mvn dependency:copy-dependencies); needs
+# java and mvn. Skipped when the tests use noida or a broker of their own.
+install_kafka() {
+  [ "${LAKESTREAM_TEST_BROKER:-kafka}" = kafka ] && [ -z "${KAFKA_BOOTSTRAP:-}" ] || return 0
+  "$VENV/bin/python" tests/brokers.py install >/dev/null
+}
+
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 wait_port() { for _ in $(seq 150); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.2; done; echo "port $1 did not open" >&2; return 1; }
@@ -46,11 +56,13 @@ wait_port() { for _ in $(seq 150); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 start_services() {
   local kport="${1:-$(free_port)}" rport="${2:-$(free_port)}"
   if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
-    local noida
-    noida="$("$VENV/bin/python" -c 'import noida_db, os; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))')"
-    "$noida" start --only kafka --host 127.0.0.1 --kafka-port "$kport" --data-dir "$WORK/noida" >"$WORK/noida.log" 2>&1 &
-    wait_port "$kport"
+    install_kafka
+    local started=$SECONDS
+    "$VENV/bin/python" tests/brokers.py serve "$kport" "$WORK/broker" >"$WORK/broker.log" 2>&1 &
+    wait_port "$kport" || { tail -50 "$WORK/broker.log" >&2; return 1; }
     export KAFKA_BOOTSTRAP="127.0.0.1:$kport"
+    echo "broker: ${LAKESTREAM_TEST_BROKER:-kafka} $(grep -o 'Kafka version: [^ ]*' "$WORK/broker.log" | head -1)" \
+      "on $KAFKA_BOOTSTRAP, up in $((SECONDS - started)) s"
   fi
   if [ -z "${SCHEMA_REGISTRY_URL:-}" ]; then
     "$BIN/lakestream-registry" --listen "127.0.0.1:$rport" --bootstrap-servers "$KAFKA_BOOTSTRAP" >"$WORK/registry.log" 2>&1 &

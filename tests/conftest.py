@@ -1,12 +1,11 @@
-"""Session services: a Kafka-protocol broker (KAFKA_BOOTSTRAP, or noida-db started here) and the
-project's Schema Registry (SCHEMA_REGISTRY_URL, or lakestream-registry started here)."""
+"""Session services: a Kafka broker (KAFKA_BOOTSTRAP, or one started here: Apache Kafka, or noida-db
+with LAKESTREAM_TEST_BROKER=noida; tests/brokers.py) and the project's Schema Registry
+(SCHEMA_REGISTRY_URL, or lakestream-registry started here)."""
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import brokers  # noqa: E402
 import testkit  # noqa: E402
 
 
@@ -46,20 +46,13 @@ class Env:
 
 @pytest.fixture(scope="session")
 def env():
-    procs, dirs = [], []
+    procs, broker = [], None
     e = Env()
     e.bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     if not e.bootstrap:
-        import noida_db
-        binary = Path(noida_db.__file__).parent / "noida-db"
-        port = free_port()
-        d = tempfile.mkdtemp(prefix="noida-")
-        dirs.append(d)
-        procs.append(subprocess.Popen([str(binary), "start", "--only", "kafka", "--host", "127.0.0.1",
-                                       "--kafka-port", str(port), "--data-dir", d],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port("127.0.0.1", port)
-        e.bootstrap = f"127.0.0.1:{port}"
+        broker = brokers.new_broker()
+        broker.start()
+        e.bootstrap = broker.bootstrap
     e.registry = os.environ.get("SCHEMA_REGISTRY_URL")
     if not e.registry:
         if not testkit.REGISTRY_BIN.exists():
@@ -80,8 +73,8 @@ def env():
             p.wait(10)
         except subprocess.TimeoutExpired:
             p.kill()
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    if broker:
+        broker.remove()
 
 
 @pytest.fixture

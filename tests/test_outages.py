@@ -1,62 +1,30 @@
 """Outages ridden out: a broker killed and restarted under the project's Schema Registry. These
-tests control a broker process of their own (noida-db, PyPI), whatever KAFKA_BOOTSTRAP names."""
+tests control a broker process of their own (Apache Kafka, or noida-db with
+LAKESTREAM_TEST_BROKER=noida), whatever KAFKA_BOOTSTRAP names."""
 
 import concurrent.futures
 import random
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import types
 import uuid
-from pathlib import Path
 
-import pytest
 import requests
 
+import brokers
 import testkit
 from conftest import free_port, wait_port
 
 
-class Broker:
-    """A private noida-db that can be killed and restarted on the same port and data."""
-
-    def __init__(self, stop_signal=signal.SIGKILL):
-        self.signal = stop_signal
-        noida_db = pytest.importorskip("noida_db", reason="noida-db (PyPI) is needed to kill and restart a broker")
-        self.binary = Path(noida_db.__file__).parent / "noida-db"
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="noida-outage-")
-        self.proc = None
-        self.start()
-
-    @property
-    def bootstrap(self):
-        return f"127.0.0.1:{self.port}"
-
-    def start(self):
-        self.proc = subprocess.Popen([str(self.binary), "start", "--only", "kafka", "--host", "127.0.0.1",
-                                      "--kafka-port", str(self.port), "--data-dir", self.dir],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port("127.0.0.1", self.port)
-
-    def kill(self):
-        self.proc.send_signal(self.signal)
-        self.proc.wait(120)  # a broker holding much data takes a while to stop
-        deadline = time.time() + 30
-        while time.time() < deadline:  # the port must be free before the restart binds it
-            try:
-                wait_port("127.0.0.1", self.port, timeout=0.5)
-                time.sleep(0.2)
-            except RuntimeError:
-                return
-        raise RuntimeError("the killed broker's port stayed open")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+def Broker(stop_signal=signal.SIGKILL):
+    """A private broker of the selected kind (tests/brokers.py), started, that `kill()` stops with
+    `stop_signal` and `start()` restarts on the same port and data."""
+    broker = brokers.new_broker()
+    broker.stop_signal = stop_signal
+    broker.start()
+    return broker
 
 
 def start_registry(port, bootstrap, topic):
@@ -117,7 +85,7 @@ def test_the_registry_recovers_from_a_broker_restart_with_stable_ids():
             assert r.status_code == 200 and f'"name":"{name}"' in r.json()["schema"].replace(" ", ""), (name, i, r.text)
     finally:
         reg.kill()
-        broker.stop()
+        broker.remove()
 
 
 def chaos_count(request, modest):
@@ -191,7 +159,7 @@ def test_broker_restarts_mid_stream_are_ridden_out_exactly_once(tmp_path, reques
         if run:
             run.log.proc.kill()
             run.registry.kill()
-        broker.stop()
+        broker.remove()
 
 
 def test_broker_stalls_longer_than_the_transaction_timeout_are_ridden_out(tmp_path, request):
@@ -241,7 +209,7 @@ def test_broker_stalls_longer_than_the_transaction_timeout_are_ridden_out(tmp_pa
             run.log.proc.kill()
             run.registry.kill()
         broker.proc.send_signal(signal.SIGCONT)
-        broker.stop()
+        broker.remove()
 
 
 def test_an_unreachable_bootstrap_fails_within_its_timeout_naming_each_address(tmp_path):
