@@ -302,6 +302,26 @@ metric!(
     )
 );
 metric!(
+    CHANGE_KEYS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_change_keys_total",
+        "Candidate keys of change units decided from narrow columns (only their rows are read whole)",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    FULL_DIFF_UNITS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_full_diff_units_total",
+        "Change units read whole on both sides instead of by changed keys, by reason",
+        &["connector", "reason"],
+        REGISTRY
+    )
+);
+metric!(
     SPILLED_BYTES,
     IntCounterVec,
     register_int_counter_vec_with_registry!(

@@ -24,6 +24,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("read.memory.budget", "256MiB", "memory for reading a unit: log records of a merge, full-scan key hashes, change units diffed in memory; beyond it they spill to disk (bytes, or KiB/MiB/GiB)"),
     ("read.spill.dir", "(system temp dir)", "directory for spilled log records"),
     ("changelog.enabled", "false", "merge-on-read: emit every log record of an instant (op from `_hoodie_operation`, `-U`/`U` paired into one `u`) instead of its net change"),
+    ("read.change.detection", "narrow", "Hudi change units: `narrow` decides which keys an instant changed from the key and commit-time columns (or the instant's log blocks) and reads whole rows only for those; `full` reads and diffs both sides of every touched file group whole (the same events, for comparison)"),
     ("read.cdc.from-log", "auto", "Hudi tables with `hoodie.table.cdc.enabled`: `auto` reads an instant's changes from its CDC log files where every updated file group has one (else diffs it), `true` requires them (an update without one fails naming the file group), `false` always diffs"),
     ("hoodie.datasource.merge.type", "payload_combine", "`skip_merge`: like changelog mode, but log records are emitted without event-time ordering (Flink's skip_merge)"),
     ("catalog.type", "hadoop", "Iceberg: `hadoop` (table.path), `sql` (sqlite SqlCatalog, as pyiceberg writes it) or `rest`"),

@@ -75,6 +75,7 @@ fn read(v: &Validator) -> Result<ReadConfig, ConfigError> {
             &[("payload_combine", false), ("skip_merge", true)],
         )?,
         cdc_from_log: auto_bool(v, "read.cdc.from-log")?,
+        narrow_changes: v.one_of("read.change.detection", true, &[("narrow", true), ("full", false)])?,
         key_partition_path: auto_bool(v, "key.partition-path")?,
         memory_budget: memory_budget(v)?,
         spill_dir: v

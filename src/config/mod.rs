@@ -169,6 +169,9 @@ pub struct ReadConfig {
     pub changelog: bool,
     /// `hoodie.datasource.merge.type=skip_merge`.
     pub skip_merge: bool,
+    /// `read.change.detection=narrow` (default): a Hudi change unit decides which keys changed
+    /// from narrow columns and reads only their rows; `full` diffs whole file groups.
+    pub narrow_changes: bool,
     /// `read.cdc.from-log`: Hudi CDC log files as the changes (`None`: auto).
     pub cdc_from_log: Option<bool>,
     /// `key.partition-path`: the Hudi Kafka key carries the partition path (`None`: decided from

@@ -214,6 +214,7 @@ impl HudiSource {
                     if is_new != want_new || !wanted {
                         continue;
                     }
+                    // (planning needs no key selection: the schema is the same)
                     let cache = FileCache::single_pass(None);
                     let reader = self.slice_reader(r.tl, &cache);
                     if let Some(s) = self
@@ -244,7 +245,7 @@ impl HudiSource {
         for (s, sp) in r.unit.splits.iter().enumerate() {
             // log blocks decoded once for both sides; base files streamed
             let cache = FileCache::streaming(None);
-            let reader = self.slice_reader(r.tl, &cache);
+            let reader = self.unit_reader(r, &cache);
             for (is_new, wanted) in Self::sides(r, sp) {
                 if !wanted {
                     continue;

@@ -29,6 +29,8 @@ pub struct SliceMerge<'a> {
     pub(super) reader: &'a SliceReader<'a>,
     pub(super) partition: String,
     pub(super) base: Option<std::iter::Peekable<BaseBatches>>,
+    /// The base file's schema (its rows may all be left out by a key selection).
+    pub(super) base_schema: Option<SchemaRef>,
     /// (file, block) of the log blocks taking part, in commit order.
     pub(super) blocks: Vec<(usize, usize)>,
     pub(super) cached: Vec<(CachedLog, PathBuf)>,
@@ -131,7 +133,7 @@ impl SliceMerge<'_> {
                 _ => self.decode_each(k, &mut |x| {
                     // changelog-mode records: before-images take no part, `D` deletes
                     let (upserts, deletes) = split_operations(&x)?;
-                    let rows = conform(&upserts, target)?;
+                    let rows = conform(&self.reader.restrict(upserts)?, target)?;
                     let p = rows.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
                     if let Some(f) = log.full.as_mut() {
                         full_bytes += rows.get_array_memory_size();
@@ -239,7 +241,7 @@ impl SliceMerge<'_> {
                 let (upserts, _) = split_operations(&x)?;
                 let n = picks.iter().take_while(|p| p.0 == src).count();
                 if n > 0 {
-                    out(gather(conform(&upserts, target)?, &picks[..n])?)?;
+                    out(gather(conform(&self.reader.restrict(upserts)?, target)?, &picks[..n])?)?;
                     picks = &picks[n..];
                 }
                 src += 1;

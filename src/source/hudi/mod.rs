@@ -13,6 +13,7 @@ pub mod files;
 pub mod log;
 pub mod merge;
 mod monitor;
+mod narrow;
 mod reader;
 pub mod slice;
 pub mod timeline;

@@ -10,18 +10,21 @@ use arrow_schema::SchemaRef;
 
 use super::files::Listings;
 use super::merge::SliceMerge;
+use super::narrow::{restricted_bytes, KeyFilter};
 use super::slice::{FileCache, SliceReader, SliceState};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
 
 mod inputs;
-use crate::source::buckets::restrict;
+use crate::metrics;
+use crate::source::buckets::{buckets_for, restrict};
 use crate::source::rows::{conform, diff, nullable};
 use crate::source::{ChangeRow, Resume, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl HudiSource {
     pub(super) fn slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
         SliceReader {
+            keys: None,
             spill: self.spill.clone(),
             table: &self.table,
             timeline,
@@ -29,6 +32,13 @@ impl HudiSource {
             cache,
             connector: &self.connector,
         }
+    }
+
+    /// A slice reader for a unit: it reads only the unit's candidate keys where it has them.
+    pub(super) fn unit_reader<'a>(&'a self, r: &UnitRead<'a>, cache: &'a FileCache) -> SliceReader<'a> {
+        let mut reader = self.slice_reader(r.tl, cache);
+        reader.keys = r.keys;
+        reader
     }
 
     /// A slice reader for one of the threads of a parallel read: its share of the budget.
@@ -63,16 +73,22 @@ impl HudiSource {
         let unit = r.unit;
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
-        let reader = self.slice_reader(r.tl, cache);
+        let reader = self.unit_reader(r, cache);
         for (s, sp) in splits.iter().enumerate() {
-            let side = |inclusive: bool| -> Result<Option<SliceState>, SourceError> {
+            // (the slice's planned schema: a side whose selected keys left no rows still has one)
+            let side = |inclusive: bool| -> Result<Option<(Option<SchemaRef>, SliceState)>, SourceError> {
                 let merge = self.open_slice(r, &reader, sp, inclusive)?;
-                merge.map(SliceMerge::collect).transpose()
+                merge
+                    .map(|m| {
+                        let schema = m.schema().cloned();
+                        m.collect().map(|st| (schema, st))
+                    })
+                    .transpose()
             };
             let old = if unit.snapshot { None } else { side(false)? };
             let new = if r.is_replaced(sp) { None } else { side(true)? };
             for (is_new, st) in [(false, old), (true, new)] {
-                let Some(st) = st else { continue };
+                let Some((schema, st)) = st else { continue };
                 sides.rows_read[s] += st.rows_read;
                 sides.bytes_read[s] += st.bytes_read;
                 if let Some(f) = &st.file {
@@ -80,8 +96,8 @@ impl HudiSource {
                         sides.file[s] = join_path(&sp.partition, f);
                     }
                 }
-                if let Some(first) = st.batches.first() {
-                    raw.push((s, is_new, first.schema(), st.batches));
+                if let Some(schema) = schema.or_else(|| st.batches.first().map(|b| b.schema())) {
+                    raw.push((s, is_new, schema, st.batches));
                 }
             }
         }
@@ -235,6 +251,7 @@ impl HudiSource {
             tl: &tl,
             replaced: &replaced,
             listings: &listings,
+            keys: None,
         };
         if unit.snapshot {
             return self.read_snapshot(&r, &resume.done, emit);
@@ -242,9 +259,24 @@ impl HudiSource {
         if changelog {
             return self.read_changelog(&r, done, emit);
         }
-        let buckets = match resume.buckets {
-            Some(b) => b.max(1),
-            None => self.change_buckets(&r)?,
+        // which keys the unit changed, from narrow columns: then only their rows are read whole
+        let candidates = match cdc {
+            None => self.changed_keys(&r)?,
+            Some(_) => None,
+        };
+        let r = UnitRead {
+            keys: candidates.as_ref().map(|c| &c.keys),
+            ..r
+        };
+        if let Some(c) = &candidates {
+            metrics::CHANGE_KEYS
+                .with_label_values(&[&self.connector])
+                .inc_by(c.keys.len() as u64);
+        }
+        let buckets = match (resume.buckets, &candidates) {
+            (Some(b), _) => b.max(1),
+            (None, Some(c)) => buckets_for(restricted_bytes(c), self.spill.budget),
+            (None, None) => self.change_buckets(&r)?,
         };
         if let Some(cdc) = cdc {
             // images from the slices are held in memory: beyond the budget the (bucketed) diff
@@ -289,13 +321,16 @@ impl HudiSource {
     }
 }
 
-/// What reading one unit needs: the unit, the timeline, the file groups replaced by then, and
-/// the partition listings (each partition listed once per unit).
+/// What reading one unit needs: the unit, the timeline, the file groups replaced by then, the
+/// partition listings (each partition listed once per unit), and the keys it reads.
+#[derive(Clone, Copy)]
 pub(super) struct UnitRead<'a> {
     pub unit: &'a Unit,
     pub tl: &'a Timeline,
     pub replaced: &'a BTreeSet<(String, String)>,
     pub listings: &'a Listings,
+    /// The unit's candidate keys (see [`super::narrow`]): only their rows are read. `None`: all.
+    pub keys: Option<&'a KeyFilter>,
 }
 
 impl UnitRead<'_> {

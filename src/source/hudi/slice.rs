@@ -149,6 +149,34 @@ impl FileCache {
         }
     }
 
+    /// A base file's rows of the selected keys only (see [`super::narrow`]): streamed, or read once
+    /// and kept like [`Self::base`].
+    pub(super) fn base_selected(
+        &self,
+        storage: &Storage,
+        path: &Path,
+        keys: &super::narrow::KeyFilter,
+        virtual_keys: Option<(&[String], &str)>,
+    ) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
+        if let Some(v) = self.base.lock().expect("cache lock").get(path) {
+            return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
+        }
+        let s = super::narrow::open_base_selected(storage, path, keys, virtual_keys)?;
+        if self.stream_base {
+            return Ok((s.schema, BaseBatches::Stream(s.reader, path.into()), s.size));
+        }
+        let batches = s
+            .reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SourceError::Arrow {
+                context: format!("reading {}", path.display()),
+                source: e,
+            })?;
+        let v = Arc::new((s.schema, batches, s.size));
+        self.base.lock().expect("cache lock").insert(path.into(), v.clone());
+        Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
+    }
+
     pub(super) fn base(&self, storage: &Storage, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
@@ -195,6 +223,8 @@ pub struct SpillConfig {
 }
 
 pub struct SliceReader<'a> {
+    /// Only these record keys are read (a change unit's candidate keys, see [`super::narrow`]).
+    pub keys: Option<&'a super::narrow::KeyFilter>,
     pub spill: SpillConfig,
     pub table: &'a TableConfig,
     pub timeline: &'a Timeline,
@@ -233,6 +263,21 @@ impl SliceReader<'_> {
             (&a.instant, log_version(&a.name), &a.name).cmp(&(&b.instant, log_version(&b.name), &b.name))
         });
         out
+    }
+
+    /// The rows of `batch` this reader reads: all, or those of the selected keys.
+    pub(super) fn restrict(&self, batch: RecordBatch) -> Result<RecordBatch, SourceError> {
+        match self.keys {
+            Some(k) => k.restrict(batch),
+            None => Ok(batch),
+        }
+    }
+
+    /// A virtual-key table's key fields and the partition (record keys are derived from them).
+    pub(super) fn virtual_keys<'p>(&'p self, partition: &'p str) -> Option<(&'p [String], &'p str)> {
+        self.merge
+            .virtual_keys
+            .then_some((self.merge.key_fields.as_slice(), partition))
     }
 
     /// A data block's records as Arrow (virtual keys derived), `_hoodie_operation` kept.

@@ -31,11 +31,19 @@ impl<'a> SliceMerge<'a> {
         let logs = reader.slice_logs(base, log_files);
         let mut file = None;
         let mut bytes_read = 0;
+        let mut base_schema = None;
         let base_stream = match base {
             Some(b) => {
-                let (_, batches, size) = reader.cache.base(storage, &dir.join(&b.name))?;
+                let path = dir.join(&b.name);
+                let (schema, batches, size) = match reader.keys {
+                    Some(keys) => reader
+                        .cache
+                        .base_selected(storage, &path, keys, reader.virtual_keys(partition))?,
+                    None => reader.cache.base(storage, &path)?,
+                };
                 bytes_read += size;
                 file = Some(b.name.clone());
+                base_schema = Some(schema);
                 Some(batches)
             }
             None => None,
@@ -88,6 +96,7 @@ impl<'a> SliceMerge<'a> {
             reader,
             partition: partition.to_string(),
             base: base_stream.map(|b| b.peekable()),
+            base_schema,
             blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
             cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
             last_schema: None,
@@ -105,6 +114,17 @@ impl SliceMerge<'_> {
     /// file's, every column nullable, layout columns dropped. `None`: the slice has no rows.
     pub fn schema(&self) -> Option<&SchemaRef> {
         self.target.as_ref()
+    }
+
+    /// Merge only `columns` (those the schema has): enough to tell which keys are live and
+    /// their commit times, without materialising the rest (see [`super::super::narrow`]).
+    pub fn narrow(&mut self, columns: &[String]) {
+        if let Some(t) = &self.target {
+            let idx: Vec<usize> = (0..t.fields().len())
+                .filter(|&i| columns.iter().any(|c| c == t.field(i).name()))
+                .collect();
+            self.target = t.project(&idx).ok().map(std::sync::Arc::new);
+        }
     }
 
     pub(super) fn block(&self, k: usize) -> (&LogBlock, &Path) {
@@ -159,7 +179,11 @@ impl SliceMerge<'_> {
                             .and_then(Result::err)
                             .expect("the peeked error"))
                     }
-                    None => None,
+                    // a base file with no (selected) rows still has its schema
+                    None => match self.base_schema.clone() {
+                        Some(s) => Some(self.with_keys(RecordBatch::new_empty(s))?.schema()),
+                        None => None,
+                    },
                 }
             }
         };

@@ -1,0 +1,350 @@
+//! Change units that cost what changed, not what the file groups hold: *which* record keys a
+//! unit may have changed is decided from narrow columns, then both sides of the unit are merged
+//! and diffed for those keys only ([`KeyFilter`] on the slice reader: base files read in two
+//! passes, the key column and then every column of the selected rows only; log records dropped
+//! unless their key is selected).
+//!
+//! The candidate keys of a unit ([`HudiSource::changed_keys`]), per file group it touched:
+//! * **the base file did not change** (merge-on-read, log-only instant): the keys of the
+//!   instant's own log blocks (data and delete blocks). A key outside them merges to the same row
+//!   on both sides, whatever the merge mode.
+//! * **a new base file** (copy-on-write, inserts into a new file group, compaction, clustering,
+//!   overwrite): the new slice's live keys whose `_hoodie_commit_time` is the instant (carried-over
+//!   rows keep theirs, so do compaction and clustering), plus the old slice's live keys missing
+//!   from the new slice. Both slices are merged on their narrow columns only (key, commit time,
+//!   ordering fields, soft-delete flag).
+//!
+//! The set is a superset of the keys whose events the unit has, and every row of a selected key
+//! is read on both sides, in every file group of the unit (a key that moved or is duplicated
+//! across file groups meets all its versions). So the diff of the restricted sides is the full
+//! diff restricted to those keys: the same events, in the same order, whatever the path (and a
+//! resumed unit may switch paths). Without a commit-time column (virtual keys) a rewritten file
+//! group cannot say which rows are new: the unit then takes the full diff, logged and counted.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use arrow::array::BooleanBufferBuilder;
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, SchemaRef};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+};
+use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::PageIndexPolicy;
+
+use super::files::{base_as_of, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META_COLUMNS};
+use super::reader::UnitRead;
+use super::slice::{FileCache, InstantBlock};
+use super::HudiSource;
+use crate::metrics;
+use crate::source::buckets::DECODED_PER_FILE_BYTE;
+use crate::source::SourceError;
+use crate::storage::Storage;
+
+const RECORD_KEY: &str = "_hoodie_record_key";
+const COMMIT_TIME: &str = "_hoodie_commit_time";
+
+/// The record keys a unit reads (see the module doc): rows of other keys are not decoded past
+/// their key column.
+#[derive(Debug, Default)]
+pub struct KeyFilter {
+    keys: HashSet<Box<str>>,
+}
+
+impl KeyFilter {
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+
+    fn insert(&mut self, key: &str) {
+        if !self.keys.contains(key) {
+            self.keys.insert(key.into());
+        }
+    }
+
+    /// Which rows of a record-key column are selected (a null key never is).
+    pub fn mask(&self, keys: &StringArray) -> BooleanArray {
+        (0..keys.len())
+            .map(|i| Some(keys.is_valid(i) && self.contains(keys.value(i))))
+            .collect()
+    }
+
+    /// The rows of `batch` whose `_hoodie_record_key` is selected (all of them without that
+    /// column: a superset is always safe).
+    pub fn restrict(&self, batch: RecordBatch) -> Result<RecordBatch, SourceError> {
+        let Some(keys) = record_keys(&batch)? else {
+            return Ok(batch);
+        };
+        let keep = self.mask(&keys);
+        if keep.true_count() == batch.num_rows() {
+            return Ok(batch);
+        }
+        arrow::compute::filter_record_batch(&batch, &keep).map_err(SourceError::arrow("selecting changed keys"))
+    }
+}
+
+/// The `_hoodie_record_key` column as strings (`None`: the batch has none).
+fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, SourceError> {
+    let Some(col) = batch.column_by_name(RECORD_KEY) else {
+        return Ok(None);
+    };
+    let col = if col.data_type() == &DataType::Utf8 {
+        col.clone()
+    } else {
+        arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow("record key as text"))?
+    };
+    Ok(col.as_any().downcast_ref::<StringArray>().cloned())
+}
+
+/// A base file's selected rows: its schema (layout columns left out), a reader of the rows whose
+/// record key is in `keys`, its size, and the rows whose key was scanned.
+pub(super) struct SelectedBase {
+    pub schema: SchemaRef,
+    pub reader: ParquetRecordBatchReader,
+    pub size: u64,
+    pub scanned: u64,
+}
+
+/// Read a base file for `keys` only, in two passes: the key column (or a virtual-key table's key
+/// fields, `virtual_keys` = (fields, partition)), then every column of the selected rows, row
+/// groups without one skipped, and pages too where the file has a page index.
+pub(super) fn open_base_selected(
+    storage: &Storage,
+    path: &Path,
+    keys: &KeyFilter,
+    virtual_keys: Option<(&[String], &str)>,
+) -> Result<SelectedBase, SourceError> {
+    let perr = |source| SourceError::Parquet {
+        path: path.into(),
+        source,
+    };
+    let input = storage.open(path).map_err(SourceError::io(path))?;
+    let size = parquet::file::reader::Length::len(&input);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(perr)?;
+    input.plan(builder.metadata());
+    let key_columns: Vec<String> = match virtual_keys {
+        Some((fields, _)) => fields.to_vec(),
+        None => vec![RECORD_KEY.to_string()],
+    };
+    let roots: Vec<usize> = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| key_columns.iter().any(|k| k == f.name()))
+        .map(|(i, _)| i)
+        .collect();
+    let groups: Vec<usize> = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.num_rows() as usize)
+        .collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let pass = builder
+        .with_projection(mask)
+        .with_batch_size(BASE_BATCH_ROWS)
+        .build()
+        .map_err(perr)?;
+    let mut selected = BooleanBufferBuilder::new(groups.iter().sum());
+    for b in pass {
+        let b = b.map_err(|e| SourceError::Arrow {
+            context: format!("reading the keys of {}", path.display()),
+            source: e,
+        })?;
+        let b = match virtual_keys {
+            Some((fields, partition)) => with_virtual_keys(&b, fields, partition)?,
+            None => b,
+        };
+        let keys_col = record_keys(&b)?.ok_or_else(|| SourceError::Unreadable {
+            message: format!("{}: no {RECORD_KEY} column to select changed rows by", path.display()),
+        })?;
+        selected.append_buffer(keys.mask(&keys_col).values());
+    }
+    let selected = selected.finish();
+    let scanned = selected.len() as u64;
+    // row groups with a selected row, and the selection over their rows only
+    let (mut keep_groups, mut filters, mut start) = (Vec::new(), Vec::new(), 0);
+    for (g, &n) in groups.iter().enumerate() {
+        let part = selected.slice(start, n.min(selected.len().saturating_sub(start)));
+        if part.count_set_bits() > 0 {
+            keep_groups.push(g);
+            filters.push(BooleanArray::new(part, None));
+        }
+        start += n;
+    }
+    // the offset index (where the file has one) lets the selection skip whole pages
+    let options = ArrowReaderOptions::new().with_offset_index_policy(match keep_groups.is_empty() {
+        true => PageIndexPolicy::Skip,
+        false => PageIndexPolicy::Optional,
+    });
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(input, options).map_err(perr)?;
+    let keep: Vec<usize> = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !LAYOUT_META_COLUMNS.contains(&f.name().as_str()))
+        .map(|(i, _)| i)
+        .collect();
+    let mask = ProjectionMask::roots(builder.parquet_schema(), keep);
+    let reader = builder
+        .with_projection(mask)
+        .with_row_groups(keep_groups)
+        .with_row_selection(RowSelection::from_filters(&filters))
+        .with_batch_size(BASE_BATCH_ROWS)
+        .build()
+        .map_err(perr)?;
+    let schema = arrow_array::RecordBatchReader::schema(&reader);
+    Ok(SelectedBase {
+        schema,
+        reader,
+        size,
+        scanned,
+    })
+}
+
+/// What the candidate-key pass of a unit found.
+pub(super) struct Candidates {
+    pub keys: KeyFilter,
+    /// Decoded bytes a selected row is estimated to take (for the in-memory or bucketed choice).
+    pub row_bytes: u64,
+}
+
+impl HudiSource {
+    /// The candidate keys of a change unit (see the module doc); `None` where the unit must take
+    /// the full diff (`read.change.detection=full`, or a rewritten file group without commit
+    /// times).
+    pub(super) fn changed_keys(&self, r: &UnitRead<'_>) -> Result<Option<Candidates>, SourceError> {
+        if !self.read.narrow_changes || r.unit.snapshot {
+            return Ok(None);
+        }
+        let (instant, at) = (r.unit.position.instant.as_str(), r.unit.position.order_key());
+        let mut keys = KeyFilter::default();
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        let mut sample: Option<(u64, u64)> = None;
+        for sp in &r.unit.splits {
+            let files = r.listings.partition(&sp.partition)?;
+            let (base, logs) = files.group(&sp.file_group);
+            let old_base = base_as_of(base, r.tl, at, false);
+            let replaced = r.is_replaced(sp);
+            if !replaced && old_base.map(|b| &b.name) == base_as_of(base, r.tl, at, true).map(|b| &b.name) {
+                let cache = FileCache::default();
+                let reader = self.slice_reader(r.tl, &cache);
+                for block in reader.instant_blocks(&sp.partition, base, logs, at, instant)? {
+                    match block {
+                        InstantBlock::Data(batches) => {
+                            for b in &batches {
+                                let s = sample.get_or_insert((0, 0));
+                                s.0 += b.num_rows() as u64;
+                                s.1 += b.get_array_memory_size() as u64;
+                                for k in record_keys(b)?.iter().flatten().flatten() {
+                                    keys.insert(k);
+                                }
+                            }
+                        }
+                        InstantBlock::Delete(deleted) => deleted.iter().for_each(|d| keys.insert(&d.record_key)),
+                    }
+                }
+                continue;
+            }
+            let Some(scan) = self.rewritten_keys(r, sp, replaced, instant, &mut keys)? else {
+                tracing::info!(connector = %self.connector, instant, file_group = %sp.id,
+                    "change unit: no _hoodie_commit_time to tell new rows from carried-over ones; diffing whole file groups");
+                metrics::FULL_DIFF_UNITS
+                    .with_label_values(&[&self.connector, "no_commit_time"])
+                    .inc();
+                return Ok(None);
+            };
+            rows += scan.0;
+            bytes += scan.1;
+        }
+        let row_bytes = match sample {
+            Some((n, b)) if n > 0 => b / n,
+            _ => (bytes * DECODED_PER_FILE_BYTE).checked_div(rows).unwrap_or(1024),
+        };
+        tracing::debug!(connector = %self.connector, instant, keys = keys.len(), key_rows = rows, "change unit: candidate keys");
+        Ok(Some(Candidates {
+            keys,
+            row_bytes: row_bytes.max(64),
+        }))
+    }
+
+    /// The candidate keys of a file group whose base file the unit rewrote (or replaced): the new
+    /// slice's keys written by `instant`, and the old slice's keys gone from the new one. Returns
+    /// (rows scanned, bytes of the files), or `None` without a commit-time column.
+    fn rewritten_keys(
+        &self,
+        r: &UnitRead<'_>,
+        sp: &crate::source::SplitSpec,
+        replaced: bool,
+        instant: &str,
+        out: &mut KeyFilter,
+    ) -> Result<Option<(u64, u64)>, SourceError> {
+        let columns = self.narrow_columns();
+        let cache = FileCache::streaming(Some(columns.clone()));
+        let reader = self.slice_reader(r.tl, &cache);
+        let mut old: HashSet<Box<str>> = HashSet::new();
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        if let Some(mut m) = self.open_slice(r, &reader, sp, false)? {
+            m.narrow(&columns);
+            bytes += m.bytes_read;
+            rows += m.run(&mut |b| {
+                for k in record_keys(&b)?.iter().flatten().flatten() {
+                    old.insert(k.into());
+                }
+                Ok(())
+            })?;
+        }
+        if !replaced {
+            if let Some(mut m) = self.open_slice(r, &reader, sp, true)? {
+                m.narrow(&columns);
+                if m.schema().is_some_and(|s| s.index_of(COMMIT_TIME).is_err()) {
+                    return Ok(None);
+                }
+                bytes += m.bytes_read;
+                let mut missing_time = false;
+                rows += m.run(&mut |b| {
+                    let (Some(k), Some(t)) = (record_keys(&b)?, super::string_column(&b, COMMIT_TIME)) else {
+                        missing_time = true;
+                        return Ok(());
+                    };
+                    for i in (0..b.num_rows()).filter(|&i| k.is_valid(i)) {
+                        let key = k.value(i);
+                        old.remove(key);
+                        if !t.is_valid(i) || t.value(i) == instant {
+                            out.insert(key);
+                        }
+                    }
+                    Ok(())
+                })?;
+                if missing_time {
+                    return Ok(None);
+                }
+            }
+        }
+        old.iter().for_each(|k| out.insert(k));
+        Ok(Some((rows, bytes)))
+    }
+
+    /// The columns that decide whether a row changed: record key (a virtual-key table's key
+    /// fields), commit time, ordering fields and soft-delete flag (the merge needs both).
+    fn narrow_columns(&self) -> Vec<String> {
+        let mut c: Vec<String> = vec![RECORD_KEY.into(), COMMIT_TIME.into(), "_hoodie_is_deleted".into()];
+        c.extend(self.merge.ordering.iter().cloned());
+        if self.merge.virtual_keys {
+            c.extend(self.merge.key_fields.iter().cloned());
+        }
+        c
+    }
+}
+
+/// A unit's restricted sides, held in memory, are about `2 × keys × row_bytes`.
+pub(super) fn restricted_bytes(c: &Candidates) -> u64 {
+    2 * c.keys.len() as u64 * c.row_bytes
+}
