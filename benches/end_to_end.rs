@@ -32,6 +32,9 @@ use lakestream::generate::{self, GenerateOptions, TableType};
 use lakestream::metrics;
 use lakestream::runtime::{run_connector, RunOptions};
 
+#[path = "end_to_end/change.rs"]
+mod change;
+
 fn counter_sum(c: &prometheus::IntCounterVec, ops: &[&str]) -> u64 {
     ops.iter()
         .map(|op| {
@@ -52,6 +55,14 @@ fn cpu_seconds() -> f64 {
             Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
         })
         .unwrap_or(0.0)
+}
+
+/// Bytes this process read through read(2)/pread(2) (`rchar` of /proc/self/io): local table files.
+fn read_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("rchar: ")?.trim().parse().ok()))
+        .unwrap_or(0)
 }
 
 fn peak_rss_mib() -> f64 {
@@ -119,11 +130,12 @@ fn run_case(label: &str, table: &Path, extra: &str) {
         .map(|c| c.get())
         .unwrap_or(0);
     println!(
-        "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB",
+        "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB  read {:>6} MiB",
         events as f64 / secs,
         cpu_seconds(),
         peak_rss_mib(),
-        spilled >> 20
+        spilled >> 20,
+        read_bytes() >> 20
     );
     record_result(events, secs);
 }
@@ -209,8 +221,14 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
 }
 
 fn child(label: &str, table: &Path, extra: &str) {
-    let (topic, _) = child_keeping(label, table, extra, &[]);
+    child_kept_deleted(label, table, extra);
+}
+
+/// [`child`], returning its topic (deleted) and its (events, seconds).
+fn child_kept_deleted(label: &str, table: &Path, extra: &str) -> (String, (f64, f64)) {
+    let (topic, result) = child_keeping(label, table, extra, &[]);
     delete_topics(&[topic.clone(), format!("{topic}-offsets")]);
+    (topic, result)
 }
 
 /// A case in its own process; its topic is left for the caller to delete. Returns the topic and
@@ -418,6 +436,12 @@ fn main() {
     if only.is_empty() || only.contains("gen") {
         for rows in sizes {
             generated_cases(dir.path(), rows);
+        }
+    }
+    if only.is_empty() || only.contains("change") {
+        let sizes = std::env::var("BENCH_CHANGE_SIZES").unwrap_or_else(|_| "2000000,16000000".into());
+        for rows in sizes.split(',').filter_map(|v| v.trim().parse().ok()) {
+            change::change_cases(dir.path(), rows);
         }
     }
     if only.is_empty() || only.contains("iceberg") {

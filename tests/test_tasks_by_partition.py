@@ -58,7 +58,8 @@ def test_four_tasks_by_partition_read_a_quarter_each_hudi(env, registry, tmp_pat
     revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
     conns = {}
     for name, extra in [("part", {"tasks.max": "4", "tasks.ownership": "partition", "topic.creation.default.partitions": "4"}),
-                        ("auto", {"tasks.max": "4"}), ("one", {})]:
+                        ("auto", {"tasks.max": "4"}), ("keyhash", {"tasks.max": "4", "key.partition-path": "false"}),
+                        ("one", {})]:
         topic = f"tbp-{name}-" + uuid.uuid4().hex[:8]
         conns[name] = (testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **extra), topic,
                        testkit.Replay(registry), set(), {})
@@ -69,14 +70,39 @@ def test_four_tasks_by_partition_read_a_quarter_each_hudi(env, registry, tmp_pat
             for t, b in bytes_by_task(r.stderr).items():
                 read[t] = read.get(t, 0) + b
             if step == 0 and name == "auto":
-                assert "tasks divide this table by key hash" in r.stderr, "partition `part` is not a key field"
+                assert "tasks divide this table by partition" in r.stderr, "the default Kafka key carries the partition path"
+            if step == 0 and name == "keyhash":
+                assert "tasks divide this table by key hash" in r.stderr, "record key only: `part` is not a key field"
             replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
             testkit.compare(oracle, inst["rows"], replay, f"{name} step {step} ({inst['action']} {inst['requested']})")
     whole = conns["one"][4][0]
     shares = assert_quarters(conns["part"][4], whole, "tasks.ownership=partition")
-    by_key = {t: round(b / whole, 3) for t, b in conns["auto"][4].items()}
+    auto = assert_quarters(conns["auto"][4], whole, "default settings (the key carries the partition path)")
+    by_key = {t: round(b / whole, 3) for t, b in conns["keyhash"][4].items()}
     assert all(s > 0.9 for s in by_key.values()), f"divided by key every task reads every file: {by_key}"
-    print("bytes read per task, share of one task's:", shares, "by key:", by_key)
+    print("bytes read per task, share of one task's:", shares, "auto:", auto, "by key:", by_key)
+
+
+def test_a_connector_running_by_key_hash_keeps_its_scheme_on_auto(env, registry, tmp_path):
+    """A connector whose tasks already divide the table by key hash (stored generations) keeps
+    that scheme under `tasks.ownership=auto` even though a fresh one would divide by partition:
+    no new generation, and the replay still equals the table."""
+    table, oracle = generated_mor(tmp_path, 2000, 3)
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    topic = "keep-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"tasks.max": "2", "tasks.ownership": "key"})
+    replay, seen = testkit.Replay(registry), set()
+    for step, inst in enumerate(oracle["instants"]):
+        revealed.reveal_through(testkit.instant_order(inst))
+        if step == 1:
+            set_props(props, tasks_ownership="auto")
+        r = testkit.run_once(props)
+        if step >= 1:
+            assert "tasks keep dividing the table by key hash" in r.stderr, r.stderr[-3000:]
+            assert "previous generation's producer fenced" not in r.stderr, "no new generation"
+        replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
+        testkit.compare(oracle, inst["rows"], replay, f"step {step}")
+    assert len(offsets_keys(env, "c-" + topic)) == 2, "one generation of two tasks"
 
 
 def test_rescaling_and_changing_ownership_with_kill_hudi(env, registry, tmp_path):

@@ -107,11 +107,16 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
         .await
         .expect("position_of panicked")?;
     let mut cfg = cfg.clone();
-    cfg.runtime.by_partition = source.ownership() == Ownership::Partition;
     let c = cfg.clone();
     let old = tokio::task::spawn_blocking(move || records_of(&c))
         .await
         .expect("offsets reader panicked")?;
+    // (a running connector divided by key hash keeps that scheme: see tasks::effective_ownership)
+    let ownership = match old.values().max_by_key(|(.., o)| o.epoch) {
+        Some((.., o)) if source.partition_ownership_from_key() && o.ownership == Ownership::Key => Ownership::Key,
+        _ => source.ownership(),
+    };
+    cfg.runtime.by_partition = ownership == Ownership::Partition;
     let key = old
         .values()
         .map(|(.., o)| o.key.clone())
@@ -124,7 +129,7 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
                 issued: Some(position.clone()),
                 tasks: cfg.runtime.tasks,
                 epoch,
-                ownership: source.ownership(),
+                ownership,
                 key: key.clone(),
                 updated_ms: super::now_ms(),
                 ..Default::default()

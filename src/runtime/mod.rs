@@ -127,7 +127,8 @@ pub(super) async fn run_inner(
     health: TaskHealthHandle,
 ) -> Result<(), RuntimeError> {
     let mut source = open_source_async(&cfg).await?;
-    cfg.runtime.by_partition = source.ownership() == Ownership::Partition;
+    let ownership = tasks::effective_ownership(&opts.cluster, &cfg, &source).await?;
+    cfg.runtime.by_partition = ownership == Ownership::Partition;
     let sink = opts.cluster.start(&cfg, health.clone()).await?;
     let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, &source).await?;
     if resume::kept_record_key(&cfg, &state.key, &source.info().key_fields) {
@@ -143,7 +144,7 @@ pub(super) async fn run_inner(
     if let (false, Some(issued)) = (new_state, &state.issued) {
         resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
-    tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, tasks = cfg.runtime.tasks, ownership = %source.ownership().name(),
+    tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, tasks = cfg.runtime.tasks, ownership = %ownership.name(),
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let encoder = encoder_for(&cfg, source.info().clone())?;

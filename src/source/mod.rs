@@ -408,6 +408,12 @@ pub trait Source: Send + Sync {
         Ownership::Key
     }
 
+    /// Whether [`Self::ownership`] is by partition only because `tasks.ownership=auto` found the
+    /// Kafka key carrying the partition: a connector already running by key hash keeps that.
+    fn partition_ownership_from_key(&self) -> bool {
+        false
+    }
+
     /// Whether a unit's splits depend on the ownership scheme (then a scheme change cannot hand
     /// over a unit an old task had half emitted).
     fn splits_follow_ownership(&self) -> bool {

@@ -41,6 +41,8 @@ pub struct HudiSource {
     /// Threads reading the splits of a full scan.
     threads: usize,
     ownership: super::Ownership,
+    /// The partition scheme follows only from the `auto` key carrying the partition path.
+    ownership_from_key: bool,
     /// Archived instants by history version.
     archived: std::sync::Mutex<Option<ArchivedInstants>>,
 }
@@ -63,19 +65,24 @@ impl HudiSource {
         if by_path {
             key_fields.push(PARTITION_PATH.into());
         }
-        // an explicit partition-path key proves rows stay in their partition; `auto` leaves the
-        // task scheme as it was decided before the key could carry the partition (a running
-        // connector's task generation stays when it keeps its stored key, see the runtime)
+        // a Kafka key that carries the partition path proves an identity stays in its partition
+        // (explicit or `auto`); a connector already running by key hash keeps that scheme (the
+        // runtime asks `partition_ownership_from_key`)
         let proof = match movable {
-            _ if cfg.read.key_partition_path == Some(true) && by_path => Ok(()),
+            _ if by_path => Ok(()),
             None => Ok(()),
             Some(f) => Err(format!(
                 "partition field `{f}` is not a record-key field, so a key can change partition"
             )),
         };
         let ownership = super::Ownership::decide(cfg, &table.name, !partition_fields.is_empty(), proof);
+        let ownership_from_key = movable.is_some()
+            && by_path
+            && cfg.read.key_partition_path.is_none()
+            && cfg.runtime.ownership == crate::config::TaskOwnership::Auto;
         Ok(Self {
             ownership,
+            ownership_from_key,
             info: TableInfo {
                 name: table.name.clone(),
                 key_fields,
@@ -178,6 +185,10 @@ impl Source for HudiSource {
 
     fn ownership(&self) -> super::Ownership {
         self.ownership
+    }
+
+    fn partition_ownership_from_key(&self) -> bool {
+        self.ownership_from_key && self.ownership == super::Ownership::Partition
     }
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {

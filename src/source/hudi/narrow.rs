@@ -102,12 +102,11 @@ fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, SourceError> 
 }
 
 /// A base file's selected rows: its schema (layout columns left out), a reader of the rows whose
-/// record key is in `keys`, its size, and the rows whose key was scanned.
+/// record key is in `keys`, and its size.
 pub(super) struct SelectedBase {
     pub schema: SchemaRef,
     pub reader: ParquetRecordBatchReader,
     pub size: u64,
-    pub scanned: u64,
 }
 
 /// Read a base file for `keys` only, in two passes: the key column (or a virtual-key table's key
@@ -167,7 +166,6 @@ pub(super) fn open_base_selected(
         selected.append_buffer(keys.mask(&keys_col).values());
     }
     let selected = selected.finish();
-    let scanned = selected.len() as u64;
     // row groups with a selected row, and the selection over their rows only
     let (mut keep_groups, mut filters, mut start) = (Vec::new(), Vec::new(), 0);
     for (g, &n) in groups.iter().enumerate() {
@@ -201,12 +199,7 @@ pub(super) fn open_base_selected(
         .build()
         .map_err(perr)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
-    Ok(SelectedBase {
-        schema,
-        reader,
-        size,
-        scanned,
-    })
+    Ok(SelectedBase { schema, reader, size })
 }
 
 /// What the candidate-key pass of a unit found.
