@@ -276,6 +276,7 @@ class Registry:
 def offsets_records(env, name):
     """(raw key, value) of a connector's records in the offsets topic, read_committed, in order."""
     c = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "testkit-" + uuid.uuid4().hex, "isolation.level": "read_committed",
+                  "fetch.wait.max.ms": 10,
                   "enable.partition.eof": True, "receive.message.max.bytes": 1_500_000_000})
     try:
         parts = sorted(c.list_topics(env.offsets_topic, timeout=10).topics[env.offsets_topic].partitions)
@@ -302,6 +303,8 @@ def consume_all(env, topic):
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
         "enable.auto.commit": False,
+        # read to the end: a fetch there must not wait Kafka's default 500 ms for more
+        "fetch.wait.max.ms": 10,
         # noida-db answers a fetch with everything it has, whatever fetch.max.bytes says
         "receive.message.max.bytes": 1_500_000_000,
     })

@@ -27,6 +27,9 @@ pub fn read_records_matching(
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
+        // the topic is small and read to its end: a fetch at the end must not wait the default
+        // 500 ms for records that will not come (every start paid it on Kafka; noida answers at once)
+        .set("fetch.wait.max.ms", "10")
         .create_with_context(super::QuietContext::new(&connector.name, "offsets reader"))
         .map_err(|e| SinkError::kafka("offsets consumer", e))?;
     let md = consumer

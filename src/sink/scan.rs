@@ -48,7 +48,9 @@ fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, 
         .set("max.partition.fetch.bytes", "8388608")
         .set("receive.message.max.bytes", "134217728")
         // prefetch at most 16 MiB ahead of the reader
-        .set("queued.max.messages.kbytes", "16384");
+        .set("queued.max.messages.kbytes", "16384")
+        // read to the end: a fetch there must not wait Kafka's default 500 ms for more
+        .set("fetch.wait.max.ms", "10");
     for (k, v) in &cfg.kafka.consumer_overrides {
         cc.set(k, v);
     }

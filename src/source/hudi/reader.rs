@@ -18,6 +18,7 @@ use super::{changelog, join_path, HudiSource};
 mod inputs;
 use crate::metrics;
 use crate::source::buckets::{buckets_for, restrict};
+use crate::source::par;
 use crate::source::rows::{conform, diff, nullable};
 use crate::source::{ChangeRow, Resume, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
@@ -73,8 +74,10 @@ impl HudiSource {
         let unit = r.unit;
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
-        let reader = self.unit_reader(r, cache);
-        for (s, sp) in splits.iter().enumerate() {
+        // split by split on several threads (each with its share of the budget), kept in order
+        let read_split = |s: usize| -> Result<[Option<(Option<SchemaRef>, SliceState)>; 2], SourceError> {
+            let (sp, mut reader) = (&splits[s], self.unit_reader(r, cache));
+            reader.spill.budget /= self.threads.max(1);
             // (the slice's planned schema: a side whose selected keys left no rows still has one)
             let side = |inclusive: bool| -> Result<Option<(Option<SchemaRef>, SliceState)>, SourceError> {
                 let merge = self.open_slice(r, &reader, sp, inclusive)?;
@@ -87,20 +90,26 @@ impl HudiSource {
             };
             let old = if unit.snapshot { None } else { side(false)? };
             let new = if r.is_replaced(sp) { None } else { side(true)? };
-            for (is_new, st) in [(false, old), (true, new)] {
+            Ok([old, new])
+        };
+        let mut s = 0;
+        par::ordered(splits.len(), self.threads, &read_split, &mut |pair| {
+            for (is_new, st) in [false, true].into_iter().zip(pair) {
                 let Some((schema, st)) = st else { continue };
                 sides.rows_read[s] += st.rows_read;
                 sides.bytes_read[s] += st.bytes_read;
                 if let Some(f) = &st.file {
                     if is_new || sides.file[s].is_empty() {
-                        sides.file[s] = join_path(&sp.partition, f);
+                        sides.file[s] = join_path(&splits[s].partition, f);
                     }
                 }
                 if let Some(schema) = schema.or_else(|| st.batches.first().map(|b| b.schema())) {
                     raw.push((s, is_new, schema, st.batches));
                 }
             }
-        }
+            s += 1;
+            Ok(())
+        })?;
         // the unit's value schema: the newest file's, every column nullable
         let target = raw
             .iter()
