@@ -75,11 +75,11 @@ impl HudiSource {
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
         let mut sides = Sides::new(splits.len());
         // split by split on several threads (each with its share of the budget), kept in order
-        let read_split = |s: usize| -> Result<[Option<(Option<SchemaRef>, SliceState)>; 2], SourceError> {
+        let read_split = |s: usize| -> Result<[Option<PlannedSide>; 2], SourceError> {
             let (sp, mut reader) = (&splits[s], self.unit_reader(r, cache));
             reader.spill.budget /= self.threads.max(1);
             // (the slice's planned schema: a side whose selected keys left no rows still has one)
-            let side = |inclusive: bool| -> Result<Option<(Option<SchemaRef>, SliceState)>, SourceError> {
+            let side = |inclusive: bool| -> Result<Option<PlannedSide>, SourceError> {
                 let merge = self.open_slice(r, &reader, sp, inclusive)?;
                 merge
                     .map(|m| {
@@ -419,6 +419,9 @@ impl PairedSplits {
         Ok(())
     }
 }
+
+/// One side of a split: the slice's planned schema and its merged rows.
+type PlannedSide = (Option<SchemaRef>, SliceState);
 
 struct Sides {
     batches: Vec<RecordBatch>,
