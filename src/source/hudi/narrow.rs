@@ -451,3 +451,96 @@ impl HudiSource {
 pub(super) fn restricted_bytes(c: &Candidates) -> u64 {
     2 * c.keys.len() as u64 * c.row_bytes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use arrow_schema::{Field, Schema};
+    use std::sync::Arc;
+
+    /// A base file of `n` rows (`k0`, `k1`, …, value = row number) in row groups of 100 rows
+    /// and pages of 10.
+    fn base_file(dir: &Path, n: usize) -> std::path::PathBuf {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(RECORD_KEY, DataType::Utf8, false),
+            Field::new("_hoodie_file_name", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("k{i}")))),
+                Arc::new(StringArray::from_iter_values((0..n).map(|_| "f.parquet"))),
+                Arc::new(Int64Array::from_iter_values(0..n as i64)),
+            ],
+        )
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(100))
+            .set_data_page_row_count_limit(10)
+            .set_write_batch_size(10)
+            .build();
+        let path = dir.join("f.parquet");
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_selected_base_read_returns_exactly_the_selected_keys_in_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = base_file(dir.path(), 1000);
+        let mut keys = KeyFilter::default();
+        // rows in the first, a middle and the last row group, one group's edges, and a key the
+        // file does not hold
+        for i in [3, 99, 100, 101, 550, 999, 5000] {
+            keys.insert(&format!("k{i}"));
+        }
+        let storage = Storage::new(Default::default());
+        let s = open_base_selected(&storage, &path, &keys, None).unwrap();
+        assert!(
+            s.schema.field_with_name("_hoodie_file_name").is_err(),
+            "layout columns left out"
+        );
+        let batches: Vec<RecordBatch> = s.reader.collect::<Result<_, _>>().unwrap();
+        let values: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let v = b
+                    .column_by_name("v")
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                v.values().to_vec()
+            })
+            .collect();
+        assert_eq!(values, vec![3, 99, 100, 101, 550, 999]);
+        // nothing selected: no rows, the schema still there
+        let none = open_base_selected(&storage, &path, &KeyFilter::default(), None).unwrap();
+        assert!(none.schema.field_with_name("v").is_ok());
+        assert_eq!(none.reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 0);
+    }
+
+    #[test]
+    fn array_keys_are_exact_sets() {
+        let mut old = ArrayKeys::default();
+        old.push(StringArray::from(vec![Some("a"), Some("b"), None, Some("a")]));
+        old.push(StringArray::from(vec!["c", "d"]));
+        old.remove("b");
+        old.remove("zz");
+        let mut left = Vec::new();
+        old.each(|k| left.push(k.to_string()));
+        left.sort();
+        assert_eq!(left, ["a", "c", "d"]);
+        let mut f = KeyFilter::default();
+        f.insert("x");
+        f.insert("x");
+        assert_eq!(f.len(), 1);
+        let m = f.mask(&StringArray::from(vec![Some("x"), None, Some("y")]));
+        assert_eq!(m, BooleanArray::from(vec![true, false, false]));
+    }
+}
