@@ -85,10 +85,25 @@ def generated(tmp_path, seed):
 def test_generated_history_narrow_events_equal_full_diff(env, registry, tmp_path, seed):
     table, args = generated(tmp_path, seed)
     first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir() if p.name.endswith(".commit") or p.name.endswith(".deltacommit"))[0]
-    extra = {"read.memory.budget": "1"} if seed % 4 == 3 else {}
+    # a small budget: the changed keys fit its quarter, their rows are diffed in key buckets
+    extra = {"read.memory.budget": "64KiB"} if seed % 4 == 3 else {}
     events, log = both_ways(env, registry, tmp_path, table, first, **extra)
     assert events, f"no events for {args}"
-    assert "diffing whole file groups" not in log
+    # (with the small budget the first instant, every row a create, has more keys than fit)
+    assert extra or "diffing whole file groups" not in log
+    if extra:
+        bucketed = set(re.findall(r"diffing in key buckets.*?instant=(\d+)", log))
+        whole = set(re.findall(r"diffing whole file groups.*?instant=\"?(\d+)", log))
+        assert bucketed - whole, "the bucketed diff of the selected rows did not run"
+
+
+def test_changed_keys_beyond_the_budget_fall_back_to_the_bounded_full_diff(env, registry, tmp_path):
+    """Candidate keys may take a quarter of read.memory.budget; a unit with more takes the full
+    diff (which spills to key buckets), logged and counted, with the same events."""
+    table, _ = generated(tmp_path, 3)
+    first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir() if p.name.endswith("commit"))[0]
+    _, log = both_ways(env, registry, tmp_path, table, first, **{"read.memory.budget": "1"})
+    assert "too_many_keys" in log and "diffing whole file groups" in log, log[-3000:]
 
 
 def test_narrow_reads_whole_rows_only_for_changed_keys(env, registry, tmp_path):

@@ -50,7 +50,12 @@ const COMMIT_TIME: &str = "_hoodie_commit_time";
 #[derive(Default)]
 pub struct KeyFilter {
     keys: hashbrown::HashTable<Box<str>>,
+    /// What the keys take in memory (text, box and slot).
+    bytes: usize,
 }
+
+/// What a selected key costs besides its text: its box (16 bytes) and table slot (8).
+const KEY_OVERHEAD: usize = 24;
 
 /// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
 fn hash(k: &str) -> u64 {
@@ -70,6 +75,7 @@ impl KeyFilter {
         if let hashbrown::hash_table::Entry::Vacant(v) = self.keys.entry(hash(key), |k| k.as_ref() == key, |k| hash(k))
         {
             v.insert(key.into());
+            self.bytes += key.len() + KEY_OVERHEAD;
         }
     }
 
@@ -288,39 +294,57 @@ impl HudiSource {
         let instant = r.unit.position.instant.as_str();
         let mut keys = KeyFilter::default();
         let (mut rows, mut bytes, mut sample) = (0u64, 0u64, (0u64, 0u64));
-        let mut full_diff = None;
+        let (mut no_commit_time, mut too_many) = (None, false);
+        // the keys may take a quarter of the budget; beyond it the unit takes the full diff,
+        // which spills to key buckets (bounded whatever the change)
+        let limit = self.spill.budget / 4;
         // file groups on several threads; their keys merged in split order
         let per_split = |s: usize| self.split_candidates(r, &r.unit.splits[s]);
         crate::source::par::ordered(r.unit.splits.len(), self.threads, &per_split, &mut |found| {
-            match found {
+            let k = match found {
                 SplitCandidates::Logged {
                     keys: k,
                     rows: n,
                     bytes: b,
                 } => {
-                    k.iter().for_each(|k| keys.insert(k));
                     sample = (sample.0 + n, sample.1 + b);
+                    k
                 }
                 SplitCandidates::Rewritten {
                     keys: k,
                     rows: n,
                     bytes: b,
                 } => {
-                    k.iter().for_each(|k| keys.insert(k));
                     rows += n;
                     bytes += b;
+                    k
                 }
                 SplitCandidates::NoCommitTime(id) => {
-                    full_diff.get_or_insert(id);
+                    no_commit_time.get_or_insert(id);
+                    return Ok(());
                 }
+            };
+            too_many |= keys.bytes + k.iter().map(|k| k.len() + KEY_OVERHEAD).sum::<usize>() > limit;
+            if !too_many && no_commit_time.is_none() {
+                k.iter().for_each(|k| keys.insert(k));
             }
             Ok(())
         })?;
-        if let Some(id) = full_diff {
-            tracing::info!(connector = %self.connector, instant, file_group = %id,
-                "change unit: no _hoodie_commit_time to tell new rows from carried-over ones; diffing whole file groups");
+        let fallback = match (no_commit_time, too_many) {
+            (Some(id), _) => Some((
+                "no_commit_time",
+                format!("file group {id} has no _hoodie_commit_time to tell new rows from carried-over ones"),
+            )),
+            (None, true) => Some((
+                "too_many_keys",
+                format!("its changed keys would take more than a quarter of read.memory.budget ({limit} bytes)"),
+            )),
+            (None, false) => None,
+        };
+        if let Some((reason, why)) = fallback {
+            tracing::info!(connector = %self.connector, instant, reason, "change unit: {why}; diffing whole file groups");
             metrics::FULL_DIFF_UNITS
-                .with_label_values(&[&self.connector, "no_commit_time"])
+                .with_label_values(&[&self.connector, reason])
                 .inc();
             return Ok(None);
         }
