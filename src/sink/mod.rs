@@ -201,7 +201,29 @@ impl TxnSink {
     /// producer of this task and aborts the transaction it left open). The sink reports readiness
     /// and commits to `health`.
     pub async fn start(cfg: &ConnectorConfig, health: TaskHealthHandle) -> Result<Self, SinkError> {
-        ensure_topics(cfg).await?;
+        // the topics are created while the producer initialises: neither needs the other (on
+        // Kafka each takes 0.1-0.2 s of every start)
+        let (_, producer) = tokio::try_join!(ensure_topics(cfg), Self::init_producer(cfg))?;
+        health.set_ready(true);
+        health.progress();
+        Ok(Self {
+            producer,
+            topic: cfg.kafka.topic.clone(),
+            offsets_topic: cfg.kafka.offsets_topic.clone(),
+            offsets_key: cfg.offsets_key(),
+            in_txn: false,
+            txn_records: 0,
+            txn_started: None,
+            timeout: txn_call_timeout(cfg),
+            health,
+            txn_topic: cfg.transaction_topic(),
+            connector: cfg.name.clone(),
+            task: cfg.runtime.task_id.to_string(),
+        })
+    }
+
+    /// The task's transactional producer, initialised.
+    async fn init_producer(cfg: &ConnectorConfig) -> Result<Arc<ThreadedProducer<StatsContext>>, SinkError> {
         let pc = producer_config(
             cfg,
             &cfg.transactional_id(),
@@ -237,22 +259,7 @@ impl TxnSink {
             .await
             .map_err(|e| classify("init_transactions", e))?;
         tracing::info!(transactional_id = %cfg.transactional_id(), ms = started.elapsed().as_millis() as u64, "producer initialised (older instances fenced)");
-        health.set_ready(true);
-        health.progress();
-        Ok(Self {
-            producer,
-            topic: cfg.kafka.topic.clone(),
-            offsets_topic: cfg.kafka.offsets_topic.clone(),
-            offsets_key: cfg.offsets_key(),
-            in_txn: false,
-            txn_records: 0,
-            txn_started: None,
-            timeout,
-            health,
-            txn_topic: cfg.transaction_topic(),
-            connector: cfg.name.clone(),
-            task: cfg.runtime.task_id.to_string(),
-        })
+        Ok(producer)
     }
 
     pub fn txn_records(&self) -> u64 {
