@@ -347,6 +347,29 @@ fn instants(table: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A generated table of `rows` rows in 10 partitions and one upsert commit touching every file
+/// group: `updated` of the rows updated, `deleted` deleted and as many inserted.
+fn upsert_table(table_type: TableType, path: &Path, rows: usize, updated: f64, deleted: f64) -> GenerateOptions {
+    GenerateOptions {
+        table_type,
+        path: path.to_path_buf(),
+        rows,
+        partitions: 10,
+        commits: 1,
+        interval: Duration::ZERO,
+        update_fraction: updated,
+        delete_fraction: deleted,
+        insert_fraction: deleted,
+        compact_every: 0,
+        seed: 7,
+        operation_field: false,
+        repeat_updates: false,
+        move_fraction: 0.0,
+        index: generate::IndexKind::Simple,
+        cdc: None,
+    }
+}
+
 /// Generated COW and MOR tables of `rows` rows: full scan and the upsert instant alone.
 fn generated_cases(dir: &Path, rows: usize) {
     let m = if rows % 1_000_000 == 0 {
@@ -358,25 +381,7 @@ fn generated_cases(dir: &Path, rows: usize) {
         let kind = if table_type == TableType::Cow { "COW" } else { "MOR" };
         let path = dir.join(format!("gen_{kind}_{rows}"));
         let t = Instant::now();
-        generate::hudi(&GenerateOptions {
-            table_type,
-            path: path.clone(),
-            rows,
-            partitions: 10,
-            commits: 1,
-            interval: Duration::ZERO,
-            update_fraction: 0.1,
-            delete_fraction: 0.01,
-            insert_fraction: 0.01,
-            compact_every: 0,
-            seed: 7,
-            operation_field: false,
-            repeat_updates: false,
-            move_fraction: 0.0,
-            index: generate::IndexKind::Simple,
-            cdc: None,
-        })
-        .expect("generate");
+        generate::hudi(&upsert_table(table_type, &path, rows, 0.1, 0.01)).expect("generate");
         println!(
             "generated {rows}-row {kind} table (10 partitions) + 1 upsert commit in {:.1} s",
             t.elapsed().as_secs_f64()

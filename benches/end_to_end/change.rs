@@ -9,9 +9,9 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use lakestream::generate::{self, GenerateOptions, TableType};
+use lakestream::generate::{self, TableType};
 
 /// hudi-rs's incremental query of `instant` (after `prev`): (rows, seconds, peak RSS MiB).
 fn hudi_rs_incremental(table: &Path, prev: &str, instant: &str) -> Option<(f64, f64, f64)> {
@@ -53,25 +53,7 @@ pub fn change_cases(dir: &Path, rows: usize) {
         for (pct, u, d) in [("1 %", 0.01, 0.001), ("10 %", 0.1, 0.01)] {
             let path = dir.join(format!("change_{kind}_{rows}_{}", pct.replace([' ', '%'], "")));
             let t = Instant::now();
-            generate::hudi(&GenerateOptions {
-                table_type,
-                path: path.clone(),
-                rows,
-                partitions: 10,
-                commits: 1,
-                interval: Duration::ZERO,
-                update_fraction: u,
-                delete_fraction: d,
-                insert_fraction: d,
-                compact_every: 0,
-                seed: 7,
-                operation_field: false,
-                repeat_updates: false,
-                move_fraction: 0.0,
-                index: generate::IndexKind::Simple,
-                cdc: None,
-            })
-            .expect("generate");
+            generate::hudi(&super::upsert_table(table_type, &path, rows, u, d)).expect("generate");
             let mut names = super::instants(&path);
             names.sort();
             let (prev, instant) = (names[0].clone(), names[1].clone());

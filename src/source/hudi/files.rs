@@ -213,16 +213,9 @@ pub fn open_base(
         source,
     };
     let (builder, size) = crate::source::parquet_sized(storage, path)?;
-    let keep: Vec<usize> = builder
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !LAYOUT_META_COLUMNS.contains(&f.name().as_str()))
-        .filter(|(_, f)| only.is_none_or(|o| o.iter().any(|c| c == f.name())))
-        .map(|(i, _)| i)
-        .collect();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), keep);
+    let mask = columns_mask(&builder, |name| {
+        !LAYOUT_META_COLUMNS.contains(&name) && only.is_none_or(|o| o.iter().any(|c| c == name))
+    });
     let reader = builder
         .with_projection(mask)
         .with_batch_size(BASE_BATCH_ROWS)
@@ -230,6 +223,21 @@ pub fn open_base(
         .map_err(perr)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
     Ok((schema, reader, size))
+}
+
+/// The projection of a Parquet file's top-level columns whose names `keep` accepts.
+pub fn columns_mask<T>(
+    builder: &parquet::arrow::arrow_reader::ArrowReaderBuilder<T>,
+    keep: impl Fn(&str) -> bool,
+) -> ProjectionMask {
+    let roots = builder
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| keep(f.name()))
+        .map(|(i, _)| i);
+    ProjectionMask::roots(builder.parquet_schema(), roots)
 }
 
 /// Rows per batch read from a base file.

@@ -30,10 +30,9 @@ use arrow_schema::{DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
 };
-use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 
-use super::files::{base_as_of, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META_COLUMNS};
+use super::files::{base_as_of, columns_mask, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META_COLUMNS};
 use super::reader::UnitRead;
 use super::slice::{FileCache, InstantBlock};
 use super::HudiSource;
@@ -142,21 +141,13 @@ pub(super) fn open_base_selected(
         Some((fields, _)) => fields.to_vec(),
         None => vec![RECORD_KEY.to_string()],
     };
-    let roots: Vec<usize> = builder
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| key_columns.iter().any(|k| k == f.name()))
-        .map(|(i, _)| i)
-        .collect();
     let groups: Vec<usize> = builder
         .metadata()
         .row_groups()
         .iter()
         .map(|g| g.num_rows() as usize)
         .collect();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let mask = columns_mask(&builder, |name| key_columns.iter().any(|k| k == name));
     let pass = builder
         .with_projection(mask)
         .with_batch_size(BASE_BATCH_ROWS)
@@ -194,15 +185,7 @@ pub(super) fn open_base_selected(
         false => PageIndexPolicy::Optional,
     });
     let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(input, options).map_err(perr)?;
-    let keep: Vec<usize> = builder
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !LAYOUT_META_COLUMNS.contains(&f.name().as_str()))
-        .map(|(i, _)| i)
-        .collect();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), keep);
+    let mask = columns_mask(&builder, |name| !LAYOUT_META_COLUMNS.contains(&name));
     let reader = builder
         .with_projection(mask)
         .with_row_groups(keep_groups)
