@@ -15,6 +15,7 @@ pub mod merge;
 mod monitor;
 mod narrow;
 mod reader;
+mod selection;
 pub mod slice;
 pub mod timeline;
 

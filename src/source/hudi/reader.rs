@@ -10,7 +10,7 @@ use arrow_schema::SchemaRef;
 
 use super::files::Listings;
 use super::merge::SliceMerge;
-use super::narrow::{restricted_bytes, KeyFilter};
+use super::selection::KeyFilter;
 use super::slice::{FileCache, SliceReader, SliceState};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
@@ -284,7 +284,7 @@ impl HudiSource {
         }
         let buckets = match (resume.buckets, &candidates) {
             (Some(b), _) => b.max(1),
-            (None, Some(c)) => buckets_for(restricted_bytes(c), self.spill.budget),
+            (None, Some(c)) => buckets_for(c.restricted_bytes(), self.spill.budget),
             (None, None) => self.change_buckets(&r)?,
         };
         if let Some(cdc) = cdc {

@@ -149,19 +149,19 @@ impl FileCache {
         }
     }
 
-    /// A base file's rows of the selected keys only (see [`super::narrow`]): streamed, or read once
+    /// A base file's rows of the selected keys only (see [`super::selection`]): streamed, or read once
     /// and kept like [`Self::base`].
     pub(super) fn base_selected(
         &self,
         storage: &Storage,
         path: &Path,
-        keys: &super::narrow::KeyFilter,
+        keys: &super::selection::KeyFilter,
         virtual_keys: Option<(&[String], &str)>,
     ) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().expect("cache lock").get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
         }
-        let s = super::narrow::open_base_selected(storage, path, keys, virtual_keys)?;
+        let s = super::selection::open_base_selected(storage, path, keys, virtual_keys)?;
         if self.stream_base {
             return Ok((s.schema, BaseBatches::Stream(s.reader, path.into()), s.size));
         }
@@ -223,8 +223,8 @@ pub struct SpillConfig {
 }
 
 pub struct SliceReader<'a> {
-    /// Only these record keys are read (a change unit's candidate keys, see [`super::narrow`]).
-    pub keys: Option<&'a super::narrow::KeyFilter>,
+    /// Only these record keys are read (a change unit's candidate keys, see [`super::selection`]).
+    pub keys: Option<&'a super::selection::KeyFilter>,
     pub spill: SpillConfig,
     pub table: &'a TableConfig,
     pub timeline: &'a Timeline,

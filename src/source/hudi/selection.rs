@@ -1,0 +1,320 @@
+//! Reading a file slice for some record keys only ([`KeyFilter`]): a base file in two passes —
+//! its key column (or a virtual-key table's key fields), then every column of the selected rows
+//! only, row groups without one skipped and pages too where the file has an offset index — and
+//! log records of other keys dropped as they are decoded (see `merge`). The keys are a change
+//! unit's candidates (see `narrow`).
+
+use arrow::array::BooleanBufferBuilder;
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, SchemaRef};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+};
+use parquet::file::metadata::PageIndexPolicy;
+use std::path::Path;
+
+use super::files::{columns_mask, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META_COLUMNS};
+use crate::source::SourceError;
+use crate::storage::Storage;
+
+const RECORD_KEY: &str = "_hoodie_record_key";
+
+/// The record keys a unit reads (see the module doc): rows of other keys are not decoded past
+/// their key column.
+#[derive(Default)]
+pub struct KeyFilter {
+    keys: hashbrown::HashTable<Box<str>>,
+    /// What the keys take in memory (text, box and slot).
+    bytes: usize,
+}
+
+/// What a selected key costs besides its text: its box (16 bytes) and table slot (8).
+pub(super) const KEY_OVERHEAD: usize = 24;
+
+/// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
+fn hash(k: &str) -> u64 {
+    twox_hash::XxHash3_64::oneshot(k.as_bytes())
+}
+
+impl KeyFilter {
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The keys, as a set of their own.
+    pub(super) fn into_keys(self) -> std::collections::HashSet<Box<str>> {
+        self.keys.into_iter().collect()
+    }
+
+    /// What the keys take in memory.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.keys.find(hash(key), |k| k.as_ref() == key).is_some()
+    }
+
+    pub(super) fn insert(&mut self, key: &str) {
+        if let hashbrown::hash_table::Entry::Vacant(v) = self.keys.entry(hash(key), |k| k.as_ref() == key, |k| hash(k))
+        {
+            v.insert(key.into());
+            self.bytes += key.len() + KEY_OVERHEAD;
+        }
+    }
+
+    /// Which rows of a record-key column are selected (a null key never is).
+    pub fn mask(&self, keys: &StringArray) -> BooleanArray {
+        (0..keys.len())
+            .map(|i| Some(keys.is_valid(i) && self.contains(keys.value(i))))
+            .collect()
+    }
+
+    /// The rows of `batch` whose `_hoodie_record_key` is selected (all of them without that
+    /// column: a superset is always safe).
+    pub fn restrict(&self, batch: RecordBatch) -> Result<RecordBatch, SourceError> {
+        let Some(keys) = record_keys(&batch)? else {
+            return Ok(batch);
+        };
+        let keep = self.mask(&keys);
+        if keep.true_count() == batch.num_rows() {
+            return Ok(batch);
+        }
+        arrow::compute::filter_record_batch(&batch, &keep).map_err(SourceError::arrow("selecting changed keys"))
+    }
+}
+
+/// The `_hoodie_record_key` column as strings (`None`: the batch has none).
+pub(super) fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, SourceError> {
+    let Some(col) = batch.column_by_name(RECORD_KEY) else {
+        return Ok(None);
+    };
+    let col = if col.data_type() == &DataType::Utf8 {
+        col.clone()
+    } else {
+        arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow("record key as text"))?
+    };
+    Ok(col.as_any().downcast_ref::<StringArray>().cloned())
+}
+
+/// A base file's selected rows: its schema (layout columns left out), a reader of the rows whose
+/// record key is in `keys`, and its size.
+pub(super) struct SelectedBase {
+    pub schema: SchemaRef,
+    pub reader: ParquetRecordBatchReader,
+    pub size: u64,
+}
+
+/// Read a base file for `keys` only, in two passes: the key column (or a virtual-key table's key
+/// fields, `virtual_keys` = (fields, partition)), then every column of the selected rows, row
+/// groups without one skipped, and pages too where the file has a page index.
+pub(super) fn open_base_selected(
+    storage: &Storage,
+    path: &Path,
+    keys: &KeyFilter,
+    virtual_keys: Option<(&[String], &str)>,
+) -> Result<SelectedBase, SourceError> {
+    let perr = |source| SourceError::Parquet {
+        path: path.into(),
+        source,
+    };
+    let input = storage.open(path).map_err(SourceError::io(path))?;
+    let size = parquet::file::reader::Length::len(&input);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(perr)?;
+    input.plan(builder.metadata());
+    let key_columns: Vec<String> = match virtual_keys {
+        Some((fields, _)) => fields.to_vec(),
+        None => vec![RECORD_KEY.to_string()],
+    };
+    let groups: Vec<usize> = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.num_rows() as usize)
+        .collect();
+    let mask = columns_mask(&builder, |name| key_columns.iter().any(|k| k == name));
+    let pass = builder
+        .with_projection(mask)
+        .with_batch_size(BASE_BATCH_ROWS)
+        .build()
+        .map_err(perr)?;
+    let mut selected = BooleanBufferBuilder::new(groups.iter().sum());
+    for b in pass {
+        let b = b.map_err(|e| SourceError::Arrow {
+            context: format!("reading the keys of {}", path.display()),
+            source: e,
+        })?;
+        let b = match virtual_keys {
+            Some((fields, partition)) => with_virtual_keys(&b, fields, partition)?,
+            None => b,
+        };
+        let keys_col = record_keys(&b)?.ok_or_else(|| SourceError::Unreadable {
+            message: format!("{}: no {RECORD_KEY} column to select changed rows by", path.display()),
+        })?;
+        selected.append_buffer(keys.mask(&keys_col).values());
+    }
+    let selected = selected.finish();
+    // row groups with a selected row, and the selection over their rows only
+    let (mut keep_groups, mut filters, mut start) = (Vec::new(), Vec::new(), 0);
+    for (g, &n) in groups.iter().enumerate() {
+        let part = selected.slice(start, n.min(selected.len().saturating_sub(start)));
+        if part.count_set_bits() > 0 {
+            keep_groups.push(g);
+            filters.push(BooleanArray::new(part, None));
+        }
+        start += n;
+    }
+    // the offset index (where the file has one) lets the selection skip whole pages
+    let options = ArrowReaderOptions::new().with_offset_index_policy(match keep_groups.is_empty() {
+        true => PageIndexPolicy::Skip,
+        false => PageIndexPolicy::Optional,
+    });
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(input, options).map_err(perr)?;
+    let mask = columns_mask(&builder, |name| !LAYOUT_META_COLUMNS.contains(&name));
+    let reader = builder
+        .with_projection(mask)
+        .with_row_groups(keep_groups)
+        .with_row_selection(RowSelection::from_filters(&filters))
+        .with_batch_size(BASE_BATCH_ROWS)
+        .build()
+        .map_err(perr)?;
+    let schema = arrow_array::RecordBatchReader::schema(&reader);
+    Ok(SelectedBase { schema, reader, size })
+}
+
+/// A set of keys whose text stays in the decoded key arrays: 8 bytes a key in the table, no
+/// allocation per key (an old slice holds every key of a file group).
+#[derive(Default)]
+pub(super) struct ArrayKeys {
+    arrays: Vec<StringArray>,
+    table: hashbrown::HashTable<(u32, u32)>,
+}
+
+impl ArrayKeys {
+    fn text(&self, (a, i): (u32, u32)) -> &str {
+        self.arrays[a as usize].value(i as usize)
+    }
+
+    pub(super) fn push(&mut self, keys: StringArray) {
+        let a = self.arrays.len() as u32;
+        self.arrays.push(keys);
+        let arrays = &self.arrays;
+        let text = |(a, i): (u32, u32)| arrays[a as usize].value(i as usize);
+        let keys = &arrays[a as usize];
+        for i in (0..keys.len()).filter(|&i| keys.is_valid(i)) {
+            let k = keys.value(i);
+            if let hashbrown::hash_table::Entry::Vacant(v) =
+                self.table.entry(hash(k), |&s| text(s) == k, |&s| hash(text(s)))
+            {
+                v.insert((a, i as u32));
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, k: &str) {
+        let arrays = &self.arrays;
+        if let Ok(e) = self
+            .table
+            .find_entry(hash(k), |&(a, i)| arrays[a as usize].value(i as usize) == k)
+        {
+            e.remove();
+        }
+    }
+
+    pub(super) fn each(&self, mut f: impl FnMut(&str)) {
+        self.table.iter().for_each(|&s| f(self.text(s)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use arrow_schema::{Field, Schema};
+    use std::sync::Arc;
+
+    /// A base file of `n` rows (`k0`, `k1`, …, value = row number) in row groups of 100 rows
+    /// and pages of 10.
+    fn base_file(dir: &Path, n: usize) -> std::path::PathBuf {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(RECORD_KEY, DataType::Utf8, false),
+            Field::new("_hoodie_file_name", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("k{i}")))),
+                Arc::new(StringArray::from_iter_values((0..n).map(|_| "f.parquet"))),
+                Arc::new(Int64Array::from_iter_values(0..n as i64)),
+            ],
+        )
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(100))
+            .set_data_page_row_count_limit(10)
+            .set_write_batch_size(10)
+            .build();
+        let path = dir.join("f.parquet");
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_selected_base_read_returns_exactly_the_selected_keys_in_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = base_file(dir.path(), 1000);
+        let mut keys = KeyFilter::default();
+        // rows in the first, a middle and the last row group, one group's edges, and a key the
+        // file does not hold
+        for i in [3, 99, 100, 101, 550, 999, 5000] {
+            keys.insert(&format!("k{i}"));
+        }
+        let storage = Storage::new(Default::default());
+        let s = open_base_selected(&storage, &path, &keys, None).unwrap();
+        assert!(
+            s.schema.field_with_name("_hoodie_file_name").is_err(),
+            "layout columns left out"
+        );
+        let batches: Vec<RecordBatch> = s.reader.collect::<Result<_, _>>().unwrap();
+        let values: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let v = b
+                    .column_by_name("v")
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                v.values().to_vec()
+            })
+            .collect();
+        assert_eq!(values, vec![3, 99, 100, 101, 550, 999]);
+        // nothing selected: no rows, the schema still there
+        let none = open_base_selected(&storage, &path, &KeyFilter::default(), None).unwrap();
+        assert!(none.schema.field_with_name("v").is_ok());
+        assert_eq!(none.reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 0);
+    }
+
+    #[test]
+    fn array_keys_are_exact_sets() {
+        let mut old = ArrayKeys::default();
+        old.push(StringArray::from(vec![Some("a"), Some("b"), None, Some("a")]));
+        old.push(StringArray::from(vec!["c", "d"]));
+        old.remove("b");
+        old.remove("zz");
+        let mut left = Vec::new();
+        old.each(|k| left.push(k.to_string()));
+        left.sort();
+        assert_eq!(left, ["a", "c", "d"]);
+        let mut f = KeyFilter::default();
+        f.insert("x");
+        f.insert("x");
+        assert_eq!(f.len(), 1);
+        let m = f.mask(&StringArray::from(vec![Some("x"), None, Some("y")]));
+        assert_eq!(m, BooleanArray::from(vec![true, false, false]));
+    }
+}
