@@ -185,10 +185,16 @@ class Kafka:
     def bootstrap(self):
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout=90):
+    def command(self):
+        """The broker process's command line."""
+        return java_command("kafka.Kafka", str(self.config))
+
+    start_timeout = 90
+
+    def start(self):
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(java_command("kafka.Kafka", str(self.config)), stdout=out, stderr=subprocess.STDOUT)
-        wait_port(self.port, timeout, self.proc, self.log)
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT)
+        wait_port(self.port, self.start_timeout, self.proc, self.log)
 
     def version(self):
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -250,12 +256,11 @@ class Noida(Kafka):
         self.log = self.dir / "broker.log"
         self.proc = None
 
-    def start(self, timeout=60):
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen([str(self.binary), "start", "--only", "kafka", "--host", "127.0.0.1",
-                                      "--kafka-port", str(self.port), "--data-dir", str(self.dir / "data")],
-                                     stdout=out, stderr=subprocess.STDOUT)
-        wait_port(self.port, timeout, self.proc, self.log)
+    start_timeout = 60
+
+    def command(self):
+        return [str(self.binary), "start", "--only", "kafka", "--host", "127.0.0.1", "--kafka-port", str(self.port),
+                "--data-dir", str(self.dir / "data")]
 
     def version(self):
         import importlib.metadata
@@ -281,11 +286,8 @@ def main(argv):
             print(install_kafka())
         return 0
     if len(argv) == 3 and argv[0] == "serve":
-        b = new_broker(int(argv[1]), argv[2])
-        if isinstance(b, Kafka) and not isinstance(b, Noida):
-            os.execvp("java", java_command("kafka.Kafka", str(b.config)))
-        os.execv(str(b.binary), [str(b.binary), "start", "--only", "kafka", "--host", "127.0.0.1",
-                                 "--kafka-port", argv[1], "--data-dir", argv[2]])
+        cmd = new_broker(int(argv[1]), argv[2]).command()
+        os.execvp(cmd[0], cmd)
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -21,10 +21,7 @@ def pytest_addoption(parser):
     parser.addoption("--long", action="store_true", help="chaos tests: 25 outages of each kind instead of a few")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = brokers.free_port
 
 
 def wait_port(host, port, timeout=30):

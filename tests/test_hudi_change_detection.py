@@ -62,6 +62,12 @@ def test_fixture_narrow_events_equal_full_diff(env, registry, tmp_path, name):
     both_ways(env, registry, tmp_path, table, oracle["instants"][0]["requested"])
 
 
+def completed_instants(table):
+    """A generated table's completed commits and delta commits (table version 6 layout), in order."""
+    return sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir()
+                  if p.name.endswith(".commit") or p.name.endswith(".deltacommit"))
+
+
 def generated(tmp_path, seed):
     """A random history: COW or MOR, moves under a simple or global index, compaction, deletes."""
     rng = random.Random(seed)
@@ -84,7 +90,7 @@ def generated(tmp_path, seed):
 @pytest.mark.parametrize("seed", range(8))
 def test_generated_history_narrow_events_equal_full_diff(env, registry, tmp_path, seed):
     table, args = generated(tmp_path, seed)
-    first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir() if p.name.endswith(".commit") or p.name.endswith(".deltacommit"))[0]
+    first = completed_instants(table)[0]
     # a small budget: the changed keys fit its quarter, their rows are diffed in key buckets
     extra = {"read.memory.budget": "64KiB"} if seed % 4 == 3 else {}
     events, log = both_ways(env, registry, tmp_path, table, first, **extra)
@@ -101,7 +107,7 @@ def test_changed_keys_beyond_the_budget_fall_back_to_the_bounded_full_diff(env, 
     """Candidate keys may take a quarter of read.memory.budget; a unit with more takes the full
     diff (which spills to key buckets), logged and counted, with the same events."""
     table, _ = generated(tmp_path, 3)
-    first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir() if p.name.endswith("commit"))[0]
+    first = completed_instants(table)[0]
     _, log = both_ways(env, registry, tmp_path, table, first, **{"read.memory.budget": "1"})
     assert "too_many_keys" in log and "diffing whole file groups" in log, log[-3000:]
 
@@ -114,7 +120,7 @@ def test_narrow_reads_whole_rows_only_for_changed_keys(env, registry, tmp_path):
                         "--partitions", "2", "--commits", "1", "--update-fraction", "0.01", "--delete-fraction", "0.001",
                         "--insert-fraction", "0.001"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    instants = sorted(p.name.split(".")[0] for p in (table / ".hoodie").iterdir() if p.name.endswith("commit"))
+    instants = completed_instants(table)
     reads = {}
     for mode in ("full", "narrow"):
         topic = f"cdr-{mode}-" + uuid.uuid4().hex[:8]

@@ -111,11 +111,8 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
     let old = tokio::task::spawn_blocking(move || records_of(&c))
         .await
         .expect("offsets reader panicked")?;
-    // (a running connector divided by key hash keeps that scheme: see tasks::effective_ownership)
-    let ownership = match old.values().max_by_key(|(.., o)| o.epoch) {
-        Some((.., o)) if source.partition_ownership_from_key() && o.ownership == Ownership::Key => Ownership::Key,
-        _ => source.ownership(),
-    };
+    let newest = old.values().max_by_key(|(.., o)| o.epoch).map(|(.., o)| o.ownership);
+    let ownership = super::tasks::kept_ownership(source.as_ref(), newest);
     cfg.runtime.by_partition = ownership == Ownership::Partition;
     let key = old
         .values()

@@ -261,36 +261,45 @@ fn earliest_issued(source: &dyn Source, old: &BTreeMap<u32, Offsets>) -> Result<
     Ok(start.map(|s| s.1))
 }
 
-/// Where this task starts (and whether that state is new, to be committed at once): its own
-/// record, a fresh start, or a handoff from the previous generation, whose transactional ids are
-/// fenced first so none of its tasks can still commit.
-/// The scheme a task runs under: the source's, but where the source divides by partition only
-/// because the `auto` Kafka key carries the partition path, a connector whose newest generation
-/// divides by key hash keeps dividing by key hash (a scheme change nobody asked for would start a
-/// new generation).
+/// The scheme a task runs under, given the scheme of the connector's newest stored generation:
+/// the source's, but where the source divides by partition only because the `auto` Kafka key
+/// carries the partition path, a connector already dividing by key hash keeps dividing by key
+/// hash (a scheme change nobody asked for would start a new generation).
+pub fn kept_ownership(source: &dyn Source, newest: Option<Ownership>) -> Ownership {
+    match newest {
+        Some(Ownership::Key) if source.partition_ownership_from_key() => Ownership::Key,
+        _ => source.ownership(),
+    }
+}
+
+/// [`kept_ownership`], the newest generation read from the offsets topic (only where the rule
+/// can apply).
 pub async fn effective_ownership(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
     source: &Arc<dyn Source>,
 ) -> Result<Ownership, RuntimeError> {
-    let chosen = source.ownership();
     if !source.partition_ownership_from_key() {
-        return Ok(chosen);
+        return Ok(source.ownership());
     }
     let (cl, c) = (cluster.clone(), cfg.clone());
     let all = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, ReadTo::Stable))
         .await
         .expect("offsets reader panicked")?;
-    match all.values().max_by_key(|o| o.epoch) {
-        Some(o) if o.ownership == Ownership::Key => {
-            tracing::info!(connector = %cfg.name, "tasks keep dividing the table by key hash, as this connector already does \
-                (a fresh connector with this key divides by partition)");
-            Ok(Ownership::Key)
-        }
-        _ => Ok(chosen),
+    let kept = kept_ownership(
+        source.as_ref(),
+        all.values().max_by_key(|o| o.epoch).map(|o| o.ownership),
+    );
+    if kept != source.ownership() {
+        tracing::info!(connector = %cfg.name, "tasks keep dividing the table by key hash, as this connector already does \
+            (a fresh connector with this key divides by partition)");
     }
+    Ok(kept)
 }
 
+/// Where this task starts (and whether that state is new, to be committed at once): its own
+/// record, a fresh start, or a handoff from the previous generation, whose transactional ids are
+/// fenced first so none of its tasks can still commit.
 pub async fn resume_state(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,

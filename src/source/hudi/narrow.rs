@@ -20,36 +20,25 @@
 //! resumed unit may switch paths). Without a commit-time column (virtual keys) a rewritten file
 //! group cannot say which rows are new: the unit then takes the full diff, logged and counted.
 
-use std::collections::HashSet;
-
 use arrow_array::Array;
 
 use super::files::base_as_of;
 use super::reader::UnitRead;
-use super::selection::{record_keys, ArrayKeys, KeyFilter, KEY_OVERHEAD};
+use super::selection::{record_keys, ArrayKeys, KeyFilter, RECORD_KEY};
 use super::slice::{FileCache, InstantBlock};
 use super::HudiSource;
 use crate::metrics;
 use crate::source::buckets::DECODED_PER_FILE_BYTE;
 use crate::source::SourceError;
 
-const RECORD_KEY: &str = "_hoodie_record_key";
 const COMMIT_TIME: &str = "_hoodie_commit_time";
 
 /// What the candidate-key pass found in one file group.
 enum SplitCandidates {
     /// A log-only change: the instant's keys, and the rows and decoded bytes of its records.
-    Logged {
-        keys: HashSet<Box<str>>,
-        rows: u64,
-        bytes: u64,
-    },
+    Logged { keys: KeyFilter, rows: u64, bytes: u64 },
     /// A rewritten base file: its candidate keys, the rows scanned and the files' bytes.
-    Rewritten {
-        keys: HashSet<Box<str>>,
-        rows: u64,
-        bytes: u64,
-    },
+    Rewritten { keys: KeyFilter, rows: u64, bytes: u64 },
     /// A rewritten file group without `_hoodie_commit_time`.
     NoCommitTime(String),
 }
@@ -102,9 +91,9 @@ impl HudiSource {
                     return Ok(());
                 }
             };
-            too_many |= keys.bytes() + k.iter().map(|k| k.len() + KEY_OVERHEAD).sum::<usize>() > limit;
+            too_many |= keys.bytes() + k.bytes() > limit;
             if !too_many && no_commit_time.is_none() {
-                k.iter().for_each(|k| keys.insert(k));
+                keys.extend(&k);
             }
             Ok(())
         })?;
@@ -151,18 +140,14 @@ impl HudiSource {
         if replaced || old_base != base_as_of(base, r.tl, at, true).map(|b| &b.name) {
             let mut keys = KeyFilter::default();
             return Ok(match self.rewritten_keys(r, sp, replaced, instant, &mut keys)? {
-                Some((rows, bytes)) => SplitCandidates::Rewritten {
-                    keys: keys.into_keys(),
-                    rows,
-                    bytes,
-                },
+                Some((rows, bytes)) => SplitCandidates::Rewritten { keys, rows, bytes },
                 None => SplitCandidates::NoCommitTime(sp.id.clone()),
             });
         }
         // log-only: the keys of this instant's blocks
         let cache = FileCache::default();
         let reader = self.slice_reader(r.tl, &cache);
-        let (mut keys, mut rows, mut bytes) = (HashSet::new(), 0, 0);
+        let (mut keys, mut rows, mut bytes) = (KeyFilter::default(), 0, 0);
         for block in reader.instant_blocks(&sp.partition, base, logs, at, instant)? {
             match block {
                 InstantBlock::Data(batches) => {
@@ -170,11 +155,11 @@ impl HudiSource {
                         rows += b.num_rows() as u64;
                         bytes += b.get_array_memory_size() as u64;
                         for k in record_keys(b)?.iter().flatten().flatten() {
-                            keys.insert(k.into());
+                            keys.insert(k);
                         }
                     }
                 }
-                InstantBlock::Delete(deleted) => keys.extend(deleted.into_iter().map(|d| d.record_key.into())),
+                InstantBlock::Delete(deleted) => deleted.iter().for_each(|d| keys.insert(&d.record_key)),
             }
         }
         Ok(SplitCandidates::Logged { keys, rows, bytes })

@@ -17,7 +17,7 @@ use super::files::{columns_mask, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META
 use crate::source::SourceError;
 use crate::storage::Storage;
 
-const RECORD_KEY: &str = "_hoodie_record_key";
+pub(super) const RECORD_KEY: &str = "_hoodie_record_key";
 
 /// The record keys a unit reads (see the module doc): rows of other keys are not decoded past
 /// their key column.
@@ -29,7 +29,7 @@ pub struct KeyFilter {
 }
 
 /// What a selected key costs besides its text: its box (16 bytes) and table slot (8).
-pub(super) const KEY_OVERHEAD: usize = 24;
+const KEY_OVERHEAD: usize = 24;
 
 /// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
 fn hash(k: &str) -> u64 {
@@ -41,9 +41,9 @@ impl KeyFilter {
         self.keys.len()
     }
 
-    /// The keys, as a set of their own.
-    pub(super) fn into_keys(self) -> std::collections::HashSet<Box<str>> {
-        self.keys.into_iter().collect()
+    /// Add every key of `other`.
+    pub(super) fn extend(&mut self, other: &KeyFilter) {
+        other.keys.iter().for_each(|k| self.insert(k));
     }
 
     /// What the keys take in memory.

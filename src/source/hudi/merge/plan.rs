@@ -120,10 +120,13 @@ impl SliceMerge<'_> {
     /// their commit times, without materialising the rest (see [`super::super::narrow`]).
     pub fn narrow(&mut self, columns: &[String]) {
         if let Some(t) = &self.target {
-            let idx: Vec<usize> = (0..t.fields().len())
-                .filter(|&i| columns.iter().any(|c| c == t.field(i).name()))
-                .collect();
-            self.target = t.project(&idx).ok().map(std::sync::Arc::new);
+            let kept = t
+                .fields()
+                .iter()
+                .filter(|f| columns.iter().any(|c| c == f.name()))
+                .cloned();
+            let schema = arrow_schema::Schema::new_with_metadata(kept.collect::<Vec<_>>(), t.metadata().clone());
+            self.target = Some(std::sync::Arc::new(schema));
         }
     }
 
