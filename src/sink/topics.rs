@@ -48,42 +48,67 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
                 e,
             )
         })?;
+    let mut created_offsets = false;
     for r in res {
         match r {
-            Ok(t) => tracing::info!(topic = %t, "topic created"),
+            Ok(t) => {
+                created_offsets |= t == cfg.kafka.offsets_topic;
+                tracing::info!(topic = %t, "topic created");
+            }
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((t, code)) => {
                 return Err(SinkError::Topic(format!("cannot create topic `{t}`: {code}")));
             }
         }
     }
-    // positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
-    // refuses such an offsets topic too)
-    let described = admin
-        .describe_configs(
-            &[ResourceSpecifier::Topic(&cfg.kafka.offsets_topic)],
-            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
-    for r in described {
-        let resource = r.map_err(|code| {
-            SinkError::Topic(format!(
-                "cannot describe offsets topic `{}`: {code}",
-                cfg.kafka.offsets_topic
-            ))
-        })?;
-        let policy = resource
-            .get("cleanup.policy")
-            .and_then(|e| e.value.clone())
-            .unwrap_or_default();
-        if !policy.split(',').any(|p| p.trim() == "compact") {
-            return Err(SinkError::Topic(format!(
-                "offsets topic `{}` has cleanup.policy={policy}: retention would delete connector positions. Set it to \
-                 compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic",
-                cfg.kafka.offsets_topic
-            )));
+    // created here with cleanup.policy=compact: nothing to check (a broker that has not applied
+    // the new topic's metadata yet describes it without its configs)
+    if created_offsets {
+        return Ok(());
+    }
+    check_offsets_policy(&admin, &cfg.kafka.offsets_topic).await
+}
+
+/// Positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
+/// refuses such an offsets topic too). A description without the entry (a topic another client
+/// created a moment ago) is asked again for a few seconds before it counts as unknown.
+async fn check_offsets_policy(admin: &AdminClient<QuietContext>, topic: &str) -> Result<(), SinkError> {
+    let mut tries = 0;
+    loop {
+        let described = admin
+            .describe_configs(
+                &[ResourceSpecifier::Topic(topic)],
+                &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
+        let mut policy = None;
+        for r in described {
+            let resource =
+                r.map_err(|code| SinkError::Topic(format!("cannot describe offsets topic `{topic}`: {code}")))?;
+            policy = resource
+                .get("cleanup.policy")
+                .and_then(|e| e.value.clone())
+                .filter(|v| !v.is_empty());
+        }
+        match policy {
+            Some(p) if p.split(',').any(|p| p.trim() == "compact") => return Ok(()),
+            Some(p) => {
+                return Err(SinkError::Topic(format!(
+                    "offsets topic `{topic}` has cleanup.policy={p}: retention would delete connector positions. Set it to \
+                     compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic"
+                )))
+            }
+            None if tries < 20 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            None => {
+                return Err(SinkError::Topic(format!(
+                    "offsets topic `{topic}`: the cluster does not say its cleanup.policy (asked for 5 s); it must be \
+                     compact, or name another offsets.storage.topic"
+                )))
+            }
         }
     }
-    Ok(())
 }
