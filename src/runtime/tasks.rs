@@ -18,7 +18,7 @@ use crate::source::{Ownership, Position, Source};
 
 /// A generation's shape: its `tasks.max` and how it divides the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Shape {
+pub(crate) struct Shape {
     tasks: u32,
     ownership: Ownership,
 }
@@ -37,7 +37,7 @@ impl Shape {
     }
 }
 
-type Records = HashMap<(Shape, u32), Offsets>;
+pub(crate) type Records = HashMap<(Shape, u32), Offsets>;
 
 /// Every committed offsets record of this connector and table, by (shape, task).
 fn read_generations(cluster: &dyn Cluster, cfg: &ConnectorConfig, to: ReadTo) -> Result<Records, RuntimeError> {
@@ -274,18 +274,23 @@ pub fn kept_ownership(source: &dyn Source, newest: Option<Ownership>) -> Ownersh
 
 /// [`kept_ownership`], the newest generation read from the offsets topic (only where the rule
 /// can apply).
-pub async fn effective_ownership(
+pub(crate) async fn effective_ownership(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
     source: &Arc<dyn Source>,
+    stable: Option<&Records>,
 ) -> Result<Ownership, RuntimeError> {
     if !source.partition_ownership_from_key() {
         return Ok(source.ownership());
     }
-    let (cl, c) = (cluster.clone(), cfg.clone());
-    let all = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, ReadTo::Stable))
-        .await
-        .expect("offsets reader panicked")?;
+    let read;
+    let all = match stable {
+        Some(all) => all,
+        None => {
+            read = read_stable(cluster, cfg).await?;
+            &read
+        }
+    };
     let kept = kept_ownership(
         source.as_ref(),
         all.values().max_by_key(|o| o.epoch).map(|o| o.ownership),
@@ -297,13 +302,26 @@ pub async fn effective_ownership(
     Ok(kept)
 }
 
+/// What is committed in the offsets topic now ([`ReadTo::Stable`]), on a blocking thread.
+pub(crate) async fn read_stable(cluster: &Arc<dyn Cluster>, cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
+    let (cl, c) = (cluster.clone(), cfg.clone());
+    let t = std::time::Instant::now();
+    let r = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, ReadTo::Stable))
+        .await
+        .expect("offsets reader panicked");
+    tracing::debug!(ms = t.elapsed().as_millis() as u64, "offsets read (stable)");
+    r
+}
+
 /// Where this task starts (and whether that state is new, to be committed at once): its own
 /// record, a fresh start, or a handoff from the previous generation, whose transactional ids are
-/// fenced first so none of its tasks can still commit.
-pub async fn resume_state(
+/// fenced first so none of its tasks can still commit. `stable`: a [`read_stable`] taken after
+/// this task's producer was initialised, when the caller has one.
+pub(crate) async fn resume_state(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
     source: &Arc<dyn Source>,
+    stable: Option<Records>,
 ) -> Result<(Offsets, bool), RuntimeError> {
     let read = |cfg: ConnectorConfig, to: ReadTo| {
         let cluster = cluster.clone();
@@ -315,7 +333,10 @@ pub async fn resume_state(
     };
     // what is committed now: enough to learn the newest generation (an older generation's
     // zombie transaction, which only fencing ends, is not waited for)
-    let all = read(cfg.clone(), ReadTo::Stable).await?;
+    let all = match stable {
+        Some(all) => all,
+        None => read(cfg.clone(), ReadTo::Stable).await?,
+    };
     let newest = all.values().map(|o| o.epoch).max();
     let (shape, i) = (Shape::of(cfg), cfg.runtime.task_id);
     let epoch = match newest {

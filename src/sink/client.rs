@@ -19,6 +19,7 @@ pub(super) fn producer_config(
 ) -> ClientConfig {
     let mut pc = ClientConfig::new();
     pc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
+        .set("socket.nagle.disable", "true")
         .set("transactional.id", transactional_id)
         .set("enable.idempotence", "true")
         .set("transaction.timeout.ms", cfg.kafka.transaction_timeout_ms.to_string());
@@ -35,7 +36,8 @@ pub(super) fn producer_config(
 /// settings of `producer.override.*`, which every client needs.
 pub(super) fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers);
+    cc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
+        .set("socket.nagle.disable", "true");
     for (k, v) in cfg
         .kafka
         .producer_overrides
