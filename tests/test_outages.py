@@ -14,6 +14,7 @@ import uuid
 import requests
 
 import brokers
+import faultproxy
 import testkit
 from conftest import free_port, wait_port
 
@@ -89,16 +90,17 @@ def test_the_registry_recovers_from_a_broker_restart_with_stable_ids():
 
 
 def chaos_count(request, modest):
-    """How many outages a chaos test causes: `modest` in CI, 25 with `pytest --long`."""
-    return 25 if request.config.getoption("--long") else modest
+    """How many outages a chaos test causes: `modest` in CI, 50 with `pytest --long`."""
+    return 50 if request.config.getoption("--long") else modest
 
 
-def streaming(tmp_path, broker, rows, **extra):
+def streaming(tmp_path, broker, rows, via=None, **extra):
     """A registry on `broker`, a generated MOR table of `rows` rows and a started `run --once`
-    connector (small transactions, a 5 s transaction timeout, fast retries, a metrics port)."""
+    connector (small transactions, a 5 s transaction timeout, fast retries, a metrics port),
+    reaching the broker through `via` (a fault proxy) when given."""
     port = free_port()
     reg = start_registry(port, broker.bootstrap, "_schemas")
-    env = types.SimpleNamespace(bootstrap=broker.bootstrap, registry=f"http://127.0.0.1:{port}",
+    env = types.SimpleNamespace(bootstrap=(via or broker).bootstrap, registry=f"http://127.0.0.1:{port}",
                                 offsets_topic="offsets-" + uuid.uuid4().hex[:6])
     table, oracle = generated(tmp_path, "mor", rows)
     topic = "outage-" + uuid.uuid4().hex[:6]
@@ -130,6 +132,31 @@ def finish_exactly_once(run, what, outages):
     replay = testkit.Replay(testkit.Registry(run.env.registry))
     replay.apply(testkit.consume_all(run.env, run.topic))
     testkit.compare(run.oracle, run.oracle["instants"][-1]["rows"], replay, what)
+    return replay
+
+
+def proxied_chaos(tmp_path, n, fault, what):
+    """A table streamed through a fault proxy while `fault(proxy, run, k)` strikes `n` times, each
+    after two more commits at a random moment; the run must end exactly once. Returns the proxy's
+    counts (what struck) and the run's log."""
+    broker, proxy = faultproxy.proxied_broker()
+    run = None
+    try:
+        run = streaming(tmp_path, broker, 200_000 + 100_000 * n, via=proxy)
+        rng = random.Random(n)
+        for k in range(n):
+            wait_commits(run, 2, timeout=120)
+            time.sleep(rng.uniform(0.0, 0.3))
+            assert run.log.proc.poll() is None, f"the stream ended before fault {k + 1}: make the table larger"
+            fault(proxy, run, k)
+        finish_exactly_once(run, f"after {n} {what}", 0)
+        return dict(proxy.stats), run.log
+    finally:
+        if run:
+            run.log.proc.kill()
+            run.registry.kill()
+        proxy.close()
+        broker.remove()
 
 
 def test_broker_restarts_mid_stream_are_ridden_out_exactly_once(tmp_path, request):
@@ -210,6 +237,47 @@ def test_broker_stalls_longer_than_the_transaction_timeout_are_ridden_out(tmp_pa
             run.registry.kill()
         broker.proc.send_signal(signal.SIGCONT)
         broker.remove()
+
+
+def test_commits_whose_outcome_is_lost_are_resolved_exactly_once(tmp_path, request):
+    """The broker receives the commit (EndTxn) but its answer never reaches the connector: the
+    proxy swallows every EndTxn response, each retry's too, for longer than the commit call waits
+    (transaction.timeout.ms 5 s: the call gives up after 10 s). Whether that transaction committed
+    is unknown to the connector; it learns it from the cluster (a new producer settles it, the
+    position is read back settled) and publishes nothing twice."""
+    n = chaos_count(request, 2)
+
+    def lose_commit_answers(proxy, run, k):
+        # until the connector gives the commit up: its call waits 10 s, librdkafka retrying
+        # EndTxn on new connections meanwhile (each answer lost too)
+        proxy.drop_responses(faultproxy.END_TXN, 60)
+        try:
+            assert run.log.wait("outage: retrying", k + 1, timeout=60), run.log.text()[-3000:]
+        finally:
+            proxy.drop_responses(faultproxy.END_TXN, 0)
+
+    stats, log = proxied_chaos(tmp_path, n, lose_commit_answers, "lost commit answers")
+    assert stats.get(f"dropped {faultproxy.END_TXN}", 0) >= n, stats
+    assert log.count("outage: retrying") >= n, log.text()[-3000:]
+    print(f"{n} faults, EndTxn answers lost: {stats.get(f'dropped {faultproxy.END_TXN}')}, outages: {log.count('outage: retrying')}")
+
+
+def test_connections_reset_mid_produce_are_ridden_out_exactly_once(tmp_path, request):
+    """A connection is reset right after a produce request reached the broker, before its answer:
+    the records may be written, unacknowledged. The idempotent producer's retry must not write
+    them twice, nor may the connector when it recovers."""
+    n = chaos_count(request, 3)
+
+    def reset_mid_produce(proxy, run, k):
+        proxy.reset_after(faultproxy.PRODUCE, 1)
+        deadline = time.time() + 60
+        while proxy.pending_resets(faultproxy.PRODUCE) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not proxy.pending_resets(faultproxy.PRODUCE), "no produce request within a minute"
+
+    stats, log = proxied_chaos(tmp_path, n, reset_mid_produce, "connection resets mid-produce")
+    assert stats.get(f"reset after {faultproxy.PRODUCE}", 0) == n, stats
+    print(f"{n} resets mid-produce, outages: {log.count('outage: retrying')}")
 
 
 def test_an_unreachable_bootstrap_fails_within_its_timeout_naming_each_address(tmp_path):
