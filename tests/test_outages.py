@@ -244,7 +244,8 @@ def test_commits_whose_outcome_is_lost_are_resolved_exactly_once(tmp_path, reque
     proxy swallows every EndTxn response, each retry's too, for longer than the commit call waits
     (transaction.timeout.ms 5 s: the call gives up after 10 s). Whether that transaction committed
     is unknown to the connector; it learns it from the cluster (a new producer settles it, the
-    position is read back settled) and publishes nothing twice."""
+    position is read back settled, and the transaction's own position and change records must be
+    both committed or both not) and publishes nothing twice."""
     n = chaos_count(request, 2)
 
     def lose_commit_answers(proxy, run, k):
@@ -259,6 +260,8 @@ def test_commits_whose_outcome_is_lost_are_resolved_exactly_once(tmp_path, reque
     stats, log = proxied_chaos(tmp_path, n, lose_commit_answers, "lost commit answers")
     assert stats.get(f"dropped {faultproxy.END_TXN}", 0) >= n, stats
     assert log.count("outage: retrying") >= n, log.text()[-3000:]
+    # each unknown outcome was looked up in the cluster before anything more was published
+    assert log.count("commit outcome resolved from the cluster") >= n, log.text()[-3000:]
     print(f"{n} faults, EndTxn answers lost: {stats.get(f'dropped {faultproxy.END_TXN}')}, outages: {log.count('outage: retrying')}")
 
 

@@ -24,7 +24,7 @@ use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
 use crate::error::ErrorKind;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
-use crate::sink::{Cluster, Sink, SinkError};
+use crate::sink::{Cluster, Sink, SinkError, TxnTrace};
 use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -123,10 +123,13 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     res
 }
 
+/// One run of the task. `unknown`: a transaction an earlier run's commit left without a known
+/// outcome (resolved here before anything is emitted), and where this run leaves one.
 pub(super) async fn run_inner(
     mut cfg: ConnectorConfig,
     opts: RunOptions,
     health: TaskHealthHandle,
+    unknown: &mut Option<TxnTrace>,
 ) -> Result<(), RuntimeError> {
     let mut source = open_source_async(&cfg).await?;
     // one task: its transactional id does not depend on how tasks divide the table, so the
@@ -157,6 +160,11 @@ pub(super) async fn run_inner(
         source = open_source_async(&cfg).await?;
     }
     state.key = resume::checked_key(&state.key, source.as_ref())?;
+    if let Some(trace) = unknown.clone() {
+        // this producer's init settled it: what is visible now is what became of it
+        resume::resolve_unknown_outcome(&opts.cluster, &cfg, trace).await?;
+        *unknown = None;
+    }
     if let (false, Some(issued)) = (new_state, &state.issued) {
         resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
@@ -182,6 +190,9 @@ pub(super) async fn run_inner(
     if res.is_ok() && task.first_record {
         // stopped before its first poll
         res = task.commit().await;
+    }
+    if res.is_err() {
+        *unknown = task.sink.unknown_outcome();
     }
     tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");

@@ -29,9 +29,11 @@ pub(super) async fn ride_out(
     let mut outage: Option<(Instant, Duration)> = None;
     // a wrong address fails at start, naming it; once running, an outage is ridden out
     opts.cluster.reach(cfg).await?;
+    // a commit that failed without a known outcome, for the next attempt to resolve
+    let mut unknown = None;
     loop {
         let attempt = Instant::now();
-        let err = match run_inner(cfg.clone(), opts.clone(), health.clone()).await {
+        let err = match run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unknown).await {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };

@@ -1,9 +1,72 @@
 //! What a task checks when it resumes from its stored offsets: that the key the published events
-//! carry is still the table's, and that a start setting the stored position overrides is said.
+//! carry is still the table's, that a start setting the stored position overrides is said, and
+//! what became of a transaction whose commit left its outcome unknown.
+
+use std::sync::Arc;
 
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
+use crate::sink::{Cluster, TxnTrace};
 use crate::source::{Position, Source};
+
+/// A commit failed without an answer (timed out, its response lost): the broker may have
+/// committed it or not. The new producer's init settled it and the position was read back
+/// settled; here the transaction's own records say which it was: its position record and its
+/// first change record must be both committed or both not. Anything else is a broker that broke
+/// a transaction in two (events visible without their position would be published again from
+/// the older position): stop, naming both offsets, rather than publish anything twice.
+pub(super) async fn resolve_unknown_outcome(
+    cluster: &Arc<dyn Cluster>,
+    cfg: &ConnectorConfig,
+    trace: TxnTrace,
+) -> Result<(), RuntimeError> {
+    let (cl, c) = (cluster.clone(), cfg.clone());
+    let t = trace.clone();
+    let seen = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
+        let position = match &t.position {
+            Some((p, o)) => Some(cl.committed_at(&c, &c.kafka.offsets_topic, *p, *o)?),
+            None => None,
+        };
+        let change = match &t.change {
+            Some((topic, p, o)) => Some(cl.committed_at(&c, topic, *p, *o)?),
+            None => None,
+        };
+        Ok((position, change))
+    })
+    .await
+    .expect("outcome check panicked")?;
+    let at = |x: &Option<(i32, i64)>| {
+        x.map_or("none".to_string(), |(p, o)| {
+            format!("{}/{p}@{o}", cfg.kafka.offsets_topic)
+        })
+    };
+    let change_at = trace
+        .change
+        .as_ref()
+        .map_or("none".to_string(), |(t, p, o)| format!("{t}/{p}@{o}"));
+    match seen {
+        (Some(a), Some(b)) if a != b => Err(RuntimeError::Position(format!(
+            "a transaction whose commit went unanswered is torn: its change records ({change_at}) are {} but its \
+             position record ({}) is {}. The broker did not commit them atomically; resuming would publish those \
+             changes {}. Check the broker (transaction markers, unclean leader election); `lakestream verify` tells \
+             whether the topic still equals the table",
+            if b { "committed" } else { "aborted" },
+            at(&trace.position),
+            if a { "committed" } else { "aborted" },
+            if b { "again" } else { "never" },
+        ))),
+        (position, change) => {
+            let outcome = match position.or(change) {
+                Some(true) => "committed",
+                Some(false) => "aborted",
+                None => "empty",
+            };
+            tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, outcome, position = %at(&trace.position),
+                change = %change_at, "commit outcome resolved from the cluster");
+            Ok(())
+        }
+    }
+}
 
 /// The key to publish under: the table's, which must be the stored one when there is one. The
 /// events already published were keyed by the stored key fields: a run keyed otherwise (a

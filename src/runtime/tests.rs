@@ -18,7 +18,7 @@ use super::{run_connector, tasks::FirstUnits, RunOptions};
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
 use crate::health::{Health, TaskHealthHandle};
-use crate::sink::{Cluster, Sink, SinkError, StoredRecord};
+use crate::sink::{Cluster, Sink, SinkError, StoredRecord, TxnTrace};
 
 /// (topic, key, value) of a committed record.
 type Record = (String, Vec<u8>, Option<Vec<u8>>);
@@ -29,6 +29,9 @@ enum Fault {
     Abort,
     /// The transaction lands but the answer is lost: the task sees an error.
     Ambiguous,
+    /// A broker breaking a transaction in two: its change records land, its position record
+    /// does not, and the answer is lost.
+    Torn,
 }
 
 #[derive(Default)]
@@ -73,6 +76,7 @@ struct FakeSink {
     open: Vec<Record>,
     records: u64,
     started: Option<Instant>,
+    unknown: Option<TxnTrace>,
 }
 
 impl FakeSink {
@@ -134,13 +138,24 @@ impl Sink for FakeSink {
             }
             b.attempts += 1;
             let fault = b.faults.get(&b.attempts).copied();
-            if !matches!(fault, Some(Fault::Abort)) {
-                b.log.extend(txn);
+            // (a record's offset is its index in the one log)
+            let base = b.log.len() as i64;
+            let trace = TxnTrace {
+                position: Some((0, base + txn.len() as i64 - 1)),
+                change: (txn.len() > 1).then(|| (txn[0].0.clone(), 0, base)),
+            };
+            match fault {
+                Some(Fault::Abort) => {}
+                Some(Fault::Torn) => b.log.extend(txn[..txn.len() - 1].iter().cloned()),
+                _ => b.log.extend(txn),
             }
             match fault {
                 None => Ok(()),
                 Some(Fault::Abort) => Err(SinkError::Aborted("injected abort".into())),
-                Some(Fault::Ambiguous) => Err(SinkError::Fatal("injected: the commit's answer was lost".into())),
+                Some(Fault::Ambiguous | Fault::Torn) => {
+                    self.unknown = Some(trace);
+                    Err(SinkError::Fatal("injected: the commit's answer was lost".into()))
+                }
             }
         })
     }
@@ -148,6 +163,10 @@ impl Sink for FakeSink {
     fn abort(&mut self) -> BoxFuture<'_, Result<(), SinkError>> {
         self.clear();
         Box::pin(async { Ok(()) })
+    }
+
+    fn unknown_outcome(&self) -> Option<TxnTrace> {
+        self.unknown.clone()
     }
 }
 
@@ -175,6 +194,7 @@ impl Cluster for FakeCluster {
                 open: Vec::new(),
                 records: 0,
                 started: None,
+                unknown: None,
             }) as Box<dyn Sink>)
         })
     }
@@ -208,6 +228,10 @@ impl Cluster for FakeCluster {
     fn fence<'a>(&'a self, _: &'a ConnectorConfig, id: &'a str) -> BoxFuture<'a, Result<(), SinkError>> {
         self.bump(id);
         Box::pin(async { Ok(()) })
+    }
+
+    fn committed_at(&self, _: &ConnectorConfig, topic: &str, _: i32, offset: i64) -> Result<bool, SinkError> {
+        Ok(self.lock().log.get(offset as usize).is_some_and(|(t, ..)| t == topic))
     }
 }
 
@@ -456,6 +480,43 @@ async fn aborted_and_ambiguous_commits_are_replayed_from_the_committed_position(
         &want,
         "after faults",
     );
+}
+
+/// A commit whose answer is lost, by a broker that landed its change records without its position
+/// record: resuming from the older position would publish those changes again. The task stops
+/// (a position error, not ridden out), naming both, and publishes nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_transaction_of_unknown_outcome_stops_the_task_instead_of_publishing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path());
+    let (url, _schemas) = registry().await;
+    let cfg = config(dir.path(), &table, &url, "");
+    let cluster = FakeCluster::default();
+    cluster.lock().faults = [(4, Fault::Torn)].into_iter().collect();
+    let (_keep, rx) = watch::channel(false);
+    let opts = RunOptions {
+        once: true,
+        shutdown: rx,
+        health: Health::new(),
+        first_units: Arc::new(FirstUnits::default()),
+        cluster: Arc::new(cluster.clone()),
+    };
+    let err = run_connector(cfg.clone(), opts)
+        .await
+        .expect_err("a torn transaction must stop the task");
+    assert_eq!(err.kind(), crate::error::ErrorKind::Position, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("torn") && text.contains("committed") && text.contains("aborted"),
+        "{text}"
+    );
+    let after = cluster.log().len();
+    assert_eq!(
+        cluster.lock().attempts,
+        4,
+        "nothing committed after the torn transaction"
+    );
+    assert!(after > 0);
 }
 
 /// A connector stopped mid-unit under one `tasks.max` and resumed under another: the new

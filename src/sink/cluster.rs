@@ -29,6 +29,20 @@ pub trait Sink: Send {
     fn commit(&mut self, offsets: Vec<u8>) -> BoxFuture<'_, Result<(), SinkError>>;
     /// Abort the open transaction, if any.
     fn abort(&mut self) -> BoxFuture<'_, Result<(), SinkError>>;
+    /// Where the transaction whose commit failed without a known outcome (timed out, its answer
+    /// lost) put its records; `None` when the last commit's outcome is known.
+    fn unknown_outcome(&self) -> Option<TxnTrace>;
+}
+
+/// Where one transaction's records landed, from the broker's acknowledgements: the position
+/// record and the first change record. Whether they are visible to a read_committed reader
+/// tells what became of the transaction, whatever its commit call said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnTrace {
+    /// (partition, offset) of the position record in the offsets topic.
+    pub position: Option<(i32, i64)>,
+    /// (topic, partition, offset) of the first change (or transaction-metadata) record.
+    pub change: Option<(String, i32, i64)>,
 }
 
 /// One committed record of the offsets topic, as the latest value of its key.
@@ -61,6 +75,9 @@ pub trait Cluster: Send + Sync {
     /// Fence `transactional_id` so a zombie holding it can no longer commit.
     fn fence<'a>(&'a self, cfg: &'a ConnectorConfig, transactional_id: &'a str)
         -> BoxFuture<'a, Result<(), SinkError>>;
+    /// Whether the record at `offset` is committed: read_committed, once the transactions below
+    /// it are settled (fails when they are not within a minute). Blocking.
+    fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError>;
 }
 
 /// Where a read of the offsets topic ends.
@@ -107,5 +124,9 @@ impl Cluster for Kafka {
         transactional_id: &'a str,
     ) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(super::fence(cfg, transactional_id))
+    }
+
+    fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
+        super::scan::committed_at(cfg, topic, partition, offset)
     }
 }

@@ -11,7 +11,7 @@ mod quiet;
 
 pub use client::check_settings;
 use client::{client_config, producer_config, txn_call_timeout};
-pub use cluster::{Cluster, Kafka, ReadTo, Sink, StoredRecord};
+pub use cluster::{Cluster, Kafka, ReadTo, Sink, StoredRecord, TxnTrace};
 
 pub use quiet::QuietContext;
 pub use stats::StatsContext;
@@ -81,6 +81,8 @@ pub struct TxnSink {
     health: TaskHealthHandle,
     /// Where BEGIN/END records go (transaction metadata).
     txn_topic: String,
+    /// The last commit's transaction, when the commit failed and its outcome is unknown.
+    unknown: Option<TxnTrace>,
     /// Metric labels.
     connector: String,
     task: String,
@@ -227,6 +229,7 @@ impl TxnSink {
             timeout: txn_call_timeout(cfg),
             health,
             txn_topic: cfg.transaction_topic(),
+            unknown: None,
             connector: cfg.name.clone(),
             task: cfg.runtime.task_id.to_string(),
         })
@@ -257,6 +260,8 @@ impl TxnSink {
             client: format!("task {}", cfg.runtime.task_id),
             last: Default::default(),
             quiet: Default::default(),
+            offsets_topic: cfg.kafka.offsets_topic.clone(),
+            trace: Default::default(),
         };
         let producer: ThreadedProducer<StatsContext> = pc
             .create_with_context(ctx)
@@ -299,6 +304,7 @@ impl TxnSink {
             self.in_txn = true;
             self.txn_records = 0;
             self.txn_started = Some(Instant::now());
+            *self.producer.context().trace.lock().unwrap_or_else(|e| e.into_inner()) = TxnTrace::default();
         }
         Ok(())
     }
@@ -377,8 +383,18 @@ impl TxnSink {
                 }
                 Err(e) => {
                     let err = classify("commit_transaction", e);
-                    if matches!(err, SinkError::Aborted(_)) {
-                        self.abort().await?;
+                    // known to be aborted only when the abort succeeds; else the broker may
+                    // have committed it (an EndTxn whose answer was lost)
+                    let aborted = matches!(err, SinkError::Aborted(_)) && self.abort().await.is_ok();
+                    if !aborted {
+                        self.unknown = Some(
+                            self.producer
+                                .context()
+                                .trace
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .clone(),
+                        );
                     }
                     metrics::TXN_ABORTED
                         .with_label_values(&[&self.connector, &self.task])
@@ -446,6 +462,9 @@ impl Sink for TxnSink {
     }
     fn abort(&mut self) -> futures::future::BoxFuture<'_, Result<(), SinkError>> {
         Box::pin(TxnSink::abort(self))
+    }
+    fn unknown_outcome(&self) -> Option<TxnTrace> {
+        self.unknown.clone()
     }
 }
 #[cfg(test)]

@@ -202,3 +202,32 @@ fn read_partition<E: From<SinkError>>(
     }
     Ok(())
 }
+
+/// Whether the record at `topic`/`partition`/`offset` is committed: read_committed from it, the
+/// first record seen is it (committed) or a later one (it was aborted: the reader skips it). An
+/// end of partition below it means its transaction is not settled yet: asked again for up to a
+/// minute.
+pub fn committed_at(cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
+    let c = consumer(cfg)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+        .map_err(|e| SinkError::kafka("assign", e))?;
+    c.assign(&tpl).map_err(|e| SinkError::kafka("assign topic", e))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match c.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => return Ok(m.offset() == offset),
+            // at the end, past it: it was aborted (below it: not settled yet, ask again)
+            Some(Err(KafkaError::PartitionEOF(_))) if position(&c, topic, partition)? > offset => return Ok(false),
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure,
+            ))) => {}
+            Some(Err(e)) => return Err(SinkError::kafka(format!("reading {topic}/{partition} at {offset}"), e)),
+        }
+    }
+    Err(SinkError::Offsets(format!(
+        "{topic}/{partition}: the transaction holding offset {offset} was not settled within a minute"
+    )))
+}

@@ -18,6 +18,9 @@ pub struct StatsContext {
     /// (txmsg_bytes, txmsgs) at the last report.
     pub(super) last: std::sync::Mutex<(u64, u64)>,
     pub(super) quiet: super::quiet::Throttle,
+    pub(super) offsets_topic: String,
+    /// Where the open transaction's records landed (reset when one begins).
+    pub(super) trace: std::sync::Mutex<super::TxnTrace>,
 }
 
 impl ClientContext for StatsContext {
@@ -55,5 +58,14 @@ impl ClientContext for StatsContext {
 
 impl ProducerContext for StatsContext {
     type DeliveryOpaque = ();
-    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        use rdkafka::Message;
+        let Ok(m) = result else { return };
+        let mut trace = self.trace.lock().unwrap_or_else(|e| e.into_inner());
+        if m.topic() == self.offsets_topic {
+            trace.position = Some((m.partition(), m.offset()));
+        } else if trace.change.is_none() {
+            trace.change = Some((m.topic().to_string(), m.partition(), m.offset()));
+        }
+    }
 }
