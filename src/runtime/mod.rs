@@ -100,7 +100,7 @@ struct Task {
     pending: std::collections::VecDeque<i64>,
     /// Rows and bytes this task read from storage (logged when it stops).
     read: (u64, u64),
-    /// A new task's first record, committed while its first poll runs.
+    /// A new task's first record, not yet committed (a later generation hands over from it).
     first_record: bool,
     opts: RunOptions,
     health: TaskHealthHandle,
@@ -182,10 +182,16 @@ pub(super) async fn run_inner(
         written: HashMap::new(),
         pending: Default::default(),
         read: (0, 0),
+        // one task: committed while its first poll runs; tasks of a generation: before anything
+        // (a task waiting for task 0's first unit is on record meanwhile)
         first_record: new_state,
         opts,
         health,
     };
+    if task.first_record && task.cfg.runtime.tasks > 1 {
+        task.first_record = false;
+        task.commit().await?;
+    }
     let mut res = task.run().await;
     if res.is_ok() && task.first_record {
         // stopped before its first poll
