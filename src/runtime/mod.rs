@@ -24,7 +24,7 @@ use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
 use crate::error::ErrorKind;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
-use crate::sink::{Cluster, Sink, SinkError, TxnTrace};
+use crate::sink::{Cluster, ReadTo, Sink, SinkError, TxnTrace};
 use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -135,13 +135,15 @@ pub(super) async fn run_inner(
     // one task: its transactional id does not depend on how tasks divide the table, so the
     // producer initialises first and one offsets read after it serves both the ownership and
     // the resume decision (each read is ~0.1 s of a start on Kafka)
-    let early_sink = match cfg.runtime.tasks <= 1 {
-        true => Some(opts.cluster.start(&cfg, health.clone()).await?),
-        false => None,
-    };
-    let stable = match early_sink {
-        Some(_) => Some(tasks::read_stable(&opts.cluster, &cfg).await?),
-        None => None,
+    let single = cfg.runtime.tasks <= 1;
+    let (early_sink, stable) = if single {
+        let sink = opts.cluster.start(&cfg, health.clone()).await?;
+        (
+            Some(sink),
+            Some(tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?),
+        )
+    } else {
+        (None, None)
     };
     let ownership = tasks::effective_ownership(&opts.cluster, &cfg, &source, stable.as_ref()).await?;
     cfg.runtime.by_partition = ownership == Ownership::Partition;
@@ -184,12 +186,11 @@ pub(super) async fn run_inner(
         read: (0, 0),
         // one task: committed while its first poll runs; tasks of a generation: before anything
         // (a task waiting for task 0's first unit is on record meanwhile)
-        first_record: new_state,
+        first_record: new_state && single,
         opts,
         health,
     };
-    if task.first_record && task.cfg.runtime.tasks > 1 {
-        task.first_record = false;
+    if new_state && !single {
         task.commit().await?;
     }
     let mut res = task.run().await;

@@ -35,15 +35,9 @@ pub(super) async fn resolve_unknown_outcome(
     })
     .await
     .expect("outcome check panicked")?;
-    let at = |x: &Option<(i32, i64)>| {
-        x.map_or("none".to_string(), |(p, o)| {
-            format!("{}/{p}@{o}", cfg.kafka.offsets_topic)
-        })
-    };
-    let change_at = trace
-        .change
-        .as_ref()
-        .map_or("none".to_string(), |(t, p, o)| format!("{t}/{p}@{o}"));
+    let at = |r: Option<(&str, i32, i64)>| r.map_or("none".to_string(), |(t, p, o)| format!("{t}/{p}@{o}"));
+    let position_at = at(trace.position.map(|(p, o)| (cfg.kafka.offsets_topic.as_str(), p, o)));
+    let change_at = at(trace.change.as_ref().map(|(t, p, o)| (t.as_str(), *p, *o)));
     match seen {
         (Some(a), Some(b)) if a != b => Err(RuntimeError::Position(format!(
             "a transaction whose commit went unanswered is torn: its change records ({change_at}) are {} but its \
@@ -51,7 +45,7 @@ pub(super) async fn resolve_unknown_outcome(
              changes {}. Check the broker (transaction markers, unclean leader election); `lakestream verify` tells \
              whether the topic still equals the table",
             if b { "committed" } else { "aborted" },
-            at(&trace.position),
+            position_at,
             if a { "committed" } else { "aborted" },
             if b { "again" } else { "never" },
         ))),
@@ -61,7 +55,7 @@ pub(super) async fn resolve_unknown_outcome(
                 Some(false) => "aborted",
                 None => "empty",
             };
-            tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, outcome, position = %at(&trace.position),
+            tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, outcome, position = %position_at,
                 change = %change_at, "commit outcome resolved from the cluster");
             Ok(())
         }

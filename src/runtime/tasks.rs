@@ -287,7 +287,7 @@ pub(crate) async fn effective_ownership(
     let all = match stable {
         Some(all) => all,
         None => {
-            read = read_stable(cluster, cfg).await?;
+            read = read_offsets(cluster, cfg, ReadTo::Stable).await?;
             &read
         }
     };
@@ -302,20 +302,24 @@ pub(crate) async fn effective_ownership(
     Ok(kept)
 }
 
-/// What is committed in the offsets topic now ([`ReadTo::Stable`]), on a blocking thread.
-pub(crate) async fn read_stable(cluster: &Arc<dyn Cluster>, cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
+/// [`read_generations`] on a blocking thread.
+pub(crate) async fn read_offsets(
+    cluster: &Arc<dyn Cluster>,
+    cfg: &ConnectorConfig,
+    to: ReadTo,
+) -> Result<Records, RuntimeError> {
     let (cl, c) = (cluster.clone(), cfg.clone());
     let t = std::time::Instant::now();
-    let r = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, ReadTo::Stable))
+    let r = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, to))
         .await
         .expect("offsets reader panicked");
-    tracing::debug!(ms = t.elapsed().as_millis() as u64, "offsets read (stable)");
+    tracing::debug!(ms = t.elapsed().as_millis() as u64, ?to, "offsets read");
     r
 }
 
 /// Where this task starts (and whether that state is new, to be committed at once): its own
 /// record, a fresh start, or a handoff from the previous generation, whose transactional ids are
-/// fenced first so none of its tasks can still commit. `stable`: a [`read_stable`] taken after
+/// fenced first so none of its tasks can still commit. `stable`: a [`ReadTo::Stable`] read taken after
 /// this task's producer was initialised, when the caller has one.
 pub(crate) async fn resume_state(
     cluster: &Arc<dyn Cluster>,
@@ -323,19 +327,11 @@ pub(crate) async fn resume_state(
     source: &Arc<dyn Source>,
     stable: Option<Records>,
 ) -> Result<(Offsets, bool), RuntimeError> {
-    let read = |cfg: ConnectorConfig, to: ReadTo| {
-        let cluster = cluster.clone();
-        async move {
-            tokio::task::spawn_blocking(move || read_generations(cluster.as_ref(), &cfg, to))
-                .await
-                .expect("offsets reader panicked")
-        }
-    };
     // what is committed now: enough to learn the newest generation (an older generation's
     // zombie transaction, which only fencing ends, is not waited for)
     let all = match stable {
         Some(all) => all,
-        None => read(cfg.clone(), ReadTo::Stable).await?,
+        None => read_offsets(cluster, cfg, ReadTo::Stable).await?,
     };
     let newest = all.values().map(|o| o.epoch).max();
     let (shape, i) = (Shape::of(cfg), cfg.runtime.task_id);
@@ -354,7 +350,7 @@ pub(crate) async fn resume_state(
             // our own record, read again once every transaction below the end is settled (our
             // producer is initialised: a commit of ours whose outcome we did not learn is in it)
             let settled = match all.get(&(shape, i)).filter(|o| o.epoch == e) {
-                Some(_) => read(cfg.clone(), ReadTo::Settled).await?,
+                Some(_) => read_offsets(cluster, cfg, ReadTo::Settled).await?,
                 None => all,
             };
             if let Some(own) = settled.get(&(shape, i)).filter(|o| o.epoch == e) {
@@ -380,7 +376,7 @@ pub(crate) async fn resume_state(
         }
     };
     // read again: the fenced generation can no longer change its records
-    let all = read(cfg.clone(), ReadTo::Settled).await?;
+    let all = read_offsets(cluster, cfg, ReadTo::Settled).await?;
     let (src, cfg) = (source.clone(), cfg.clone());
     let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, shape, i, epoch))
         .await
