@@ -3,7 +3,8 @@ key and commit-time columns or the instant's log blocks, and only their rows are
 publishes exactly the events of `full` (both sides of every touched file group read and diffed
 whole), instant by instant: on every Hudi fixture, and on random generated histories (COW and
 MOR: updates, deletes, inserts, partition moves under simple and global indexes, compaction,
-`_hoodie_operation` columns), in memory and in key buckets."""
+`_hoodie_operation` columns), in memory (partition by partition where the Kafka key carries the
+partition path: against `full`'s whole-unit diff) and in key buckets."""
 
 import collections
 import json
@@ -87,14 +88,21 @@ def generated(tmp_path, seed):
     return table, args
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_generated_history_narrow_events_equal_full_diff(env, registry, tmp_path, seed):
+# seeds 8, 13 and 21: several partitions under a simple index (the per-partition diff)
+@pytest.mark.parametrize("seed", [*range(8), 8, 13, 21])
+def test_generated_history_narrow_events_equal_full_diff(env, registry, tmp_path, seed, monkeypatch):
     table, args = generated(tmp_path, seed)
     first = completed_instants(table)[0]
     # a small budget: the changed keys fit its quarter, their rows are diffed in key buckets
     extra = {"read.memory.budget": "64KiB"} if seed % 4 == 3 else {}
+    monkeypatch.setenv("RUST_LOG", "info,rdkafka=warn,lakestream::source::hudi::diffed=debug")
     events, log = both_ways(env, registry, tmp_path, table, first, **extra)
     assert events, f"no events for {args}"
+    # the Kafka key carries the partition path (simple index, several partitions): narrow diffs
+    # partition by partition, full (the reference) the whole unit at once
+    by_partition = "simple" in args and args[args.index("--partitions") + 1] != "1"
+    if by_partition and not extra:
+        assert "diffed partition by partition" in log, "the per-partition diff did not run"
     # (with the small budget the first instant, every row a create, has more keys than fit)
     assert extra or "diffing whole file groups" not in log
     if extra:
@@ -135,3 +143,25 @@ def test_narrow_reads_whole_rows_only_for_changed_keys(env, registry, tmp_path):
     assert narrow_events == full_events > 0
     assert narrow_rows <= 3 * narrow_events, reads
     assert full_rows > 10 * narrow_rows, reads
+
+
+def test_a_unit_beyond_the_budget_is_diffed_partition_by_partition_in_memory(env, registry, tmp_path, monkeypatch):
+    """A change unit whose two sides exceed what read.memory.budget gives one in-memory diff, on
+    a table whose Kafka key carries the partition path: while a few partitions fit at once it is
+    diffed partition by partition in memory instead of in key buckets on disk, with the events
+    of the whole-unit diff. Budgets from too small for that to roomy: each way must agree."""
+    table = tmp_path / "t"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "cow", "--path", str(table), "--rows", "30000",
+                        "--partitions", "8", "--commits", "2", "--update-fraction", "0.1", "--delete-fraction", "0.01",
+                        "--insert-fraction", "0.01", "--move-fraction", "0.01"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first = completed_instants(table)[1]
+    monkeypatch.setenv("LAKESTREAM_READ_THREADS", "2")
+    ways = set()
+    for budget in ("256KiB", "1MiB", "2MiB", "4MiB", "16MiB"):
+        _, log = both_ways(env, registry, tmp_path, table, first, **{"read.memory.budget": budget})
+        for way, pattern in (("partitions", "diffed partition by partition in memory"),
+                             ("buckets", "diffing in key buckets")):
+            if pattern in log:
+                ways.add(way)
+    assert ways == {"partitions", "buckets"}, f"ways taken: {ways}"

@@ -24,6 +24,18 @@ pub fn ordered<R: Send>(
     read: &(dyn Fn(usize) -> Result<R, SourceError> + Sync),
     sink: &mut dyn FnMut(R) -> Result<(), SourceError>,
 ) -> Result<(), SourceError> {
+    ordered_window(n, threads, threads * 2, read, sink)
+}
+
+/// [`ordered`], with reading at most `window` results ahead of the one `sink` takes next (a
+/// result is large: a window of `threads` keeps each thread on one).
+pub fn ordered_window<R: Send>(
+    n: usize,
+    threads: usize,
+    window: usize,
+    read: &(dyn Fn(usize) -> Result<R, SourceError> + Sync),
+    sink: &mut dyn FnMut(R) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
     let threads = threads.clamp(1, n.max(1));
     if threads == 1 {
         for i in 0..n {
@@ -31,7 +43,7 @@ pub fn ordered<R: Send>(
         }
         return Ok(());
     }
-    let window = threads * 2;
+    let window = window.max(1);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let emitted = Mutex::new(0usize);

@@ -12,7 +12,6 @@ use std::collections::HashSet;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::files::base_as_of;
 use super::reader::UnitRead;
 use super::slice::FileCache;
 use super::{join_path, HudiSource};
@@ -127,17 +126,9 @@ impl HudiSource {
     /// Key buckets for a change unit: one (the in-memory diff) while its file slices, decoded,
     /// fit in `read.memory.budget`.
     pub(super) fn change_buckets(&self, r: &UnitRead<'_>) -> Result<u32, SourceError> {
-        let (unit, tl, listings) = (r.unit, r.tl, r.listings);
-        let at = unit.position.order_key();
         let mut bytes = 0u64;
-        // sizes come with the listing: no request per file
-        for sp in &unit.splits {
-            let files = listings.partition(&sp.partition)?;
-            let (base, logs) = files.group(&sp.file_group);
-            for inclusive in [false, true] {
-                bytes += base_as_of(base, tl, at, inclusive).map_or(0, |b| b.size);
-            }
-            bytes += 2 * logs.iter().map(|l| l.size).sum::<u64>();
+        for sp in &r.unit.splits {
+            bytes += self.split_file_bytes(r, sp)?;
         }
         Ok(buckets_for(bytes * DECODED_PER_FILE_BYTE, self.spill.budget))
     }
@@ -207,7 +198,7 @@ impl HudiSource {
     }
 
     /// The unit's value schema: the newest slice's (last split with a new side, else old).
-    fn unit_schema(&self, r: &UnitRead<'_>) -> Result<Option<SchemaRef>, SourceError> {
+    pub(super) fn unit_schema(&self, r: &UnitRead<'_>) -> Result<Option<SchemaRef>, SourceError> {
         for want_new in [true, false] {
             for sp in r.unit.splits.iter().rev() {
                 for (is_new, wanted) in Self::sides(r, sp) {

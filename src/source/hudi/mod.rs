@@ -9,6 +9,7 @@ pub mod archive;
 mod bounded;
 mod cdc;
 pub mod changelog;
+mod diffed;
 pub mod files;
 pub mod log;
 pub mod merge;

@@ -46,6 +46,8 @@ enum SplitCandidates {
 /// What the candidate-key pass of a unit found.
 pub(super) struct Candidates {
     pub keys: KeyFilter,
+    /// Each split's candidate keys (how many), in split order.
+    pub split_keys: Vec<u64>,
     /// Decoded bytes a selected row is estimated to take (for the in-memory or bucketed choice).
     pub row_bytes: u64,
 }
@@ -62,6 +64,7 @@ impl HudiSource {
         let mut keys = KeyFilter::default();
         let (mut rows, mut bytes, mut sample) = (0u64, 0u64, (0u64, 0u64));
         let (mut no_commit_time, mut too_many) = (None, false);
+        let mut split_keys = Vec::with_capacity(r.unit.splits.len());
         // the keys may take a quarter of the budget; beyond it the unit takes the full diff,
         // which spills to key buckets (bounded whatever the change)
         let limit = self.spill.budget / 4;
@@ -91,6 +94,7 @@ impl HudiSource {
                     return Ok(());
                 }
             };
+            split_keys.push(k.len() as u64);
             too_many |= keys.bytes() + k.bytes() > limit;
             if !too_many && no_commit_time.is_none() {
                 keys.extend(&k);
@@ -122,6 +126,7 @@ impl HudiSource {
         tracing::debug!(connector = %self.connector, instant, keys = keys.len(), key_rows = rows, "change unit: candidate keys");
         Ok(Some(Candidates {
             keys,
+            split_keys,
             row_bytes: row_bytes.max(64),
         }))
     }

@@ -11,15 +11,14 @@ use arrow_schema::SchemaRef;
 use super::files::Listings;
 use super::merge::SliceMerge;
 use super::selection::KeyFilter;
-use super::slice::{FileCache, SliceReader, SliceState};
+use super::slice::{FileCache, SliceReader};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
 
 mod inputs;
 use crate::metrics;
 use crate::source::buckets::{buckets_for, restrict};
-use crate::source::par;
-use crate::source::rows::{conform, diff, nullable};
+use crate::source::rows::{conform, nullable};
 use crate::source::{ChangeRow, Resume, RowRef, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl HudiSource {
@@ -68,87 +67,6 @@ impl HudiSource {
             r.unit.position.order_key(),
             inclusive,
         )
-    }
-
-    fn load_sides(&self, r: &UnitRead<'_>, splits: &[SplitSpec], cache: &FileCache) -> Result<Sides, SourceError> {
-        let unit = r.unit;
-        let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
-        let mut sides = Sides::new(splits.len());
-        // split by split on several threads (each with its share of the budget), kept in order
-        let read_split = |s: usize| -> Result<[Option<PlannedSide>; 2], SourceError> {
-            let (sp, mut reader) = (&splits[s], self.unit_reader(r, cache));
-            reader.spill.budget /= self.threads.max(1);
-            // (the slice's planned schema: a side whose selected keys left no rows still has one)
-            let side = |inclusive: bool| -> Result<Option<PlannedSide>, SourceError> {
-                let merge = self.open_slice(r, &reader, sp, inclusive)?;
-                merge
-                    .map(|m| {
-                        let schema = m.schema().cloned();
-                        m.collect().map(|st| (schema, st))
-                    })
-                    .transpose()
-            };
-            let old = if unit.snapshot { None } else { side(false)? };
-            let new = if r.is_replaced(sp) { None } else { side(true)? };
-            Ok([old, new])
-        };
-        let mut s = 0;
-        par::ordered(splits.len(), self.threads, &read_split, &mut |pair| {
-            for (is_new, st) in [false, true].into_iter().zip(pair) {
-                let Some((schema, st)) = st else { continue };
-                sides.rows_read[s] += st.rows_read;
-                sides.bytes_read[s] += st.bytes_read;
-                if let Some(f) = &st.file {
-                    if is_new || sides.file[s].is_empty() {
-                        sides.file[s] = join_path(&splits[s].partition, f);
-                    }
-                }
-                if let Some(schema) = schema.or_else(|| st.batches.first().map(|b| b.schema())) {
-                    raw.push((s, is_new, schema, st.batches));
-                }
-            }
-            s += 1;
-            Ok(())
-        })?;
-        // the unit's value schema: the newest file's, every column nullable
-        let target = raw
-            .iter()
-            .rev()
-            .find(|r| r.1)
-            .or(raw.last())
-            .map(|r| nullable(&r.2, &[]));
-        // (state batches are already conformed per slice; this aligns slices of different ages)
-        if let Some(target) = target {
-            for (s, is_new, _, batches) in raw {
-                for b in batches {
-                    let idx = sides.batches.len() as u32;
-                    sides.batches.push(conform(&b, &target)?);
-                    if is_new {
-                        sides.new[s].push(idx)
-                    } else {
-                        sides.old[s].push(idx)
-                    }
-                }
-            }
-        }
-        Ok(sides)
-    }
-
-    /// One split diffed alone (its previous slice against its new one): (batches, change rows,
-    /// newest file, rows read).
-    pub(super) fn diff_split(
-        &self,
-        r: &UnitRead<'_>,
-        sp: &SplitSpec,
-        cache: &FileCache,
-    ) -> Result<(Vec<RecordBatch>, Vec<ChangeRow>, String, u64), SourceError> {
-        let sides = self.load_sides(r, std::slice::from_ref(sp), cache)?;
-        let Some(first) = sides.batches.first() else {
-            return Ok((Vec::new(), Vec::new(), String::new(), 0));
-        };
-        let (keys, order) = self.key_columns(&first.schema())?;
-        let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
-        Ok((sides.batches, rows, sides.file[0].clone(), sides.rows_read[0]))
     }
 
     /// Changelog mode: the log records each touched file group got, one event each; file groups
@@ -294,39 +212,21 @@ impl HudiSource {
                 return self.read_cdc(&r, &cdc, done, emit);
             }
         }
-        if buckets > 1 {
-            return self.read_bucketed(&r, done, buckets, emit);
-        }
-        self.read_diffed(&r, done, emit)
-    }
-
-    /// A change unit diffed as a whole in memory: keys may move between the file groups it
-    /// touched.
-    fn read_diffed(
-        &self,
-        r: &UnitRead<'_>,
-        done: &HashSet<String>,
-        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
-    ) -> Result<(), SourceError> {
-        let unit = r.unit;
-        let sides = self.load_sides(r, &unit.splits, &FileCache::default())?;
-        let Some(first) = sides.batches.first() else {
-            return Ok(());
+        // identities confined to a partition are diffed partition by partition: in memory where
+        // the whole unit would have been bucketed on disk, and emitted while the next is read
+        // (`read.change.detection=full` keeps the whole-unit diff, the reference)
+        let groups = match self.read.narrow_changes {
+            true => self.diff_groups(unit),
+            false => vec![0..unit.splits.len()],
         };
-        let (keys, order) = self.key_columns(&first.schema())?;
-        let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
-        for (s, rows) in per_split.into_iter().enumerate() {
-            let sp = &unit.splits[s];
-            if done.contains(&sp.id) {
-                continue;
+        if buckets > 1 {
+            if resume.buckets.is_some() || !self.groups_fit(&r, &groups, candidates.as_ref())? {
+                return self.read_bucketed(&r, done, buckets, emit);
             }
-            let (batches, rows) = restrict(&sides.batches, rows);
-            let mut sc = SplitChanges::whole(sp.clone(), sides.file[s].clone(), batches, rows);
-            sc.rows_read = sides.rows_read[s];
-            sc.bytes_read = sides.bytes_read[s];
-            emit(sc)?;
+            tracing::info!(connector = %self.connector, instant = %unit.position.instant, groups = groups.len(),
+                budget = self.spill.budget, "change unit larger than read.memory.budget: diffed partition by partition in memory");
         }
-        Ok(())
+        self.read_diffed(&r, &groups, done, emit)
     }
 }
 
@@ -417,30 +317,5 @@ impl PairedSplits {
             emit(sc)?;
         }
         Ok(())
-    }
-}
-
-/// One side of a split: the slice's planned schema and its merged rows.
-type PlannedSide = (Option<SchemaRef>, SliceState);
-
-struct Sides {
-    batches: Vec<RecordBatch>,
-    old: Vec<Vec<u32>>,
-    new: Vec<Vec<u32>>,
-    file: Vec<String>,
-    rows_read: Vec<u64>,
-    bytes_read: Vec<u64>,
-}
-
-impl Sides {
-    fn new(n: usize) -> Self {
-        Self {
-            batches: Vec::new(),
-            old: vec![Vec::new(); n],
-            new: vec![Vec::new(); n],
-            file: vec![String::new(); n],
-            rows_read: vec![0; n],
-            bytes_read: vec![0; n],
-        }
     }
 }
