@@ -125,14 +125,14 @@ impl HudiSource {
     pub(super) fn diff_groups(&self, unit: &Unit) -> Vec<Range<usize>> {
         let n = unit.splits.len();
         if !self.keyed_by_partition() || n < 2 {
-            return vec![0..n];
+            return one_group(n);
         }
         let mut groups: Vec<Range<usize>> = Vec::new();
         let mut seen = HashSet::new();
         for (s, sp) in unit.splits.iter().enumerate() {
             match groups.last_mut() {
                 Some(g) if unit.splits[g.start].partition == sp.partition => g.end = s + 1,
-                _ if !seen.insert(sp.partition.as_str()) => return vec![0..n],
+                _ if !seen.insert(sp.partition.as_str()) => return one_group(n),
                 _ => groups.push(s..s + 1),
             }
         }
@@ -238,6 +238,11 @@ impl HudiSource {
             scs.into_iter().try_for_each(&mut *emit)
         })
     }
+}
+
+/// The whole unit as one group of splits.
+pub(super) fn one_group(n: usize) -> Vec<Range<usize>> {
+    std::iter::once(0..n).collect()
 }
 
 /// One side of a split: the slice's planned schema and its merged rows.

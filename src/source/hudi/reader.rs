@@ -217,7 +217,7 @@ impl HudiSource {
         // (`read.change.detection=full` keeps the whole-unit diff, the reference)
         let groups = match self.read.narrow_changes {
             true => self.diff_groups(unit),
-            false => vec![0..unit.splits.len()],
+            false => super::diffed::one_group(unit.splits.len()),
         };
         if buckets > 1 {
             if resume.buckets.is_some() || !self.groups_fit(&r, &groups, candidates.as_ref())? {
