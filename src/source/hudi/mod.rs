@@ -7,6 +7,7 @@
 
 pub mod archive;
 mod bounded;
+mod carried;
 mod cdc;
 pub mod changelog;
 mod diffed;

@@ -22,9 +22,10 @@
 
 use arrow_array::Array;
 
+use super::carried::OldKeys;
 use super::files::base_as_of;
 use super::reader::UnitRead;
-use super::selection::{record_keys, ArrayKeys, KeyFilter, RECORD_KEY};
+use super::selection::{record_keys, KeyFilter, RECORD_KEY};
 use super::slice::{FileCache, InstantBlock};
 use super::HudiSource;
 use crate::metrics;
@@ -184,7 +185,7 @@ impl HudiSource {
         let columns = self.narrow_columns();
         let cache = FileCache::streaming(Some(columns.clone()));
         let reader = self.slice_reader(r.tl, &cache);
-        let mut old = ArrayKeys::default();
+        let mut old = OldKeys::default();
         let (mut rows, mut bytes) = (0u64, 0u64);
         if let Some(mut m) = self.open_slice(r, &reader, sp, false)? {
             m.narrow(&columns);
@@ -211,8 +212,9 @@ impl HudiSource {
                     };
                     for i in (0..b.num_rows()).filter(|&i| k.is_valid(i)) {
                         let key = k.value(i);
-                        old.remove(key);
-                        if !t.is_valid(i) || t.value(i) == instant {
+                        let written = !t.is_valid(i) || t.value(i) == instant;
+                        old.meet(key, written);
+                        if written {
                             out.insert(key);
                         }
                     }
@@ -223,7 +225,10 @@ impl HudiSource {
                 }
             }
         }
-        old.each(|k| out.insert(k));
+        if old.gave_up() {
+            tracing::debug!(connector = %self.connector, file_group = %sp.id, "rewritten file group not in its old order: deleted keys found by hash");
+        }
+        old.unmatched(out);
         Ok(Some((rows, bytes)))
     }
 
