@@ -221,6 +221,8 @@ impl HudiSource {
     }
 
     /// Both sides of every split merged and written to the buckets; what each split read.
+    /// Splits are read on several threads (each with its share of the budget) and their batches
+    /// written in split order, as one thread would.
     fn spill_sides(
         &self,
         r: &UnitRead<'_>,
@@ -233,10 +235,12 @@ impl HudiSource {
             rows: vec![0; n],
             bytes: vec![0; n],
         };
-        for (s, sp) in r.unit.splits.iter().enumerate() {
+        let read = |s: usize, send: &mut dyn FnMut(Spilled) -> Result<(), SourceError>| -> Result<(), SourceError> {
+            let sp = &r.unit.splits[s];
             // log blocks decoded once for both sides; base files streamed
             let cache = FileCache::streaming(None);
-            let reader = self.unit_reader(r, &cache);
+            let mut reader = self.unit_reader(r, &cache);
+            reader.spill.budget /= self.threads.max(1);
             for (is_new, wanted) in Self::sides(r, sp) {
                 if !wanted {
                     continue;
@@ -244,18 +248,53 @@ impl HudiSource {
                 let Some(merge) = self.open_slice(r, &reader, sp, is_new)? else {
                     continue;
                 };
-                if let Some(f) = &merge.file {
+                let (file, bytes) = (merge.file.clone(), merge.bytes_read);
+                let rows =
+                    merge.run(&mut |b| send(Spilled::Rows(s, is_new, crate::source::rows::conform(&b, target)?)))?;
+                send(Spilled::Read {
+                    split: s,
+                    is_new,
+                    file,
+                    rows,
+                    bytes,
+                })?;
+            }
+            Ok(())
+        };
+        par::ordered_streams(n, self.threads, 2, &read, &mut |part| match part {
+            Spilled::Rows(s, is_new, b) => writer.push(s as u32, is_new, 0, &b),
+            Spilled::Read {
+                split: s,
+                is_new,
+                file,
+                rows,
+                bytes,
+            } => {
+                if let Some(f) = file {
                     if is_new || reads.file[s].is_empty() {
-                        reads.file[s] = join_path(&sp.partition, f);
+                        reads.file[s] = join_path(&r.unit.splits[s].partition, &f);
                     }
                 }
-                reads.bytes[s] += merge.bytes_read;
-                reads.rows[s] +=
-                    merge.run(&mut |b| writer.push(s as u32, is_new, 0, &crate::source::rows::conform(&b, target)?))?;
+                reads.rows[s] += rows;
+                reads.bytes[s] += bytes;
+                Ok(())
             }
-        }
+        })?;
         Ok(reads)
     }
+}
+
+/// What a split's reading thread hands the bucket writer: merged rows of one side, then what
+/// that side read.
+enum Spilled {
+    Rows(usize, bool, RecordBatch),
+    Read {
+        split: usize,
+        is_new: bool,
+        file: Option<String>,
+        rows: u64,
+        bytes: u64,
+    },
 }
 
 /// What each split of a bucketed unit read: the newest file, rows and bytes.
