@@ -19,7 +19,7 @@ use arrow_schema::SchemaRef;
 
 use super::files::base_as_of;
 use super::narrow::Candidates;
-use super::reader::UnitRead;
+use super::reader::{one_group, UnitRead};
 use super::slice::{FileCache, SliceState};
 use super::{join_path, HudiSource};
 use crate::source::buckets::{buckets_for, restrict, DECODED_PER_FILE_BYTE};
@@ -238,11 +238,6 @@ impl HudiSource {
             scs.into_iter().try_for_each(&mut *emit)
         })
     }
-}
-
-/// The whole unit as one group of splits.
-pub(super) fn one_group(n: usize) -> Vec<Range<usize>> {
-    std::iter::once(0..n).collect()
 }
 
 /// One side of a split: the slice's planned schema and its merged rows.

@@ -217,7 +217,7 @@ impl HudiSource {
         // (`read.change.detection=full` keeps the whole-unit diff, the reference)
         let groups = match self.read.narrow_changes {
             true => self.diff_groups(unit),
-            false => super::diffed::one_group(unit.splits.len()),
+            false => one_group(unit.splits.len()),
         };
         if buckets > 1 {
             if resume.buckets.is_some() || !self.groups_fit(&r, &groups, candidates.as_ref())? {
@@ -228,6 +228,11 @@ impl HudiSource {
         }
         self.read_diffed(&r, &groups, done, emit)
     }
+}
+
+/// The whole unit as one group of splits (see `diffed`).
+pub(super) fn one_group(n: usize) -> Vec<std::ops::Range<usize>> {
+    std::iter::once(0..n).collect()
 }
 
 /// What reading one unit needs: the unit, the timeline, the file groups replaced by then, the
