@@ -46,9 +46,8 @@ impl OldKeys {
         arr.is_valid(i).then(|| arr.value(i))
     }
 
-    /// The old row after `p`, if any.
-    fn next(&self, (a, i): (usize, usize)) -> Option<(usize, usize)> {
-        let (mut a, mut i) = (a, i + 1);
+    /// The first old row at or after `(a, i)`, if any.
+    fn at_or_after(&self, (mut a, mut i): (usize, usize)) -> Option<(usize, usize)> {
         while a < self.arrays.len() {
             if i < self.arrays[a].len() {
                 return Some((a, i));
@@ -58,13 +57,9 @@ impl OldKeys {
         None
     }
 
-    fn first(&self) -> Option<(usize, usize)> {
-        let (a, i) = self.at;
-        match self.arrays.get(a) {
-            Some(arr) if i < arr.len() => Some((a, i)),
-            Some(_) => self.next((a, i)),
-            None => None,
-        }
+    /// The old row after `p`, if any.
+    fn next(&self, (a, i): (usize, usize)) -> Option<(usize, usize)> {
+        self.at_or_after((a, i + 1))
     }
 
     /// A live key of the new slice, in file order; `written` when the instant wrote its row.
@@ -73,7 +68,7 @@ impl OldKeys {
             t.remove(key);
             return;
         }
-        let cursor = self.first();
+        let cursor = self.at_or_after(self.at);
         if let Some(p) = cursor.filter(|&p| self.key(p) == Some(key)) {
             self.matched[p.0][p.1] = true;
             self.at = (p.0, p.1 + 1);

@@ -194,6 +194,9 @@ impl HudiSource {
             .filter(|g| unit.splits[(*g).clone()].iter().any(|sp| !done.contains(&sp.id)))
             .cloned()
             .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
         // groups share the unit's schema, so their events do too
         let target = match groups.len() {
             1 => None,
