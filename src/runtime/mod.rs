@@ -131,19 +131,21 @@ pub(super) async fn run_inner(
     health: TaskHealthHandle,
     unknown: &mut Option<TxnTrace>,
 ) -> Result<(), RuntimeError> {
-    let mut source = open_source_async(&cfg).await?;
     // one task: its transactional id does not depend on how tasks divide the table, so the
     // producer initialises first and one offsets read after it serves both the ownership and
-    // the resume decision (each read is ~0.1 s of a start on Kafka)
+    // the resume decision (each read is ~0.1 s of a start on Kafka); the table opens meanwhile
+    // (nothing in either needs the other; a table that cannot be opened still fails first)
     let single = cfg.runtime.tasks <= 1;
-    let (early_sink, stable) = if single {
-        let sink = opts.cluster.start(&cfg, health.clone()).await?;
-        (
-            Some(sink),
-            Some(tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?),
-        )
+    let (mut source, (early_sink, stable)) = if single {
+        let early = async {
+            let sink = opts.cluster.start(&cfg, health.clone()).await?;
+            let stable = tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?;
+            Ok::<_, RuntimeError>((Some(sink), Some(stable)))
+        };
+        let source = async { open_source_async(&cfg).await.map_err(RuntimeError::from) };
+        tokio::try_join!(source, early)?
     } else {
-        (None, None)
+        (open_source_async(&cfg).await?, (None, None))
     };
     let ownership = tasks::effective_ownership(&opts.cluster, &cfg, &source, stable.as_ref()).await?;
     cfg.runtime.by_partition = ownership == Ownership::Partition;
