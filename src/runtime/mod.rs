@@ -134,7 +134,8 @@ pub(super) async fn run_inner(
     // one task: its transactional id does not depend on how tasks divide the table, so the
     // producer initialises first and one offsets read after it serves both the ownership and
     // the resume decision (each read is ~0.1 s of a start on Kafka); the table opens meanwhile
-    // (nothing in either needs the other; a table that cannot be opened still fails first)
+    // (neither needs the other; a table that cannot be opened fails in milliseconds, before the
+    // topics are made in practice, though nothing orders the two)
     let single = cfg.runtime.tasks <= 1;
     let (mut source, (early_sink, stable)) = if single {
         let early = async {
