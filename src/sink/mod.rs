@@ -212,12 +212,13 @@ impl TxnSink {
         // broker that auto-creates topics): librdkafka asks for a producer id at once, and with
         // no broker known yet it retries only after a fixed 500 ms (measured on Kafka 4.1: init
         // took 8-150 ms, or 510-525 ms in a third of fresh starts). Init reports any error.
-        let p2 = producer.clone();
         let wait = timeout.min(Duration::from_secs(5));
-        let _ = blocking(move || p2.client().fetch_cluster_id(wait)).await;
-        blocking(move || p.init_transactions(timeout))
-            .await
-            .map_err(|e| classify("init_transactions", e))?;
+        blocking(move || {
+            let _ = p.client().fetch_cluster_id(wait);
+            p.init_transactions(timeout)
+        })
+        .await
+        .map_err(|e| classify("init_transactions", e))?;
         tracing::info!(transactional_id = %cfg.transactional_id(), ms = started.elapsed().as_millis() as u64, "producer initialised (older instances fenced)");
         Ok(producer)
     }
