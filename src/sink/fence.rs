@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
-use super::client::{producer_config, txn_call_timeout};
+use super::client::{close_detached, producer_config, txn_call_timeout};
 use super::{blocking, classify, QuietContext, SinkError};
 use crate::config::ConnectorConfig;
 
@@ -52,7 +52,12 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
         let producer: ThreadedProducer<QuietContext> = pc
             .create_with_context(QuietContext::new(&cfg.name, "fencing producer"))
             .map_err(|e| SinkError::kafka("creating fencing producer", e))?;
-        match blocking(move || producer.init_transactions(timeout)).await {
+        let init = move || {
+            let res = producer.init_transactions(timeout);
+            close_detached(producer);
+            res
+        };
+        match blocking(init).await {
             Ok(()) => break,
             // another task of the new generation fenced the same id at the same moment: done
             Err(e)

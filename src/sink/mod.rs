@@ -136,13 +136,11 @@ fn retriable(e: &KafkaError) -> bool {
     matches!(e, KafkaError::Transaction(t) if t.is_retriable())
 }
 
-/// Dropping a `ThreadedProducer` joins its polling thread, which polls in 100 ms steps: a
-/// stopping task waited up to 100 ms for it. Its transactions are settled by then (committed or
-/// aborted), so nobody needs to wait.
+/// A stopping task does not wait for its producer's polling thread: its transactions are
+/// settled by then (committed or aborted).
 impl Drop for TxnSink {
     fn drop(&mut self) {
-        let producer = self.producer.clone();
-        std::thread::spawn(move || drop(producer));
+        client::close_detached(self.producer.clone());
     }
 }
 

@@ -58,10 +58,7 @@ pub fn read_records_matching(
     // keeps a restart from resuming at a position older than one already published.
     let mut ends = std::collections::HashMap::new();
     for p in &parts {
-        let (_, hi) = consumer
-            .fetch_watermarks(topic, *p, Duration::from_secs(30))
-            .map_err(|e| SinkError::kafka("offsets topic watermarks", e))?;
-        ends.insert(*p, hi);
+        ends.insert(*p, high_watermark(&consumer, topic, *p)?);
     }
     let mut at_eof = std::collections::HashSet::new();
     let mut eof = std::collections::HashSet::new();
@@ -116,10 +113,26 @@ pub fn read_records_matching(
             }
         }
     }
-    // closing a consumer takes up to ~100 ms (measured on Kafka: half of a start's offsets read);
-    // nobody waits for it
-    std::thread::spawn(move || drop(consumer));
+    super::client::close_detached(consumer);
     Ok(latest)
+}
+
+/// A partition's high watermark. A topic created a moment ago (this start's offsets topic) has
+/// no leader for some 100 ms on Kafka: asked again every 20 ms for up to 10 s before it counts
+/// as an outage.
+fn high_watermark(consumer: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<i64, SinkError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
+            Ok((_, hi)) => return Ok(hi),
+            Err(KafkaError::MetadataFetch(
+                RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::UnknownTopicOrPartition,
+            )) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(SinkError::kafka("offsets topic watermarks", e)),
+        }
+    }
 }
 
 /// librdkafka keys that every client of the cluster needs (security), shared with the consumer

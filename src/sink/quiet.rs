@@ -62,6 +62,8 @@ impl Throttle {
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error
         );
         if !serious && !matches!(level, RDKafkaLogLevel::Warning) {
+            // Only a `debug` producer/consumer override makes librdkafka say more than warnings.
+            tracing::debug!(connector, client, facility = fac, "librdkafka: {message}");
             return;
         }
         if let Some(repeated) = self.due(&format!("{fac}|{message}")) {

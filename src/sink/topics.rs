@@ -13,6 +13,12 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
     let admin: AdminClient<QuietContext> = client_config(cfg)
         .create_with_context(QuietContext::new(&cfg.name, "admin"))
         .map_err(|e| SinkError::kafka("admin client", e))?;
+    let res = create_missing(&admin, cfg).await;
+    super::client::close_detached(admin);
+    res
+}
+
+async fn create_missing(admin: &AdminClient<QuietContext>, cfg: &ConnectorConfig) -> Result<(), SinkError> {
     let compact = [("cleanup.policy", "compact")];
     let txn_topic = cfg.transaction_topic();
     let mut topics = vec![
@@ -66,7 +72,7 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
     if created_offsets {
         return Ok(());
     }
-    check_offsets_policy(&admin, &cfg.kafka.offsets_topic).await
+    check_offsets_policy(admin, &cfg.kafka.offsets_topic).await
 }
 
 /// Positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
