@@ -5,6 +5,7 @@
 //! unit's candidates (see `narrow`).
 
 use arrow::array::BooleanBufferBuilder;
+use arrow::buffer::BooleanBuffer;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{
@@ -65,9 +66,12 @@ impl KeyFilter {
 
     /// Which rows of a record-key column are selected (a null key never is).
     pub fn mask(&self, keys: &StringArray) -> BooleanArray {
-        (0..keys.len())
-            .map(|i| Some(keys.is_valid(i) && self.contains(keys.value(i))))
-            .collect()
+        let selected = match (self.keys.is_empty(), keys.null_count()) {
+            (true, _) => BooleanBuffer::new_unset(keys.len()),
+            (false, 0) => BooleanBuffer::collect_bool(keys.len(), |i| self.contains(keys.value(i))),
+            (false, _) => BooleanBuffer::collect_bool(keys.len(), |i| keys.is_valid(i) && self.contains(keys.value(i))),
+        };
+        BooleanArray::new(selected, None)
     }
 
     /// The rows of `batch` whose `_hoodie_record_key` is selected (all of them without that
