@@ -1,6 +1,7 @@
 """Parallel tasks: tasks.max=3 in one process shares a table's keys among three transactional
-producers, and changing tasks.max mid-stream (3 → 2 → 3, with kill -9 leaving units half
-emitted) hands the keys over without losing or duplicating an event."""
+producers, and changing tasks.max mid-stream (Kafka Connect's exactly-once scenario 3 → 5 → 1 →
+5 → 3, with kill -9 leaving units half emitted) hands the keys over without losing or
+duplicating an event."""
 
 import json
 import random
@@ -48,15 +49,16 @@ def set_tasks(props, n):
 
 
 def test_changing_tasks_max_mid_stream_loses_and_duplicates_nothing(env, registry, tmp_path):
-    """An Iceberg MERGE/delete history: 3 tasks, killed mid-unit; 2 tasks, killed; 3, 1, 2 again;
-    tiny transactions and one file per split so each generation leaves half-emitted units."""
+    """An Iceberg MERGE/delete history: 3 tasks, killed mid-unit twice; then 5, 1, 5, 3 (Kafka
+    Connect's exactly-once rescaling scenario); tiny transactions and one file per split so each
+    generation leaves half-emitted units that the next one (fencing the last's ids) hands over."""
     ik.unpack()
     seed = int(time.time())
     print("rescale seed", seed)
     rng = random.Random(seed)
     oracle, t, props, topic, step = ik.merge_history(tmp_path, env, **{
         "monitor-interval": "50ms", "topic.creation.default.partitions": "2"})
-    for n in [3, 2, 3, 1, 2]:
+    for n in [3, 5, 1, 5, 3]:
         set_tasks(props, n)
         for _ in range(2):
             def reveal():
@@ -65,6 +67,6 @@ def test_changing_tasks_max_mid_stream_loses_and_duplicates_nothing(env, registr
                     step += 1
                     t.reveal(step)
             run_and_kill_mid_unit(props, n, reveal, rng)
-    ik.final_replay(env, registry, oracle, t, props, topic, f"seed {seed} after 3→2→3→1→2 tasks")
+    ik.final_replay(env, registry, oracle, t, props, topic, f"seed {seed} after 3→5→1→5→3 tasks")
     gens = {json.loads(k).get("tasks", 1) for k in offsets_keys(env, "c-" + topic)}
-    assert gens == {1, 2, 3}, gens
+    assert gens == {1, 3, 5}, gens
