@@ -7,7 +7,6 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 use rdkafka::ClientConfig;
 
-use super::offsets::is_client_security_key;
 use crate::config::ConnectorConfig;
 
 /// Every client connects to the brokers it learns of at once. With librdkafka's sparse
@@ -70,6 +69,12 @@ pub(super) fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
         cc.set(k, v);
     }
     cc
+}
+
+/// librdkafka keys that every client of the cluster needs (security), shared with the consumer
+/// and admin clients.
+fn is_client_security_key(k: &str) -> bool {
+    k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") || k == "client.dns.lookup"
 }
 
 /// Check the producer's settings as librdkafka will take them (`producer.override.*` typos,

@@ -134,9 +134,3 @@ fn high_watermark(consumer: &BaseConsumer<super::QuietContext>, topic: &str, p: 
         }
     }
 }
-
-/// librdkafka keys that every client of the cluster needs (security), shared with the consumer
-/// and admin clients.
-pub fn is_client_security_key(k: &str) -> bool {
-    k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") || k == "client.dns.lookup"
-}
