@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use super::offsets::{ReadTo, StoredRecord};
 use super::SinkError;
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
@@ -45,14 +46,6 @@ pub struct TxnTrace {
     pub change: Option<(String, i32, i64)>,
 }
 
-/// One committed record of the offsets topic, as the latest value of its key.
-#[derive(Debug, Clone)]
-pub struct StoredRecord {
-    pub value: Vec<u8>,
-    pub partition: i32,
-    pub offset: i64,
-}
-
 /// The cluster a connector writes to.
 pub trait Cluster: Send + Sync {
     /// Wait until the cluster answers (or fail after `bootstrap.timeout.ms`, naming why).
@@ -78,18 +71,6 @@ pub trait Cluster: Send + Sync {
     /// Whether the record at `offset` is committed: read_committed, once the transactions below
     /// it are settled (fails when they are not within a minute). Blocking.
     fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError>;
-}
-
-/// Where a read of the offsets topic ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadTo {
-    /// The last stable offset: what is committed now (a transaction still open is not waited
-    /// for; it may be a zombie's that only fencing ends).
-    Stable,
-    /// The high watermark taken before reading, once every transaction below it is settled: a
-    /// task resuming after its own producer was initialised (and every other id it could race
-    /// with fenced) must not start from a position older than one already published.
-    Settled,
 }
 
 /// The Kafka cluster named by the connector's `bootstrap.servers`.

@@ -12,8 +12,9 @@ mod quiet;
 
 pub use client::check_settings;
 use client::{client_config, producer_config, txn_call_timeout};
-pub use cluster::{Cluster, Kafka, ReadTo, Sink, StoredRecord, TxnTrace};
+pub use cluster::{Cluster, Kafka, Sink, TxnTrace};
 pub use fence::{fence, write_offsets_records};
+pub use offsets::{ReadTo, StoredRecord};
 
 pub use quiet::QuietContext;
 pub use stats::StatsContext;

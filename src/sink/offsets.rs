@@ -10,15 +10,34 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::cluster::StoredRecord;
 use super::SinkError;
+
+/// One committed record of the offsets topic, as the latest value of its key.
+#[derive(Debug, Clone)]
+pub struct StoredRecord {
+    pub value: Vec<u8>,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// Where a read of the offsets topic ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadTo {
+    /// The last stable offset: what is committed now (a transaction still open is not waited
+    /// for; it may be a zombie's that only fencing ends).
+    Stable,
+    /// The high watermark taken before reading, once every transaction below it is settled: a
+    /// task resuming after its own producer was initialised (and every other id it could race
+    /// with fenced) must not start from a position older than one already published.
+    Settled,
+}
 
 /// The latest committed value of every key `want` accepts in the connector's offsets topic
 /// (read_committed, to the end; a tombstone forgets the key).
 pub fn read_records_matching(
     connector: &crate::config::ConnectorConfig,
     want: &dyn Fn(&[u8]) -> bool,
-    to: super::cluster::ReadTo,
+    to: ReadTo,
 ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
     let topic = connector.kafka.offsets_topic.as_str();
     let consumer: BaseConsumer<super::QuietContext> = super::client_config(connector)
@@ -66,7 +85,7 @@ pub fn read_records_matching(
     while eof.len() < parts.len() {
         for p in &at_eof {
             let settled = || -> Result<bool, SinkError> { Ok(super::scan::position(&consumer, topic, *p)? >= ends[p]) };
-            if !eof.contains(p) && (to == super::cluster::ReadTo::Stable || settled()?) {
+            if !eof.contains(p) && (to == ReadTo::Stable || settled()?) {
                 eof.insert(*p);
             }
         }
