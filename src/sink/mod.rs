@@ -47,6 +47,12 @@ pub enum SinkError {
     /// Another instance with the same transactional.id took over: this one must stop.
     #[error("fenced: a newer instance of this connector task took over ({0}); run one instance per task")]
     Fenced(String),
+    /// The broker's transaction coordinator aborted the open transaction once it outlived
+    /// `transaction.timeout.ms` (a broker down or stalled that long) and bumped the producer's
+    /// epoch: librdkafka reports that as fenced, though no other instance took over. A new
+    /// producer and the committed position recover.
+    #[error("transaction expired on the broker: {0}")]
+    Expired(String),
     /// The producer is unusable (librdkafka fatal error, e.g. sequence numbers a restarted
     /// broker no longer knows); a new producer and the committed position recover.
     #[error("fatal producer error: {0}")]
@@ -81,6 +87,8 @@ pub struct TxnSink {
     txn_records: u64,
     txn_started: Option<Instant>,
     timeout: Duration,
+    /// `transaction.timeout.ms`: a fence past it is the broker's timeout abort.
+    txn_timeout: Duration,
     health: TaskHealthHandle,
     /// Where BEGIN/END records go (transaction metadata).
     txn_topic: String,
@@ -113,6 +121,23 @@ fn classify(context: &str, e: KafkaError) -> SinkError {
     SinkError::kafka(context, e)
 }
 
+/// A fence that met a transaction older than `transaction.timeout.ms` is the broker's own
+/// timeout abort (which bumps the epoch), not a newer instance: a newer instance fences a
+/// transaction of any age, the coordinator only one that outlived the timeout (counted on the
+/// broker from the transaction's first partition, after it began here). A stalled zombie whose
+/// transaction expired is taken for an outage too and fences the newer instance in turn once;
+/// that one's young transaction then stops it as fenced, so the two do not alternate for ever.
+fn expired_or(err: SinkError, age: Option<Duration>, timeout: Duration) -> SinkError {
+    match (err, age) {
+        (SinkError::Fenced(m), Some(age)) if age >= timeout => SinkError::Expired(format!(
+            "{m}; the transaction was {} ms old, past transaction.timeout.ms={} ms",
+            age.as_millis(),
+            timeout.as_millis()
+        )),
+        (e, _) => e,
+    }
+}
+
 impl SinkError {
     /// Whether a new producer and the committed position can recover from this (a broker
     /// outage, restart or stall), as opposed to fencing or a problem with the offsets data.
@@ -124,7 +149,9 @@ impl SinkError {
         use crate::error::ErrorKind as K;
         match self {
             // what a new producer and the committed position recover from
-            SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Fatal(_) => K::Unavailable,
+            SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Expired(_) | SinkError::Fatal(_) => {
+                K::Unavailable
+            }
             SinkError::Fenced(_) => K::Fenced,
             SinkError::Offsets(_) => K::Position,
             SinkError::Topic(_) => K::Rejected,
@@ -164,6 +191,7 @@ impl TxnSink {
             txn_records: 0,
             txn_started: None,
             timeout: txn_call_timeout(cfg),
+            txn_timeout: Duration::from_millis(cfg.kafka.transaction_timeout_ms),
             health,
             txn_topic: cfg.transaction_topic(),
             unknown: None,
@@ -281,13 +309,19 @@ impl TxnSink {
     /// instance must stop (`Fenced`), not be ridden out: a new producer would fence the newer
     /// instance in turn, and the two would take the transactional id from each other for ever.
     fn classify_produce(&self, e: KafkaError) -> SinkError {
-        match self.producer.client().fatal_error() {
+        let err = match self.producer.client().fatal_error() {
             Some((RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced, reason)) => {
                 SinkError::Fenced(format!("produce: {e} (fatal: {reason})"))
             }
             Some((code, reason)) => SinkError::Fatal(format!("produce: {e} (fatal: {code:?}: {reason})")),
             None => classify("produce", e),
-        }
+        };
+        self.expired_or(err)
+    }
+
+    /// [`expired_or`] for the open transaction.
+    fn expired_or(&self, err: SinkError) -> SinkError {
+        expired_or(err, self.txn_started.map(|t| t.elapsed()), self.txn_timeout)
     }
 
     /// Queue a transaction-metadata record (BEGIN/END) in the open transaction.
@@ -327,7 +361,7 @@ impl TxnSink {
                     tracing::warn!(error = %e, attempt, "commit_transaction retriable error, retrying");
                 }
                 Err(e) => {
-                    let err = classify("commit_transaction", e);
+                    let err = self.expired_or(classify("commit_transaction", e));
                     // known to be aborted only when the abort succeeds; else the broker may
                     // have committed it (an EndTxn whose answer was lost)
                     let aborted = matches!(err, SinkError::Aborted(_)) && self.abort().await.is_ok();

@@ -40,3 +40,26 @@ fn librdkafka_accepts_sasl_and_ssl_settings() {
         assert!(p.is_ok(), "{case:?}: {:?}", p.err());
     }
 }
+
+/// A fence meeting a transaction older than `transaction.timeout.ms` is the broker's timeout
+/// abort (ridden out); any other fence is a newer instance (the task stops). Found on Kafka
+/// 4.1.2: the broker down ~5 s with a commit pending and a 5 s transaction timeout.
+#[test]
+fn a_fence_after_the_transaction_timeout_is_an_expiry_not_a_newer_instance() {
+    use super::{expired_or, SinkError};
+    use std::time::Duration;
+    let fenced = || SinkError::Fenced("commit_transaction: fenced".into());
+    let timeout = Duration::from_secs(5);
+    let old = expired_or(fenced(), Some(Duration::from_millis(5_200)), timeout);
+    assert!(matches!(old, SinkError::Expired(_)) && old.is_transient(), "{old}");
+    assert!(old.to_string().contains("5200 ms old"), "{old}");
+    for age in [Some(Duration::from_millis(4_900)), None] {
+        let young = expired_or(fenced(), age, timeout);
+        assert!(
+            matches!(young, SinkError::Fenced(_)) && !young.is_transient(),
+            "{young}"
+        );
+    }
+    let other = expired_or(SinkError::Aborted("x".into()), Some(Duration::from_secs(60)), timeout);
+    assert!(matches!(other, SinkError::Aborted(_)));
+}
