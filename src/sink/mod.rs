@@ -125,8 +125,9 @@ fn classify(context: &str, e: KafkaError) -> SinkError {
 /// timeout abort (which bumps the epoch), not a newer instance: a newer instance fences a
 /// transaction of any age, the coordinator only one that outlived the timeout (counted on the
 /// broker from the transaction's first partition, after it began here). A stalled zombie whose
-/// transaction expired is taken for an outage too and fences the newer instance in turn once;
-/// that one's young transaction then stops it as fenced, so the two do not alternate for ever.
+/// transaction expired is taken for an outage too: its new producer fences the newer instance,
+/// whose young transaction then stops it as fenced. They alternate only while both keep
+/// transactions open past the timeout; fencing keeps every commit exactly-once meanwhile.
 fn expired_or(err: SinkError, age: Option<Duration>, timeout: Duration) -> SinkError {
     match (err, age) {
         (SinkError::Fenced(m), Some(age)) if age >= timeout => SinkError::Expired(format!(
