@@ -13,8 +13,10 @@ use crate::config::ConnectorConfig;
 /// connections (its default) a fresh client connects lazily, paced by suppression timers:
 /// measured on Kafka 4.1.2, a fresh transactional producer's `init_transactions` took 135 ms,
 /// or 1,058 ms in 1 of 4 starts (the bootstrap broker was not picked for a connection until
-/// the 1 s main timer fired); without them, 4-14 ms in 12 of 12. A producer connects to every
-/// leader it writes to anyway; `producer.override.enable.sparse.connections=true` restores it.
+/// the 1 s main timer fired); without them, 4-17 ms in 22 of 22. The cost: each client opens a
+/// connection to every broker of the cluster, not only to the leaders it needs (more than a
+/// producer's on a cluster of many brokers and few partitions);
+/// `producer.override.enable.sparse.connections=true` restores lazy connections for every client.
 const SPARSE: &str = "false";
 
 /// Closes a client without waiting: dropping one of rust-rdkafka's threaded clients (producer,
@@ -54,7 +56,8 @@ pub(super) fn producer_config(
 }
 
 /// A client of the connector's cluster (admin, probe): `bootstrap.servers` and the security
-/// settings of `producer.override.*`, which every client needs.
+/// settings of `producer.override.*`, which every client needs, and its sparse-connection choice
+/// ([`SPARSE`]).
 pub(super) fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
@@ -64,7 +67,7 @@ pub(super) fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
         .kafka
         .producer_overrides
         .iter()
-        .filter(|(k, _)| is_client_security_key(k))
+        .filter(|(k, _)| is_client_security_key(k) || *k == "enable.sparse.connections")
     {
         cc.set(k, v);
     }

@@ -62,7 +62,7 @@ impl Throttle {
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error
         );
         if !serious && !matches!(level, RDKafkaLogLevel::Warning) {
-            // Only a `debug` producer/consumer override makes librdkafka say more than warnings.
+            // Only `producer.override.debug` makes librdkafka (the producer's) say more than warnings.
             tracing::debug!(connector, client, facility = fac, "librdkafka: {message}");
             return;
         }

@@ -63,3 +63,39 @@ fn a_fence_after_the_transaction_timeout_is_an_expiry_not_a_newer_instance() {
     let other = expired_or(SinkError::Aborted("x".into()), Some(Duration::from_secs(60)), timeout);
     assert!(matches!(other, SinkError::Aborted(_)));
 }
+
+/// Every client connects eagerly unless `producer.override.enable.sparse.connections` says
+/// otherwise, and then every client (admin, offsets reader, probe) follows it, not only the
+/// producer.
+#[test]
+fn sparse_connections_are_off_unless_overridden_for_every_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |extra: &str| {
+        let file = dir.path().join("c.properties");
+        std::fs::write(
+            &file,
+            format!(
+                "name=c\nconnector.class=hudi\ntable.path={}\ntopic=t\nbootstrap.servers=127.0.0.1:9\n\
+                 schema.registry.url=http://127.0.0.1:9\n{extra}",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        crate::config::load_connector(&file, 0).unwrap()
+    };
+    let sparse = |cfg: &crate::config::ConnectorConfig| {
+        let p = super::producer_config(cfg, "id", &[]);
+        let c = super::client_config(cfg);
+        (
+            p.get("enable.sparse.connections").map(str::to_string),
+            c.get("enable.sparse.connections").map(str::to_string),
+        )
+    };
+    let f = Some("false".to_string());
+    assert_eq!(sparse(&load("")), (f.clone(), f));
+    let t = Some("true".to_string());
+    assert_eq!(
+        sparse(&load("producer.override.enable.sparse.connections=true\n")),
+        (t.clone(), t)
+    );
+}
