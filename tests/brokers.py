@@ -25,6 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
+import mavenlibs
+
 KAFKA_VERSION = os.environ.get("LAKESTREAM_KAFKA_VERSION", "4.1.2")
 LOG4J_VERSION = "2.24.3"
 CACHE = Path(os.environ.get("LAKESTREAM_KAFKA_CACHE", "/var/cache/lakestream-kafka"))
@@ -122,17 +124,9 @@ def install_kafka():
         return LIBS
     if not shutil.which("mvn") or not shutil.which("java"):
         raise RuntimeError("Apache Kafka needs java and mvn (Maven) on PATH; or set LAKESTREAM_TEST_BROKER=noida")
-    HOME.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="kafka-pom-", dir=HOME))
-    try:
-        (tmp / "pom.xml").write_text(POM)
-        started = time.time()
-        subprocess.run(["mvn", "-q", "-B", "-Dstyle.color=never", "dependency:copy-dependencies", f"-DoutputDirectory={tmp / 'libs'}",
-                        f"-Dmaven.repo.local={CACHE / 'm2'}"], cwd=tmp, check=True)
-        (tmp / "libs").rename(LIBS)
-        print(f"Apache Kafka {KAFKA_VERSION} installed in {LIBS} ({time.time() - started:.1f} s)", file=sys.stderr)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    started = time.time()
+    mavenlibs.copy_dependencies(POM, LIBS, CACHE / "m2")
+    print(f"Apache Kafka {KAFKA_VERSION} installed in {LIBS} ({time.time() - started:.1f} s)", file=sys.stderr)
     (HOME / "log4j2.yaml").write_text(LOG4J2)
     return LIBS
 

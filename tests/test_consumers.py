@@ -147,21 +147,7 @@ def test_hudi_required_columns_follow_the_writer_schema(env, registry, tmp_path)
     `source.db` is `hoodie.database.name`. (The generator's schema has no required column, so the
     test declares two, as a writer with NOT NULL columns would.)"""
     import json
-    table = tmp_path / "t"
-    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--path", str(table), "--rows", "50", "--partitions", "1",
-                        "--commits", "1"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    for f in (table / ".hoodie").glob("*.commit"):
-        md = json.loads(f.read_text())
-        schema = json.loads(md["extraMetadata"]["schema"])
-        for field in schema["fields"]:
-            if field["name"] in ("id", "ts"):
-                field["type"] = field["type"][1]
-                field.pop("default", None)
-        md["extraMetadata"]["schema"] = json.dumps(schema)
-        f.write_text(json.dumps(md))
-    with open(table / ".hoodie" / "hoodie.properties", "a") as p:
-        p.write("hoodie.database.name=lake\n")
+    table = testkit.hudi_table_with_required(tmp_path / "t", database="lake")
     topic = "req-" + uuid.uuid4().hex[:8]
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"schema.nullability": "table"})
     testkit.run_once(props)

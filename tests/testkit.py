@@ -145,6 +145,28 @@ def instant_order(inst):
 
 # ---------------------------------------------------------------- running the connector
 
+def hudi_table_with_required(table: Path, required=("id", "ts"), database=None):
+    """A generated one-commit Hudi table whose writer schema (`extraMetadata.schema`) declares
+    `required` columns not null, as a writer with NOT NULL columns would (the generator's schema
+    has no required column)."""
+    r = subprocess.run([str(BIN), "generate", "hudi", "--path", str(table), "--rows", "50", "--partitions", "1",
+                        "--commits", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for f in (table / ".hoodie").glob("*.commit"):
+        md = json.loads(f.read_text())
+        schema = json.loads(md["extraMetadata"]["schema"])
+        for field in schema["fields"]:
+            if field["name"] in required:
+                field["type"] = field["type"][1]
+                field.pop("default", None)
+        md["extraMetadata"]["schema"] = json.dumps(schema)
+        f.write_text(json.dumps(md))
+    if database:
+        with open(table / ".hoodie" / "hoodie.properties", "a") as p:
+            p.write(f"hoodie.database.name={database}\n")
+    return table
+
+
 def connector_props(tmp: Path, name, table, topic, env, **extra):
     """A connector file: Hudi (full scan from earliest, fast polls) unless `connector.class` says
     otherwise; no `table.path` when `table` is None (a catalog names the table)."""
