@@ -63,6 +63,24 @@ pub fn read_records_matching(
     if parts.is_empty() {
         return Ok(latest);
     }
+    // Settled: the end is the high watermark taken now, not the first end-of-partition: read_committed
+    // stops at the last stable offset, below a transaction still open (a commit of our own whose
+    // outcome the broker has not settled yet). Reading past it only once it is settled is what
+    // keeps a restart from resuming at a position older than one already published.
+    let mut ends = std::collections::HashMap::new();
+    for p in &parts {
+        let (low, high) = watermarks(&consumer, topic, *p)?;
+        // a partition holding nothing (a new connector's topic) is not read: assigning it and
+        // fetching to its end cost every fresh start ~30 ms
+        if high > low {
+            ends.insert(*p, high);
+        }
+    }
+    let parts: Vec<i32> = parts.into_iter().filter(|p| ends.contains_key(p)).collect();
+    if parts.is_empty() {
+        super::client::close_detached(consumer);
+        return Ok(latest);
+    }
     let mut tpl = TopicPartitionList::new();
     for p in &parts {
         tpl.add_partition_offset(topic, *p, Offset::Beginning)
@@ -71,14 +89,6 @@ pub fn read_records_matching(
     consumer
         .assign(&tpl)
         .map_err(|e| SinkError::kafka("assign offsets topic", e))?;
-    // Settled: the end is the high watermark taken now, not the first end-of-partition: read_committed
-    // stops at the last stable offset, below a transaction still open (a commit of our own whose
-    // outcome the broker has not settled yet). Reading past it only once it is settled is what
-    // keeps a restart from resuming at a position older than one already published.
-    let mut ends = std::collections::HashMap::new();
-    for p in &parts {
-        ends.insert(*p, high_watermark(&consumer, topic, *p)?);
-    }
     let mut at_eof = std::collections::HashSet::new();
     let mut eof = std::collections::HashSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
@@ -136,14 +146,14 @@ pub fn read_records_matching(
     Ok(latest)
 }
 
-/// A partition's high watermark. A topic created a moment ago (this start's offsets topic) has
-/// no leader for some 100 ms on Kafka: asked again every 20 ms for up to 10 s before it counts
-/// as an outage.
-fn high_watermark(consumer: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<i64, SinkError> {
+/// A partition's (low, high) watermarks. A topic created a moment ago (this start's offsets topic)
+/// has no leader for some 100 ms on Kafka: asked again every 20 ms for up to 10 s before it
+/// counts as an outage.
+fn watermarks(consumer: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<(i64, i64), SinkError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
-            Ok((_, hi)) => return Ok(hi),
+            Ok(w) => return Ok(w),
             Err(KafkaError::MetadataFetch(
                 RDKafkaErrorCode::NotLeaderForPartition
                 | RDKafkaErrorCode::LeaderNotAvailable
