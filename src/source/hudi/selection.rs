@@ -9,7 +9,7 @@ use arrow::buffer::BooleanBuffer;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{
-    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy,
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
 };
 use parquet::file::metadata::PageIndexPolicy;
 use std::path::Path;
@@ -101,15 +101,6 @@ pub(super) fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, So
     Ok(col.as_any().downcast_ref::<StringArray>().cloned())
 }
 
-/// How the selected pass walks its selection: decode runs of rows and filter them (a mask)
-/// unless the selected rows are on average more than 16k rows apart, where skipping row by row
-/// (and whole pages, with an offset index) pays. parquet's default switches at 64 rows apart;
-/// measured whole process, 2M-row tables, 10 base files with offset indexes, paired runs: mask
-/// against skipping at 1 % of the keys (a selected row every ~100) MOR CPU 0.38 vs 0.47 s, COW 0.77
-/// vs 0.93 s; at 0.1 % MOR 0.23 vs 0.36 s, COW 0.63 vs 0.82 s; at 0.01 % MOR 0.22 vs 0.33 s; peak
-/// RSS ~40 MiB lower in each. At 10 % both already took the mask.
-const SELECTION_POLICY: RowSelectionPolicy = RowSelectionPolicy::Auto { threshold: 8192 };
-
 /// A base file's selected rows: its schema (layout columns left out), a reader of the rows whose
 /// record key is in `keys`, and its size.
 pub(super) struct SelectedBase {
@@ -188,7 +179,6 @@ pub(super) fn open_base_selected(
         .with_projection(mask)
         .with_row_groups(keep_groups)
         .with_row_selection(RowSelection::from_filters(&filters))
-        .with_row_selection_policy(SELECTION_POLICY)
         .with_batch_size(BASE_BATCH_ROWS)
         .build()
         .map_err(perr)?;
