@@ -37,7 +37,7 @@ def verdicts(registry, topic):
 
 
 def assert_backward(found, label, min_value_versions=2):
-    versions, value = found["value"]
+    versions, _ = found["value"]
     assert versions >= min_value_versions, f"{label}: {versions} value schema versions; the table's evolution registered none"
     for part, (_, pairs) in found.items():
         bad = [(i + 2, v) for i, v in enumerate(pairs) if v != "ok"]
@@ -117,15 +117,14 @@ class RefusingRegistry:
 
             def relay(self, method):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
                 parts = self.path.strip("/").split("/")
                 if method == "POST" and front.refusing and len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
-                    known = requests.post(f"{front.upstream}/subjects/{parts[1]}", data=body,
-                                          headers={"Content-Type": self.headers.get("Content-Type", "application/json")}, timeout=10)
+                    known = requests.post(f"{front.upstream}/subjects/{parts[1]}", data=body, headers=headers, timeout=10)
                     if known.status_code == 404:
                         front.refused += 1
                         return self.answer(409, b'{"error_code":409,"message":"Schema being registered is incompatible with an earlier schema for subject"}')
-                r = requests.request(method, front.upstream + self.path, data=body or None,
-                                     headers={"Content-Type": self.headers.get("Content-Type", "application/json")}, timeout=10)
+                r = requests.request(method, front.upstream + self.path, data=body or None, headers=headers, timeout=10)
                 self.answer(r.status_code, r.content)
 
             def answer(self, code, body):
@@ -148,8 +147,8 @@ class RefusingRegistry:
 
 def test_a_refused_schema_stops_the_task_publishes_nothing_and_resumes_once_accepted(env, registry, tmp_path):
     """Iceberg `evo_v2` revealed one version at a time through a registry that refuses every new
-    schema version: the snapshot whose schema changed stops the task (exit 1, `rejected`, naming
-    the registry's answer) with nothing of it visible to read_committed consumers; once the
+    schema version: the snapshot whose schema changed stops the task (exit 1, naming the
+    registry's answer) with nothing of it visible to read_committed consumers; once the
     subject accepts, the same run resumes there and the replay equals the oracle."""
     ik.unpack()
     name = "db.evo_v2"
@@ -170,11 +169,10 @@ def test_a_refused_schema_stops_the_task_publishes_nothing_and_resumes_once_acce
         if r.returncode != 0:
             assert r.returncode == 1, r.stderr[-3000:]
             assert "schema rejected (409" in r.stderr and "incompatible" in r.stderr, r.stderr[-3000:]
-            assert "kind=rejected" in r.stderr or "rejected" in r.stderr, r.stderr[-3000:]
             refusals += 1
             # nothing of the refused snapshot is visible: the topic still replays to the state before
-            before = testkit.new_records(testkit.consume_all(env, topic), seen)
-            assert not [rec for rec in before if rec], f"version {i}: records published by a refused run"
+            published = testkit.new_records(testkit.consume_all(env, topic), seen)
+            assert not published, f"version {i}: {len(published)} records published by a refused run"
             front.refusing = False
             testkit.run_once(props)
         replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))

@@ -145,10 +145,12 @@ impl HudiSource {
         let old_base = base_as_of(base, r.tl, at, false).map(|b| &b.name);
         if replaced || old_base != base_as_of(base, r.tl, at, true).map(|b| &b.name) {
             let mut keys = KeyFilter::default();
-            return Ok(match self.rewritten_keys(r, sp, replaced, instant, &mut keys)? {
-                Some((rows, bytes)) => SplitCandidates::Rewritten { keys, rows, bytes },
-                None => SplitCandidates::NoCommitTime(sp.id.clone()),
-            });
+            return Ok(
+                match self.rewritten_keys(r, sp, replaced, !logs.is_empty(), instant, &mut keys)? {
+                    Some((rows, bytes)) => SplitCandidates::Rewritten { keys, rows, bytes },
+                    None => SplitCandidates::NoCommitTime(sp.id.clone()),
+                },
+            );
         }
         // log-only: the keys of this instant's blocks
         let cache = FileCache::default();
@@ -173,17 +175,17 @@ impl HudiSource {
 
     /// The candidate keys of a file group whose base file the unit rewrote (or replaced): the new
     /// slice's keys written by `instant`, and the old slice's keys gone from the new one. Returns
-    /// (rows scanned, bytes of the files), or `None` without a commit-time column.
+    /// (rows scanned, bytes of the files), or `None` without a commit-time column. `has_logs`:
+    /// the file group has log files (its slices have something to merge).
     fn rewritten_keys(
         &self,
         r: &UnitRead<'_>,
         sp: &crate::source::SplitSpec,
         replaced: bool,
+        has_logs: bool,
         instant: &str,
         out: &mut KeyFilter,
     ) -> Result<Option<(u64, u64)>, SourceError> {
-        let files = r.listings.partition(&sp.partition)?;
-        let has_logs = !files.group(&sp.file_group).1.is_empty();
         let columns = self.narrow_columns(has_logs);
         // the old slice's commit times decide nothing
         let old_columns: Vec<String> = columns.iter().filter(|c| *c != COMMIT_TIME).cloned().collect();
