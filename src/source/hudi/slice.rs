@@ -100,6 +100,7 @@ pub(super) type CachedLog = Arc<(Vec<LogBlock>, u64)>;
 pub(super) enum BaseBatches {
     Cached(CachedBase, usize),
     Stream(parquet::arrow::arrow_reader::ParquetRecordBatchReader, PathBuf),
+    Selected(super::selection::SelectedRows, PathBuf),
 }
 
 impl Iterator for BaseBatches {
@@ -111,13 +112,16 @@ impl Iterator for BaseBatches {
                 *i += 1;
                 b.map(Ok)
             }
-            BaseBatches::Stream(r, path) => r.next().map(|b| {
-                b.map_err(|e| SourceError::Arrow {
-                    context: format!("reading {}", path.display()),
-                    source: e,
-                })
-            }),
+            BaseBatches::Stream(r, path) => r.next().map(|b| b.map_err(reading(path))),
+            BaseBatches::Selected(r, path) => r.next().map(|b| b.map_err(reading(path))),
         }
+    }
+}
+
+fn reading(path: &Path) -> impl Fn(arrow_schema::ArrowError) -> SourceError + '_ {
+    move |e| SourceError::Arrow {
+        context: format!("reading {}", path.display()),
+        source: e,
     }
 }
 
@@ -163,7 +167,7 @@ impl FileCache {
         }
         let s = super::selection::open_base_selected(storage, path, keys, virtual_keys)?;
         if self.stream_base {
-            return Ok((s.schema, BaseBatches::Stream(s.reader, path.into()), s.size));
+            return Ok((s.schema, BaseBatches::Selected(s.reader, path.into()), s.size));
         }
         let batches = s
             .reader
