@@ -20,7 +20,7 @@
 //! resumed unit may switch paths). Without a commit-time column (virtual keys) a rewritten file
 //! group cannot say which rows are new: the unit then takes the full diff, logged and counted.
 
-use arrow_array::Array;
+use arrow_array::{Array, StringArray};
 
 use super::carried::OldKeys;
 use super::files::base_as_of;
@@ -189,56 +189,94 @@ impl HudiSource {
         let columns = self.narrow_columns(has_logs);
         // the old slice's commit times decide nothing
         let old_columns: Vec<String> = columns.iter().filter(|c| *c != COMMIT_TIME).cloned().collect();
-        let (old_cache, cache) = (
-            FileCache::streaming(Some(old_columns.clone())),
-            FileCache::streaming(Some(columns.clone())),
-        );
-        let (old_reader, reader) = (self.slice_reader(r.tl, &old_cache), self.slice_reader(r.tl, &cache));
-        let mut old = OldKeys::default();
-        let (mut rows, mut bytes) = (0u64, 0u64);
-        if let Some(mut m) = self.open_slice(r, &old_reader, sp, false)? {
-            m.narrow(&old_columns);
-            bytes += m.bytes_read;
-            rows += m.run(&mut |b| {
-                if let Some(k) = record_keys(&b)? {
-                    old.push(k);
+        // the old slice is read on a thread of its own, its keys handed over a few batches at a
+        // time as the walk needs them (see `carried`)
+        let (tx, rx) = std::sync::mpsc::sync_channel::<StringArray>(2);
+        std::thread::scope(|scope| {
+            let old_side = scope.spawn(move || -> Result<(u64, u64), SourceError> {
+                let old_cache = FileCache::streaming(Some(old_columns.clone()));
+                let old_reader = self.slice_reader(r.tl, &old_cache);
+                let Some(mut m) = self.open_slice(r, &old_reader, sp, false)? else {
+                    return Ok((0, 0));
+                };
+                m.narrow(&old_columns);
+                let bytes = m.bytes_read;
+                let rows = m.run(&mut |b| match record_keys(&b)? {
+                    // the walk has stopped listening: it failed, or needs no more keys
+                    Some(k) => tx.send(k).map_err(|_| SourceError::Stopped),
+                    None => Ok(()),
+                });
+                match rows {
+                    Ok(rows) => Ok((rows, bytes)),
+                    Err(SourceError::Stopped) => Ok((0, bytes)),
+                    Err(e) => Err(e),
                 }
-                Ok(())
-            })?;
-        }
-        if !replaced {
-            if let Some(mut m) = self.open_slice(r, &reader, sp, true)? {
-                m.narrow(&columns);
-                if m.schema().is_some_and(|s| s.index_of(COMMIT_TIME).is_err()) {
-                    return Ok(None);
-                }
-                bytes += m.bytes_read;
-                let mut missing_time = false;
-                rows += m.run(&mut |b| {
-                    let (Some(k), Some(t)) = (record_keys(&b)?, super::string_column(&b, COMMIT_TIME)) else {
-                        missing_time = true;
-                        return Ok(());
-                    };
-                    for i in (0..b.num_rows()).filter(|&i| k.is_valid(i)) {
-                        let key = k.value(i);
-                        let written = !t.is_valid(i) || t.value(i) == instant;
-                        old.meet(key, written);
-                        if written {
-                            out.insert(key);
-                        }
+            });
+            let mut old = OldKeys::new(rx.iter());
+            let new_side = match replaced {
+                true => Ok(Some((0, 0))),
+                false => self.walk_new_slice(r, sp, &columns, instant, &mut old, out),
+            };
+            let new_side = match new_side {
+                Ok(Some(found)) => {
+                    if old.gave_up() {
+                        tracing::debug!(connector = %self.connector, file_group = %sp.id, "rewritten file group not in its old order: deleted keys found by hash");
                     }
-                    Ok(())
-                })?;
-                if missing_time {
-                    return Ok(None);
+                    old.unmatched(out);
+                    Some(found)
+                }
+                // the old side's thread stops at its next batch
+                other => {
+                    drop(old);
+                    other?
+                }
+            };
+            let (old_rows, old_bytes) = old_side.join().map_err(|_| SourceError::Unreadable {
+                message: format!("reading the old slice of file group {} panicked", sp.id),
+            })??;
+            Ok(new_side.map(|(rows, bytes)| (rows + old_rows, bytes + old_bytes)))
+        })
+    }
+
+    /// The new slice of a rewritten file group met in file order by the walk over the old one:
+    /// its keys written by `instant` into `out`. Returns (rows scanned, bytes of the files), or
+    /// `None` without a commit-time column.
+    fn walk_new_slice(
+        &self,
+        r: &UnitRead<'_>,
+        sp: &crate::source::SplitSpec,
+        columns: &[String],
+        instant: &str,
+        old: &mut OldKeys<'_>,
+        out: &mut KeyFilter,
+    ) -> Result<Option<(u64, u64)>, SourceError> {
+        let cache = FileCache::streaming(Some(columns.to_vec()));
+        let reader = self.slice_reader(r.tl, &cache);
+        let Some(mut m) = self.open_slice(r, &reader, sp, true)? else {
+            return Ok(Some((0, 0)));
+        };
+        m.narrow(columns);
+        if m.schema().is_some_and(|s| s.index_of(COMMIT_TIME).is_err()) {
+            return Ok(None);
+        }
+        let bytes = m.bytes_read;
+        let mut missing_time = false;
+        let rows = m.run(&mut |b| {
+            let (Some(k), Some(t)) = (record_keys(&b)?, super::string_column(&b, COMMIT_TIME)) else {
+                missing_time = true;
+                return Ok(());
+            };
+            for i in (0..b.num_rows()).filter(|&i| k.is_valid(i)) {
+                let key = k.value(i);
+                let written = !t.is_valid(i) || t.value(i) == instant;
+                old.meet(key, written);
+                if written {
+                    out.insert(key);
                 }
             }
-        }
-        if old.gave_up() {
-            tracing::debug!(connector = %self.connector, file_group = %sp.id, "rewritten file group not in its old order: deleted keys found by hash");
-        }
-        old.unmatched(out);
-        Ok(Some((rows, bytes)))
+            Ok(())
+        })?;
+        Ok((!missing_time).then_some((rows, bytes)))
     }
 
     /// The columns that decide whether a row changed: record key (a virtual-key table's key

@@ -65,6 +65,13 @@ impl KeyFilter {
         }
     }
 
+    pub(super) fn remove(&mut self, key: &str) {
+        if let Ok(e) = self.keys.find_entry(hash(key), |k| k.as_ref() == key) {
+            self.bytes -= key.len() + KEY_OVERHEAD;
+            e.remove();
+        }
+    }
+
     /// Which rows of a record-key column are selected (a null key never is).
     pub fn mask(&self, keys: &StringArray) -> BooleanArray {
         let selected = match (self.keys.is_empty(), keys.null_count()) {
