@@ -68,7 +68,6 @@ pub(super) fn load(v: &Validator<'_>) -> Result<DeltaOptions, ConfigError> {
         "read.end-commit",
         "changelog.enabled",
         "read.cdc.from-log",
-        "read.change.detection",
     ] {
         if v.get(key).is_some() {
             return Err(v.invalid(

@@ -37,7 +37,6 @@ pub const HUDI_ONLY_KEYS: &[(&str, &str)] = &[
     ("read.streaming.skip_clustering", "(replace snapshots never emit)"),
     ("changelog.enabled", "(Iceberg changes are always net per snapshot)"),
     ("hoodie.datasource.merge.type", "(none)"),
-    ("read.change.detection", "(none)"),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

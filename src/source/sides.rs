@@ -15,6 +15,8 @@ use super::buckets::{restrict_indexes, BucketWriter};
 use super::rows::{diff, multiset_diff};
 use super::{par, SourceError, SplitChanges, SplitSpec};
 
+mod narrow;
+
 /// The two sides of a diff: (batch, (partition, file)) before and after, and the bytes read.
 #[derive(Default)]
 pub struct Sides {
@@ -27,6 +29,10 @@ pub struct Sides {
 type Flat = (Vec<RecordBatch>, Vec<(String, String)>, Vec<u32>, Vec<u32>);
 
 impl Sides {
+    fn rows(&self) -> u64 {
+        self.old.iter().chain(&self.new).map(|(b, _)| b.num_rows() as u64).sum()
+    }
+
     fn flatten(self) -> Flat {
         let (mut batches, mut labels, mut old_idx, mut new_idx) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (is_new, side) in [(false, self.old), (true, self.new)] {
@@ -50,6 +56,10 @@ pub struct DiffJob<'a> {
     pub keyless: bool,
     pub threads: usize,
     pub budget: usize,
+    /// A unit beyond the budget may decide its changed keys first (see [`narrow`]): not for a
+    /// resumed unit pinned to its key buckets (their row order), nor with
+    /// `read.change.detection=full`.
+    pub narrow: bool,
     pub spill_dir: &'a Path,
     pub connector: &'a str,
     /// The unit, for logs.
@@ -67,6 +77,11 @@ pub fn diff_split(
     emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
 ) -> Result<(), SourceError> {
     if buckets > 1 {
+        if job.narrow && !job.keyless {
+            if let Some((all, rows_read)) = narrow::restricted(job, n, read)? {
+                return diff_in_memory(split, all, rows_read, job, emit);
+            }
+        }
         return diff_bucketed(job, split, buckets, n, read, emit);
     }
     let mut all = Sides::default();
@@ -76,9 +91,20 @@ pub fn diff_split(
         all.bytes += s.bytes;
         Ok(())
     })?;
+    let rows_read = all.rows();
+    diff_in_memory(split, all, rows_read, job, emit)
+}
+
+/// One diff of sides held in memory (`rows_read`: what reading them took), as one chunk.
+fn diff_in_memory(
+    split: &SplitSpec,
+    all: Sides,
+    rows_read: u64,
+    job: &DiffJob<'_>,
+    emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
     let bytes_read = all.bytes;
     let (batches, labels, old_idx, new_idx) = all.flatten();
-    let rows_read = batches.iter().map(|b| b.num_rows() as u64).sum();
     let rows = if job.keyless {
         multiset_diff(&batches, &old_idx, &new_idx)?
     } else {

@@ -38,6 +38,8 @@ pub struct DeltaSource {
     metas: Mutex<BTreeMap<u64, Arc<Meta>>>,
     threads: usize,
     budget: usize,
+    /// `read.change.detection=narrow`: a diff beyond the budget decides its changed keys first.
+    narrow: bool,
     spill_dir: std::path::PathBuf,
     connector: String,
     by_partition: bool,
@@ -85,6 +87,7 @@ impl DeltaSource {
             metas: Default::default(),
             threads: par::default_threads(),
             budget: cfg.read.memory_budget,
+            narrow: cfg.read.narrow_changes,
             spill_dir: cfg.read.spill_dir.clone(),
             connector: cfg.name.clone(),
             by_partition: false,

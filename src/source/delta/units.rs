@@ -142,6 +142,7 @@ impl DeltaSource {
             keyless: self.info.keyless(),
             threads: self.threads,
             budget: self.budget,
+            narrow: self.narrow && resume.buckets.is_none(),
             spill_dir: &self.spill_dir,
             connector: &self.connector,
             unit: format!("version {}", plan.version),

@@ -44,7 +44,7 @@ impl IcebergSource {
         split: &SplitSpec,
         part: &DiffPart,
         plan: &Plan,
-        buckets: u32,
+        (buckets, narrow): (u32, bool),
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         let DiffPart {
@@ -77,6 +77,7 @@ impl IcebergSource {
             keyless: self.info.keyless(),
             threads: self.threads,
             budget: self.budget,
+            narrow,
             spill_dir: &self.spill_dir,
             connector: &self.connector,
             unit: plan.snapshot.snapshot_id.to_string(),

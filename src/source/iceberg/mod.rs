@@ -39,6 +39,8 @@ pub struct IcebergSource {
     threads: usize,
     /// `read.memory.budget` / `read.spill.dir`: a diff beyond the budget goes to key buckets.
     budget: usize,
+    /// `read.change.detection=narrow`: a diff beyond the budget decides its changed keys first.
+    narrow: bool,
     spill_dir: std::path::PathBuf,
     connector: String,
     /// The connector's storage: every read of the table goes through it.
@@ -103,6 +105,7 @@ impl IcebergSource {
             plans: Default::default(),
             threads: par::default_threads(),
             budget: cfg.read.memory_budget,
+            narrow: cfg.read.narrow_changes,
             spill_dir: cfg.read.spill_dir.clone(),
             connector: cfg.name.clone(),
             by_partition: ownership == super::Ownership::Partition,
@@ -186,7 +189,8 @@ impl IcebergSource {
                             ),
                         }
                     })?;
-                    self.read_diff(split, part, &plan, buckets, emit)?;
+                    let narrow = self.narrow && resume.buckets.is_none();
+                    self.read_diff(split, part, &plan, (buckets, narrow), emit)?;
                 }
                 Ok(())
             }

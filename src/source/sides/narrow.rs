@@ -1,0 +1,235 @@
+//! A diff beyond `read.memory.budget` that decides its changed keys first, so that only their
+//! rows are held (Iceberg copy-on-write rewrites, Delta remove/add without a change feed).
+//!
+//! Pass one reads every piece and keeps, per key, a 128-bit hash of the key and of its winning
+//! row on each side (the last row of the key in side order, as [`crate::source::rows::diff`]
+//! picks it): about 64 bytes a key instead of its rows. A key whose two winners hash alike is
+//! carried over and emits nothing. Pass two reads the pieces again and keeps the rows of the
+//! other keys only, which are then diffed in memory: the same events, in the same order, as the
+//! in-memory diff of everything (so a resumed unit may take either path). The price is a second
+//! read of the rewritten files, in place of writing and reading back every row in key buckets.
+//! Where the keys or the changed rows would not fit the budget either, the unit goes to key
+//! buckets as before (nothing has been emitted yet). xxh3-128: two keys or rows are taken as
+//! equal when their hashes are (odds 2⁻¹²⁸ a pair).
+
+use arrow_array::{BooleanArray, RecordBatch};
+use hashbrown::HashMap;
+
+use super::{DiffJob, Sides};
+use crate::source::rows::RowKeys;
+use crate::source::{par, SourceError};
+
+/// A key's winning row hash on each side, and its rows on both.
+#[derive(Default, Clone, Copy)]
+struct Seen {
+    old: Option<u128>,
+    new: Option<u128>,
+    rows: u32,
+}
+
+/// What a key's entry costs: the key hash, [`Seen`] and the table's slot.
+const ENTRY_BYTES: usize = 80;
+
+fn h128(b: &[u8]) -> u128 {
+    twox_hash::XxHash3_128::oneshot(b)
+}
+
+/// The key hashes of each row of `b`.
+fn key_hashes(keys: &RowKeys, b: &RecordBatch) -> Result<Vec<u128>, SourceError> {
+    let rows = keys.rows(b)?;
+    Ok((0..b.num_rows()).map(|i| h128(rows.row(i).as_ref())).collect())
+}
+
+/// The unit's sides restricted to the keys it changed, and the rows pass one read; `None` where
+/// the keys or the changed rows would not fit the budget (see the module doc).
+pub(super) fn restricted(
+    job: &DiffJob<'_>,
+    n: usize,
+    read: &(dyn Fn(usize) -> Result<Sides, SourceError> + Sync),
+) -> Result<Option<(Sides, u64)>, SourceError> {
+    let keys = RowKeys::new(&job.schema, Some(job.keys.clone()))?;
+    let full = RowKeys::new(&job.schema, None)?;
+    let mut seen: HashMap<u128, Seen> = HashMap::new();
+    let (mut rows_read, mut bytes, mut too_many) = (0u64, 0u64, false);
+    let limit = job.budget / 2;
+    par::ordered(n, job.threads, read, &mut |s: Sides| {
+        bytes += s.bytes;
+        if too_many {
+            return Ok(());
+        }
+        for (is_new, side) in [(false, &s.old), (true, &s.new)] {
+            for (b, _) in side {
+                rows_read += b.num_rows() as u64;
+                let (k, r) = (key_hashes(&keys, b)?, full.rows(b)?);
+                for (i, k) in k.into_iter().enumerate() {
+                    let e = seen.entry(k).or_default();
+                    *if is_new { &mut e.new } else { &mut e.old } = Some(h128(r.row(i).as_ref()));
+                    e.rows = e.rows.saturating_add(1);
+                }
+            }
+        }
+        too_many = seen.len() * ENTRY_BYTES > limit;
+        Ok(())
+    })?;
+    let row_bytes = (bytes * crate::source::buckets::DECODED_PER_FILE_BYTE)
+        .checked_div(rows_read)
+        .unwrap_or(1024);
+    seen.retain(|_, e| e.old != e.new);
+    let changed_rows: u64 = seen.values().map(|e| e.rows as u64).sum();
+    if too_many || changed_rows * row_bytes > limit as u64 {
+        tracing::info!(connector = %job.connector, unit = %job.unit, keys = seen.len(), changed_rows,
+            "changed keys or their rows beyond half of read.memory.budget: diffing in key buckets");
+        return Ok(None);
+    }
+    tracing::info!(connector = %job.connector, unit = %job.unit, changed_keys = seen.len(), changed_rows, rows_read,
+        "change unit beyond read.memory.budget: reading the changed keys' rows only");
+    let mut all = Sides::default();
+    par::ordered(n, job.threads, read, &mut |s: Sides| {
+        all.bytes += s.bytes;
+        for (is_new, side) in [(false, s.old), (true, s.new)] {
+            for (b, label) in side {
+                let k = key_hashes(&keys, &b)?;
+                let keep = BooleanArray::from_iter(k.iter().map(|k| Some(seen.contains_key(k))));
+                if keep.true_count() == 0 {
+                    continue;
+                }
+                let b = arrow::compute::filter_record_batch(&b, &keep)
+                    .map_err(SourceError::arrow("selecting changed keys"))?;
+                if is_new { &mut all.new } else { &mut all.old }.push((b, label));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Some((all, rows_read)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Array, Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+    use super::super::{diff_split, DiffJob, Sides};
+    use super::*;
+    use crate::source::{Op, SplitChanges, SplitSpec};
+
+    fn batch(schema: &SchemaRef, rows: &[(i64, &str)]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A change as (op, key before, key after, value after).
+    type Change = (Op, Option<i64>, Option<i64>, Option<String>);
+    /// A file's rows before and after.
+    type Piece<'a> = (Vec<(i64, &'a str)>, Vec<(i64, &'a str)>);
+
+    fn changes(out: &[SplitChanges]) -> Vec<Change> {
+        let mut v = Vec::new();
+        for sc in out {
+            let id = |r: crate::source::RowRef| {
+                let b = &sc.batches[r.batch as usize];
+                let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                let vs = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+                (ids.value(r.row as usize), vs.value(r.row as usize).to_string())
+            };
+            for c in &sc.rows {
+                v.push((
+                    c.op,
+                    c.before.map(|r| id(r).0),
+                    c.after.map(|r| id(r).0),
+                    c.after.map(|r| id(r).1),
+                ));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn the_narrow_diff_publishes_the_in_memory_diffs_events_in_its_order() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, false),
+        ]));
+        // three rewritten files: carried-over rows, updates, deletes, inserts, a duplicate key
+        // (the later row wins on each side) and a key moving between files
+        let pieces: Vec<Piece> = vec![
+            (
+                vec![(1, "a"), (2, "b"), (3, "c"), (4, "d")],
+                vec![(1, "a"), (2, "B"), (4, "d"), (9, "i")],
+            ),
+            (
+                vec![(5, "e"), (6, "f"), (6, "g")],
+                vec![(6, "x"), (6, "g"), (5, "e"), (3, "c")],
+            ),
+            (vec![(7, "h"), (8, "j")], vec![(8, "J"), (10, "k")]),
+        ];
+        let read = |i: usize| -> Result<Sides, SourceError> {
+            let label = (String::new(), format!("f{i}"));
+            Ok(Sides {
+                old: vec![(batch(&schema, &pieces[i].0), label.clone())],
+                new: vec![(batch(&schema, &pieces[i].1), label)],
+                bytes: 10,
+            })
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let split = SplitSpec {
+            id: "diff".into(),
+            partition: String::new(),
+            file_group: String::new(),
+        };
+        let run = |buckets: u32, narrow: bool| {
+            let job = DiffJob {
+                schema: schema.clone(),
+                keys: vec![0],
+                keyless: false,
+                threads: 2,
+                budget: 1 << 20,
+                narrow,
+                spill_dir: dir.path(),
+                connector: "t",
+                unit: "u".into(),
+            };
+            let mut out = Vec::new();
+            diff_split(&job, &split, buckets, pieces.len(), &read, &mut |sc| {
+                out.push(sc);
+                Ok(())
+            })
+            .unwrap();
+            out
+        };
+        let whole = run(1, false);
+        let narrow = run(4, true);
+        assert_eq!(narrow.len(), 1);
+        assert_eq!(
+            narrow[0].buckets, 1,
+            "the narrow diff has the in-memory diff's row order"
+        );
+        let rows_kept: usize = narrow[0].batches.iter().map(|b| b.num_rows()).sum();
+        assert!(rows_kept < 12, "carried-over rows were kept: {rows_kept}");
+        let want = changes(&whole);
+        assert_eq!(changes(&narrow), want);
+        assert_eq!(
+            want.iter().map(|c| (c.0, c.1, c.2)).collect::<Vec<_>>(),
+            [
+                (Op::Update, Some(2), Some(2)),
+                (Op::Create, None, Some(9)),
+                (Op::Update, Some(8), Some(8)),
+                (Op::Create, None, Some(10)),
+                (Op::Delete, Some(7), None),
+            ]
+        );
+        // the bucketed diff (a resumed unit pinned to its buckets) has the same events
+        let mut bucketed = changes(&run(4, false));
+        bucketed.sort_by_key(|c| format!("{c:?}"));
+        let mut sorted = want.clone();
+        sorted.sort_by_key(|c| format!("{c:?}"));
+        assert_eq!(bucketed, sorted);
+    }
+}
