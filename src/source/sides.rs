@@ -56,14 +56,27 @@ pub struct DiffJob<'a> {
     pub keyless: bool,
     pub threads: usize,
     pub budget: usize,
-    /// A unit beyond the budget may decide its changed keys first (see [`narrow`]): not for a
-    /// resumed unit pinned to its key buckets (their row order), nor with
-    /// `read.change.detection=full`.
+    /// Decide the changed keys first (see [`narrow`]), as [`plan_diff`] chose.
     pub narrow: bool,
     pub spill_dir: &'a Path,
     pub connector: &'a str,
     /// The unit, for logs.
     pub unit: String,
+}
+
+/// How a unit's diff is read: its key buckets (part of its row order: a resumed unit keeps the
+/// count it was first read with, `pinned`) and whether it decides its changed keys first. That
+/// is worth a second read only beyond the budget (`estimated` decoded bytes), and keeps the
+/// in-memory row order: a fresh unit (falling back to buckets if the changed rows do not fit),
+/// or one pinned to a single in-memory diff (falling back to it, beyond the budget if need be),
+/// never one pinned to buckets.
+pub fn plan_diff(pinned: Option<u32>, estimated: u64, budget: usize, narrow: bool) -> (u32, bool) {
+    let fit = super::buckets::buckets_for(estimated, budget);
+    match pinned {
+        Some(b) if b > 1 => (b, false),
+        Some(_) => (1, narrow && fit > 1),
+        None => (fit, narrow && fit > 1),
+    }
 }
 
 /// Diff the `n` pieces `read(i)` yields as the split `split`: in memory (`buckets == 1`), else
@@ -76,12 +89,12 @@ pub fn diff_split(
     read: &(dyn Fn(usize) -> Result<Sides, SourceError> + Sync),
     emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
 ) -> Result<(), SourceError> {
-    if buckets > 1 {
-        if job.narrow && !job.keyless {
-            if let Some((all, rows_read)) = narrow::restricted(job, n, read)? {
-                return diff_in_memory(split, all, rows_read, job, emit);
-            }
+    if job.narrow && !job.keyless {
+        if let Some((all, rows_read)) = narrow::restricted(job, n, read)? {
+            return diff_in_memory(split, all, rows_read, job, emit);
         }
+    }
+    if buckets > 1 {
         return diff_bucketed(job, split, buckets, n, read, emit);
     }
     let mut all = Sides::default();

@@ -12,8 +12,8 @@ use super::log::FileAction;
 use super::plan::{DiffPart, Plan};
 use super::read::{self, split_changes, with_change_type, Reader};
 use super::{dv, DeltaSource};
-use crate::source::buckets::{buckets_for, DECODED_PER_FILE_BYTE};
-use crate::source::sides::{diff_split, DiffJob, Sides};
+use crate::source::buckets::DECODED_PER_FILE_BYTE;
+use crate::source::sides::{diff_split, plan_diff, DiffJob, Sides};
 use crate::source::{par, Op, Resume, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl DeltaSource {
@@ -129,20 +129,15 @@ impl DeltaSource {
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         // one bucket count for the whole version: part of every part's row order
-        let buckets = match resume.buckets {
-            Some(b) => b.max(1),
-            None => buckets_for(
-                parts.iter().map(DiffPart::bytes).sum::<u64>() * DECODED_PER_FILE_BYTE,
-                self.budget,
-            ),
-        };
+        let estimated = parts.iter().map(DiffPart::bytes).sum::<u64>() * DECODED_PER_FILE_BYTE;
+        let (buckets, narrow) = plan_diff(resume.buckets, estimated, self.budget, self.narrow);
         let job = DiffJob {
             schema: plan.meta.schema.arrow.clone(),
             keys: self.key_columns(plan)?,
             keyless: self.info.keyless(),
             threads: self.threads,
             budget: self.budget,
-            narrow: self.narrow && resume.buckets.is_none(),
+            narrow,
             spill_dir: &self.spill_dir,
             connector: &self.connector,
             unit: format!("version {}", plan.version),

@@ -200,15 +200,18 @@ impl HudiSource {
                     return Ok((0, 0));
                 };
                 m.narrow(&old_columns);
-                let bytes = m.bytes_read;
+                let (bytes, mut hung_up) = (m.bytes_read, false);
                 let rows = m.run(&mut |b| match record_keys(&b)? {
-                    // the walk has stopped listening: it failed, or needs no more keys
-                    Some(k) => tx.send(k).map_err(|_| SourceError::Stopped),
+                    Some(k) => tx.send(k).map_err(|_| {
+                        // the walk failed and stopped listening (its error is the one returned)
+                        hung_up = true;
+                        SourceError::Stopped
+                    }),
                     None => Ok(()),
                 });
                 match rows {
                     Ok(rows) => Ok((rows, bytes)),
-                    Err(SourceError::Stopped) => Ok((0, bytes)),
+                    Err(SourceError::Stopped) if hung_up => Ok((0, bytes)),
                     Err(e) => Err(e),
                 }
             });

@@ -23,7 +23,8 @@ use arrow_array::RecordBatch;
 use self::manifest::ManifestCache;
 use self::monitor::{DiffPart, First, Plan, PlanKind, Task};
 use self::reader::{keep, read_range};
-use super::buckets::{buckets_for, DECODED_PER_FILE_BYTE};
+use super::buckets::DECODED_PER_FILE_BYTE;
+use super::sides::plan_diff;
 use super::{par, Op, Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
 use crate::storage::Storage;
@@ -173,13 +174,9 @@ impl IcebergSource {
             PlanKind::Diff(parts) => {
                 // one bucket count for the whole diff, whichever parts this task reads: it is
                 // part of every part's row order and stored once per unit
-                let buckets = match resume.buckets {
-                    Some(b) => b.max(1),
-                    None => {
-                        let bytes: i64 = parts.iter().map(DiffPart::bytes).sum();
-                        buckets_for(bytes.max(0) as u64 * DECODED_PER_FILE_BYTE, self.budget)
-                    }
-                };
+                let bytes: i64 = parts.iter().map(DiffPart::bytes).sum();
+                let estimated = bytes.max(0) as u64 * DECODED_PER_FILE_BYTE;
+                let how = plan_diff(resume.buckets, estimated, self.budget, self.narrow);
                 for split in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
                     let part = parts.iter().find(|p| split.partition == p.partition).ok_or_else(|| {
                         SourceError::Unreadable {
@@ -189,8 +186,7 @@ impl IcebergSource {
                             ),
                         }
                     })?;
-                    let narrow = self.narrow && resume.buckets.is_none();
-                    self.read_diff(split, part, &plan, (buckets, narrow), emit)?;
+                    self.read_diff(split, part, &plan, how, emit)?;
                 }
                 Ok(())
             }

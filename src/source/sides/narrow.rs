@@ -225,11 +225,25 @@ mod tests {
                 (Op::Delete, Some(7), None),
             ]
         );
+        // a resumed unit pinned to one in-memory diff may take the narrow diff too
+        assert_eq!(changes(&run(1, true)), want);
         // the bucketed diff (a resumed unit pinned to its buckets) has the same events
         let mut bucketed = changes(&run(4, false));
         bucketed.sort_by_key(|c| format!("{c:?}"));
         let mut sorted = want.clone();
         sorted.sort_by_key(|c| format!("{c:?}"));
         assert_eq!(bucketed, sorted);
+    }
+
+    #[test]
+    fn only_a_unit_beyond_the_budget_not_pinned_to_buckets_decides_its_keys_first() {
+        use super::super::plan_diff;
+        let (big, small, budget) = (100 << 20, 1 << 20, 16 << 20);
+        assert!(matches!(plan_diff(None, big, budget, true), (b, true) if b > 1));
+        assert_eq!(plan_diff(None, small, budget, true), (1, false));
+        assert_eq!(plan_diff(Some(7), big, budget, true), (7, false));
+        assert_eq!(plan_diff(Some(1), big, budget, true), (1, true));
+        assert_eq!(plan_diff(Some(1), small, budget, true), (1, false));
+        assert!(matches!(plan_diff(None, big, budget, false), (b, false) if b > 1));
     }
 }
