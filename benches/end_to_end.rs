@@ -450,7 +450,10 @@ fn main() {
         }
     }
     if only.is_empty() || only.contains("iceberg") {
-        iceberg_cases(dir.path(), 1_000_000);
+        let sizes = std::env::var("BENCH_ICEBERG_SIZES").unwrap_or_else(|_| "1000000".into());
+        for rows in sizes.split(',').filter_map(|v| v.trim().parse().ok()) {
+            iceberg_cases(dir.path(), rows);
+        }
     }
     if only.is_empty() || only.contains("delta") {
         let sizes = std::env::var("BENCH_DELTA_SIZES").unwrap_or_else(|_| "1000000,4000000".into());
@@ -502,6 +505,14 @@ fn delta_cases(dir: &Path, rows: usize) {
         plain,
         &format!("{class}starting-version=1\n"),
     );
+    // beyond the budget: changed keys first (narrow, the default) against key buckets (full)
+    for mode in ["narrow", "full"] {
+        child(
+            &format!("Delta {rows} MERGE + DELETE diffed (CDF off), 32 MiB, {mode}"),
+            plain,
+            &format!("{class}starting-version=1\nread.memory.budget=32MiB\nread.change.detection={mode}\n"),
+        );
+    }
 }
 
 fn perf_mor_cases(dir: &Path) {
@@ -549,7 +560,7 @@ fn iceberg_cases(dir: &Path, rows: usize) {
     let t = Instant::now();
     let out = Command::new(&python)
         .arg(&script)
-        .arg(dir.join("iceberg"))
+        .arg(dir.join(format!("iceberg{rows}")))
         .arg(rows.to_string())
         .output();
     let table = match out {
@@ -571,9 +582,13 @@ fn iceberg_cases(dir: &Path, rows: usize) {
         "starting-strategy=TABLE_SCAN_THEN_INCREMENTAL\n",
         rows as u64,
     );
-    child(
-        "Iceberg changes: append + CoW delete diffed",
-        &table,
-        "starting-strategy=INCREMENTAL_FROM_EARLIEST_SNAPSHOT\n",
-    );
+    // the copy-on-write delete beyond the budget: changed keys first (narrow, the default)
+    // against key buckets (full)
+    for mode in ["narrow", "full"] {
+        child(
+            &format!("Iceberg changes: append + CoW delete diffed, {mode}"),
+            &table,
+            &format!("starting-strategy=INCREMENTAL_FROM_EARLIEST_SNAPSHOT\nread.change.detection={mode}\n"),
+        );
+    }
 }
