@@ -3,6 +3,7 @@ tests control a broker process of their own (Apache Kafka, or noida-db with
 LAKESTREAM_TEST_BROKER=noida), whatever KAFKA_BOOTSTRAP names."""
 
 import concurrent.futures
+import os
 import random
 import signal
 import socket
@@ -95,7 +96,10 @@ def test_the_registry_recovers_from_a_broker_restart_with_stable_ids():
 
 
 def chaos_count(request, modest):
-    """How many outages a chaos test causes: `modest` in CI, 50 with `pytest --long`."""
+    """How many outages a chaos test causes: `modest` in CI, 50 with `pytest --long`, or
+    LAKESTREAM_CHAOS_COUNT."""
+    if os.environ.get("LAKESTREAM_CHAOS_COUNT"):
+        return int(os.environ["LAKESTREAM_CHAOS_COUNT"])
     return 50 if request.config.getoption("--long") else modest
 
 

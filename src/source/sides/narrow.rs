@@ -1,16 +1,17 @@
 //! A diff beyond `read.memory.budget` that decides its changed keys first, so that only their
 //! rows are held (Iceberg copy-on-write rewrites, Delta remove/add without a change feed).
 //!
-//! Pass one reads every piece and keeps, per key, a 128-bit hash of the key and of its winning
-//! row on each side (the last row of the key in side order, as [`crate::source::rows::diff`]
-//! picks it): about 64 bytes a key instead of its rows. A key whose two winners hash alike is
-//! carried over and emits nothing. Pass two reads the pieces again and keeps the rows of the
+//! Pass one reads every piece and keeps, per key, a 128-bit hash of the key and a 64-bit one of
+//! its winning row on each side (the last row of the key in side order, as
+//! [`crate::source::rows::diff`] picks it): 41 bytes a table slot, about 60 a key, instead of its
+//! rows. A key whose two winners hash alike is carried over and emits nothing. Pass two reads the pieces again and keeps the rows of the
 //! other keys only, which are then diffed in memory: the same events, in the same order, as the
 //! in-memory diff of everything (so a resumed unit may take either path). The price is a second
 //! read of the rewritten files, in place of writing and reading back every row in key buckets.
 //! Where the keys or the changed rows would not fit the budget either, the unit goes to key
-//! buckets as before (nothing has been emitted yet). xxh3-128: two keys or rows are taken as
-//! equal when their hashes are (odds 2⁻¹²⁸ a pair).
+//! buckets as before (nothing has been emitted yet). Keys are told apart by xxh3-128, rows by
+//! xxh3-64: a changed row would be taken for a carried-over one only if its two images hashed
+//! alike (odds 2⁻⁶⁴ a changed row).
 
 use arrow_array::{BooleanArray, RecordBatch};
 use hashbrown::HashMap;
@@ -19,25 +20,37 @@ use super::{DiffJob, Sides};
 use crate::source::rows::RowKeys;
 use crate::source::{par, SourceError};
 
-/// A key's winning row hash on each side, and its rows on both.
+/// A key's winning row hash on each side (`sides`: bit 0 old, bit 1 new seen), and its rows on
+/// both: 24 bytes.
 #[derive(Default, Clone, Copy)]
 struct Seen {
-    old: Option<u128>,
-    new: Option<u128>,
+    old: u64,
+    new: u64,
     rows: u32,
+    sides: u8,
 }
 
-/// What a key's entry costs: the key hash, [`Seen`] and the table's slot.
-const ENTRY_BYTES: usize = 80;
-
-fn h128(b: &[u8]) -> u128 {
-    twox_hash::XxHash3_128::oneshot(b)
+impl Seen {
+    fn changed(&self) -> bool {
+        self.sides != 3 || self.old != self.new
+    }
 }
+
+/// A key hash (128 bits, as two words: no 16-byte alignment in the table).
+type KeyHash = [u64; 2];
+
+/// What a slot of the table costs: the key hash, [`Seen`] and its control byte.
+const SLOT_BYTES: usize = std::mem::size_of::<(KeyHash, Seen)>() + 1;
 
 /// The key hashes of each row of `b`.
-fn key_hashes(keys: &RowKeys, b: &RecordBatch) -> Result<Vec<u128>, SourceError> {
+fn key_hashes(keys: &RowKeys, b: &RecordBatch) -> Result<Vec<KeyHash>, SourceError> {
     let rows = keys.rows(b)?;
-    Ok((0..b.num_rows()).map(|i| h128(rows.row(i).as_ref())).collect())
+    Ok((0..b.num_rows())
+        .map(|i| {
+            let h = twox_hash::XxHash3_128::oneshot(rows.row(i).as_ref());
+            [h as u64, (h >> 64) as u64]
+        })
+        .collect())
 }
 
 /// The unit's sides restricted to the keys it changed, and the rows pass one read; `None` where
@@ -49,32 +62,42 @@ pub(super) fn restricted(
 ) -> Result<Option<(Sides, u64)>, SourceError> {
     let keys = RowKeys::new(&job.schema, Some(job.keys.clone()))?;
     let full = RowKeys::new(&job.schema, None)?;
-    let mut seen: HashMap<u128, Seen> = HashMap::new();
+    let mut seen: HashMap<KeyHash, Seen> = HashMap::new();
     let (mut rows_read, mut bytes, mut too_many) = (0u64, 0u64, false);
     let limit = job.budget / 2;
-    par::ordered(n, job.threads, read, &mut |s: Sides| {
+    let first = par::ordered(n, job.threads, read, &mut |s: Sides| {
         bytes += s.bytes;
-        if too_many {
-            return Ok(());
-        }
         for (is_new, side) in [(false, &s.old), (true, &s.new)] {
             for (b, _) in side {
                 rows_read += b.num_rows() as u64;
+                // the table may double to take this batch: the old and the new one must both fit
+                let need = seen.len() + b.num_rows();
+                if need > seen.capacity() && (seen.capacity() + need.max(2 * seen.capacity())) * SLOT_BYTES > limit {
+                    // stop reading and give the table's memory back: the unit goes to key buckets
+                    (too_many, seen) = (true, HashMap::new());
+                    return Err(SourceError::Stopped);
+                }
                 let (k, r) = (key_hashes(&keys, b)?, full.rows(b)?);
                 for (i, k) in k.into_iter().enumerate() {
                     let e = seen.entry(k).or_default();
-                    *if is_new { &mut e.new } else { &mut e.old } = Some(h128(r.row(i).as_ref()));
+                    let h = twox_hash::XxHash3_64::oneshot(r.row(i).as_ref());
+                    *if is_new { &mut e.new } else { &mut e.old } = h;
+                    e.sides |= if is_new { 2 } else { 1 };
                     e.rows = e.rows.saturating_add(1);
                 }
             }
         }
-        too_many = seen.len() * ENTRY_BYTES > limit;
         Ok(())
-    })?;
+    });
+    match first {
+        Err(SourceError::Stopped) if too_many => {}
+        other => other?,
+    }
     let row_bytes = (bytes * crate::source::buckets::DECODED_PER_FILE_BYTE)
         .checked_div(rows_read)
         .unwrap_or(1024);
-    seen.retain(|_, e| e.old != e.new);
+    seen.retain(|_, e| e.changed());
+    seen.shrink_to_fit();
     let changed_rows: u64 = seen.values().map(|e| e.rows as u64).sum();
     if too_many || changed_rows * row_bytes > limit as u64 {
         tracing::info!(connector = %job.connector, unit = %job.unit, keys = seen.len(), changed_rows,
