@@ -355,6 +355,14 @@ mod tests {
         path
     }
 
+    fn values_of(b: &RecordBatch) -> &Int64Array {
+        b.column_by_name("v")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+    }
+
     #[test]
     fn a_selected_base_read_returns_exactly_the_selected_keys_in_file_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -372,18 +380,7 @@ mod tests {
             "layout columns left out"
         );
         let batches: Vec<RecordBatch> = s.reader.collect::<Result<_, _>>().unwrap();
-        let values: Vec<i64> = batches
-            .iter()
-            .flat_map(|b| {
-                let v = b
-                    .column_by_name("v")
-                    .unwrap()
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .unwrap();
-                v.values().to_vec()
-            })
-            .collect();
+        let values: Vec<i64> = batches.iter().flat_map(|b| values_of(b).values().to_vec()).collect();
         assert_eq!(values, vec![3, 99, 100, 101, 550, 999]);
         // the record keys come from the key pass, in their place among the columns
         let names: Vec<_> = s.schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -416,12 +413,7 @@ mod tests {
         for b in s.reader {
             let b = b.unwrap();
             let k = record_keys(&b).unwrap().unwrap();
-            let v = b
-                .column_by_name("v")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
+            let v = values_of(&b);
             for i in 0..b.num_rows() {
                 assert_eq!(k.value(i), format!("k{}", v.value(i)));
                 assert_ne!(v.value(i) % 3, 1);
