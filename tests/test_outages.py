@@ -139,9 +139,41 @@ def finish_exactly_once(run, what, outages):
     print("".join(l for l in run.log.text().splitlines(True) if any(w in l for w in ("outage", "resuming", "initialised"))))
     assert run.log.count("outage: retrying") >= outages, run.log.text()[-3000:]
     replay = testkit.Replay(testkit.Registry(run.env.registry))
-    replay.apply(testkit.consume_all(run.env, run.topic))
+    records = testkit.consume_all(run.env, run.topic)
+    try:
+        replay.apply(records)
+    except AssertionError:
+        diagnose(run, records, replay)
+        raise
     testkit.compare(run.oracle, run.oracle["instants"][-1]["rows"], replay, what)
     return replay
+
+
+def diagnose(run, records, replay):
+    """With LAKESTREAM_CHAOS_DIAG=<dir>: the connector's whole log, and every record of the keys
+    the replay failed on (partition, offset, op, source), written there."""
+    out = os.environ.get("LAKESTREAM_CHAOS_DIAG")
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "connector.log"), "w") as f:
+        f.write(run.log.text())
+    # the record the replay stopped at: the first whose (key, instant, op) it had seen
+    seen, bad = set(), None
+    for p, o, k, v in records:
+        if v is None:
+            continue
+        ev = replay.registry.decode(v)
+        ident = (k, ev["source"]["instant"], ev["op"])
+        if ident in seen:
+            bad = k
+            break
+        seen.add(ident)
+    with open(os.path.join(out, "records.txt"), "w") as f:
+        for p, o, k, v in records:
+            if k == bad:
+                ev = replay.registry.decode(v) if v is not None else None
+                f.write(f"partition {p} offset {o} op {ev and ev['op']} source {ev and ev['source']}\n")
 
 
 def proxied_chaos(tmp_path, n, fault, what):
