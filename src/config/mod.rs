@@ -170,7 +170,8 @@ pub struct ReadConfig {
     /// `hoodie.datasource.merge.type=skip_merge`.
     pub skip_merge: bool,
     /// `read.change.detection=narrow` (default): a Hudi change unit decides which keys changed
-    /// from narrow columns and reads only their rows; `full` diffs whole file groups.
+    /// from narrow columns and reads only their rows, an Iceberg/Delta diff beyond the budget
+    /// from key and row hashes; `full` diffs whole file groups / files.
     pub narrow_changes: bool,
     /// `read.cdc.from-log`: Hudi CDC log files as the changes (`None`: auto).
     pub cdc_from_log: Option<bool>,
