@@ -169,13 +169,7 @@ impl FileCache {
         if self.stream_base {
             return Ok((s.schema, BaseBatches::Selected(s.reader, path.into()), s.size));
         }
-        let batches = s
-            .reader
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SourceError::Arrow {
-                context: format!("reading {}", path.display()),
-                source: e,
-            })?;
+        let batches = s.reader.collect::<Result<Vec<_>, _>>().map_err(reading(path))?;
         let v = Arc::new((s.schema, batches, s.size));
         self.base.lock().expect("cache lock").insert(path.into(), v.clone());
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))

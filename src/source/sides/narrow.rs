@@ -4,8 +4,8 @@
 //! Pass one reads every piece and keeps, per key, a 128-bit hash of the key and a 64-bit one of
 //! its winning row on each side (the last row of the key in side order, as
 //! [`crate::source::rows::diff`] picks it): 41 bytes a table slot, about 60 a key, instead of its
-//! rows. A key whose two winners hash alike is carried over and emits nothing. Pass two reads the pieces again and keeps the rows of the
-//! other keys only, which are then diffed in memory: the same events, in the same order, as the
+//! rows. A key whose two winners hash alike is carried over and emits nothing. Pass two reads
+//! the pieces again and keeps the rows of the other keys only, which are then diffed in memory: the same events, in the same order, as the
 //! in-memory diff of everything (so a resumed unit may take either path). The price is a second
 //! read of the rewritten files, in place of writing and reading back every row in key buckets.
 //! Where the keys or the changed rows would not fit the budget either, the unit goes to key
@@ -96,12 +96,17 @@ pub(super) fn restricted(
     let row_bytes = (bytes * crate::source::buckets::DECODED_PER_FILE_BYTE)
         .checked_div(rows_read)
         .unwrap_or(1024);
+    if too_many {
+        tracing::info!(connector = %job.connector, unit = %job.unit, rows_read,
+            "the unit's keys beyond half of read.memory.budget: diffing in key buckets");
+        return Ok(None);
+    }
     seen.retain(|_, e| e.changed());
     seen.shrink_to_fit();
     let changed_rows: u64 = seen.values().map(|e| e.rows as u64).sum();
-    if too_many || changed_rows * row_bytes > limit as u64 {
-        tracing::info!(connector = %job.connector, unit = %job.unit, keys = seen.len(), changed_rows,
-            "changed keys or their rows beyond half of read.memory.budget: diffing in key buckets");
+    if changed_rows * row_bytes > limit as u64 {
+        tracing::info!(connector = %job.connector, unit = %job.unit, changed_keys = seen.len(), changed_rows,
+            "the changed keys' rows beyond half of read.memory.budget: diffing in key buckets");
         return Ok(None);
     }
     tracing::info!(connector = %job.connector, unit = %job.unit, changed_keys = seen.len(), changed_rows, rows_read,
