@@ -8,6 +8,14 @@ of request on demand instead of by luck:
 - `reset_after(api_key, n)`: the next `n` such requests are forwarded to the broker, then both
   sides of the connection are reset before the response (a produce that landed, unacknowledged).
 - `pause()` / `resume()`: nothing is forwarded either way while paused (a hung connection).
+- `hold(api_key, release_after)`: the next such request is kept, not forwarded, and its
+  connection hangs (nothing more is forwarded on it) until the client gives up on it; the kept
+  request is sent to the broker late, on a connection of its own, right after the broker has
+  answered the next `release_after` request (before the client sees that answer), or just
+  before the next `release_before` request is forwarded. A produce
+  held past the client's abort and the epoch bump that follows is what a broker that stalls
+  and then works off its backlog receives: Kafka must refuse it (`held_answers` keeps the
+  broker's answers).
 
 The broker advertises its own port; Metadata and FindCoordinator responses are rewritten to name
 the proxy's (the host string and the 4-byte port that follows it: same length, nothing else
@@ -23,7 +31,7 @@ from collections import Counter
 
 import brokers
 
-PRODUCE, METADATA, FIND_COORDINATOR, END_TXN = 0, 3, 10, 26
+PRODUCE, METADATA, FIND_COORDINATOR, INIT_PRODUCER_ID, END_TXN = 0, 3, 10, 22, 26
 HOST = b"127.0.0.1"
 
 
@@ -53,6 +61,45 @@ def _reset(sock):
             pass
 
 
+def _varint(b, i):
+    n = shift = 0
+    while True:
+        n |= (b[i] & 0x7F) << shift
+        i += 1
+        if not b[i - 1] & 0x80:
+            return n, i
+        shift += 7
+
+
+def produce_errors(version, frame):
+    """The error codes of a Produce response (one per partition), versions 3 to 12."""
+    flexible = version >= 9
+    i = 4  # correlation id
+    if flexible:
+        _, i = _varint(frame, i)  # header tagged fields (none)
+    if flexible:
+        topics, i = _varint(frame, i)
+        topics -= 1
+    else:
+        topics, i = struct.unpack(">i", frame[i:i + 4])[0], i + 4
+    errors = []
+    for _ in range(topics):
+        if flexible:
+            n, i = _varint(frame, i)
+            i += n - 1
+            parts, i = _varint(frame, i)
+            parts -= 1
+        else:
+            n = struct.unpack(">h", frame[i:i + 2])[0]
+            i += 2 + n
+            parts, i = struct.unpack(">i", frame[i:i + 4])[0], i + 4
+        for _ in range(parts):
+            errors.append(struct.unpack(">h", frame[i + 4:i + 6])[0])
+            break  # one partition a held produce in these tests; the rest is not parsed
+        break
+    return errors
+
+
 class _Conn:
     def __init__(self, proxy, client):
         self.proxy = proxy
@@ -62,6 +109,7 @@ class _Conn:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.pending = {}  # correlation id -> api key
         self.closed = False
+        self.hung = False  # a request of it is held: nothing more is forwarded
         threading.Thread(target=self._requests, daemon=True).start()
         threading.Thread(target=self._responses, daemon=True).start()
 
@@ -78,6 +126,10 @@ class _Conn:
                 frame = _read_frame(self.client)
                 api, _version, corr = struct.unpack(">hhi", frame[:8])
                 self.pending[corr] = api
+                if self.hung or self.proxy._take_hold(api, frame):
+                    self.hung = True
+                    continue
+                self.proxy._release_held(("before", api))
                 self.proxy._wait_unpaused()
                 self.upstream.sendall(struct.pack(">i", len(frame)) + frame)
                 self.proxy.stats[f"request {api}"] += 1
@@ -101,6 +153,8 @@ class _Conn:
                     self.proxy.stats[f"dropped {api}"] += 1
                     self.close()
                     return
+                if api is not None:
+                    self.proxy._release_held(("after", api))
                 self.proxy._wait_unpaused()
                 self.client.sendall(struct.pack(">i", len(frame)) + frame)
         except (OSError, ConnectionError, struct.error):
@@ -122,6 +176,9 @@ class FaultProxy:
         self._conns = set()
         self._drop_until = {}
         self._resets = Counter()
+        self._hold = None  # (api key held, api key whose answer releases it)
+        self._held = []  # (api key whose answer releases it, request frame)
+        self.held_answers = []  # the broker's answers to held requests, as (api key, frame)
         self._running = threading.Event()
         self._running.set()  # set: forwarding; clear: paused
         self._open = True
@@ -161,6 +218,39 @@ class FaultProxy:
                 self._resets[api] -= 1
                 return True
         return False
+
+    def _take_hold(self, api, frame):
+        with self._lock:
+            if self._hold is None or self._hold[0] != api:
+                return False
+            self._held.append((self._hold[1], frame))
+            self._hold = None
+        self.stats[f"held {api}"] += 1
+        return True
+
+    def _release_held(self, answered):
+        with self._lock:
+            due = [f for a, f in self._held if a == answered]
+            self._held = [(a, f) for a, f in self._held if a != answered]
+        for frame in due:
+            api, version = struct.unpack(">hh", frame[:4])
+            with socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30) as s:
+                s.sendall(struct.pack(">i", len(frame)) + frame)
+                self.held_answers.append((api, version, _read_frame(s)))
+            self.stats[f"released {api}"] += 1
+
+    def hold(self, api_key, release_after=None, release_before=None):
+        """Keep the next `api_key` request (its connection hangs) and send it to the broker right
+        after the broker answers the next `release_after` request, or right before the next
+        `release_before` request reaches it."""
+        when = ("after", release_after) if release_before is None else ("before", release_before)
+        with self._lock:
+            self._hold = (api_key, when)
+
+    def held(self):
+        """Requests held and not yet released."""
+        with self._lock:
+            return len(self._held) + (self._hold is not None)
 
     def drop_responses(self, api_key, seconds):
         """Swallow every response to `api_key` requests for `seconds` (resetting its connection)."""
