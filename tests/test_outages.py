@@ -331,6 +331,51 @@ def test_connections_reset_mid_produce_are_ridden_out_exactly_once(tmp_path, req
     print(f"{n} resets mid-produce, outages: {log.count('outage: retrying')}")
 
 
+def test_a_produce_that_lands_after_its_transaction_failed_is_never_published_twice(tmp_path, request):
+    """One produce request is held by the proxy until its records time out in the connector
+    ("requires epoch bump"); the connector aborts (librdkafka bumps the producer epoch) and
+    republishes from the committed position — and the held request reaches the broker just before
+    that epoch bump, as a stalled broker works off its backlog. Kafka refuses the late batch or
+    aborts it with its transaction; the connector looks for the failed transaction's records
+    (fingerprints, none acknowledged) before and after republishing, finds none and ends exact.
+    noida-db appends the batch and commits it with the connector's next transaction
+    (`tests/late_produce.py` shows it alone): the connector must stop loudly, naming where the
+    records appeared twice, instead of going on with exit 0."""
+    n = chaos_count(request, 2) if brokers.kind() == "kafka" else 1
+    broker, proxy = faultproxy.proxied_broker()
+    run = None
+    try:
+        run = streaming(tmp_path, broker, 200_000 + 100_000 * n, via=proxy)
+        rng = random.Random(n)
+        for k in range(n):
+            wait_commits(run, 2, timeout=120)
+            time.sleep(rng.uniform(0.0, 0.3))
+            assert run.log.proc.poll() is None, f"the stream ended before fault {k + 1}: make the table larger"
+            proxy.hold(faultproxy.PRODUCE, release_before=faultproxy.INIT_PRODUCER_ID)
+            deadline = time.time() + 90
+            while not proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k and time.time() < deadline:
+                assert run.log.proc.poll() is None or brokers.kind() != "kafka", run.log.text()[-3000:]
+                time.sleep(0.1)
+            assert proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k, (dict(proxy.stats), run.log.text()[-3000:])
+        answers = [faultproxy.produce_errors(v, f) for _, v, f in proxy.held_answers]
+        print(f"{n} late produces, the broker answered: {answers}")
+        if brokers.kind() == "kafka":
+            finish_exactly_once(run, f"after {n} late produces", n)
+            assert run.log.count("none of its records became visible") >= n, run.log.text()[-3000:]
+            assert all(a and a[0] != 0 for a in answers), f"Kafka accepted a produce of an aborted epoch: {answers}"
+            return
+        # noida: accepted, kept, committed with the next transaction; the connector stops
+        assert run.log.finish(timeout=180) != 0, run.log.text()[-3000:]
+        assert "holds them twice" in run.log.text(), run.log.text()[-3000:]
+        print(next(l for l in run.log.text().splitlines() if "holds them twice" in l)[:600])
+    finally:
+        if run:
+            run.log.proc.kill()
+            run.registry.kill()
+        proxy.close()
+        broker.remove()
+
+
 def test_an_unreachable_bootstrap_fails_within_its_timeout_naming_each_address(tmp_path):
     """At start, bootstrap.servers that cannot be reached fail the task within
     bootstrap.timeout.ms, naming each address and what is wrong with it: a refused port, an

@@ -102,6 +102,8 @@ struct Task {
     read: (u64, u64),
     /// A new task's first record, not yet committed (a later generation hands over from it).
     first_record: bool,
+    /// An earlier run's failed transaction, looked for again once its changes are republished.
+    watch: Option<resume::Watch>,
     opts: RunOptions,
     health: TaskHealthHandle,
 }
@@ -165,9 +167,10 @@ pub(super) async fn run_inner(
         source = open_source_async(&cfg).await?;
     }
     state.key = resume::checked_key(&state.key, source.as_ref())?;
+    let mut watch = None;
     if let Some(trace) = unknown.clone() {
         // this producer's init settled it: what is visible now is what became of it
-        resume::resolve_unknown_outcome(&opts.cluster, &cfg, trace).await?;
+        watch = resume::resolve_unknown_outcome(&opts.cluster, &cfg, trace).await?;
         *unknown = None;
     }
     if let (false, Some(issued)) = (new_state, &state.issued) {
@@ -190,6 +193,7 @@ pub(super) async fn run_inner(
         // one task: committed while its first poll runs; tasks of a generation: before anything
         // (a task waiting for task 0's first unit is on record meanwhile)
         first_record: new_state && single,
+        watch,
         opts,
         health,
     };
@@ -393,7 +397,13 @@ impl Task {
     async fn commit(&mut self) -> Result<(), RuntimeError> {
         self.state.updated_ms = now_ms();
         let record = serde_json::to_vec(&self.state).map_err(|e| SinkError::Offsets(e.to_string()))?;
+        let records = self.sink.txn_records();
         self.sink.commit(record).await?;
+        if self.watch.as_mut().is_some_and(|w| w.due_after(records)) {
+            if let Some(w) = self.watch.take() {
+                w.check(&self.opts.cluster, &self.cfg).await?;
+            }
+        }
         for (op, n) in self.written.drain() {
             metrics::RECORDS_WRITTEN
                 .with_label_values(&[&self.cfg.name, op])

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
-use crate::sink::{Cluster, TxnTrace};
+use crate::sink::{Cluster, SentRecords, TxnTrace};
 use crate::source::{Position, Source};
 
 /// A commit failed without an answer (timed out, its response lost): the broker may have
@@ -15,11 +15,15 @@ use crate::source::{Position, Source};
 /// first change record must be both committed or both not. Anything else is a broker that broke
 /// a transaction in two (events visible without their position would be published again from
 /// the older position): stop, naming both offsets, rather than publish anything twice.
+///
+/// A transaction that did not commit must also have none of its change records visible (found by
+/// fingerprint, acknowledged or not): one that is would be published twice. Returns what to watch
+/// while its changes are republished (see [`Watch`]).
 pub(super) async fn resolve_unknown_outcome(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
     trace: TxnTrace,
-) -> Result<(), RuntimeError> {
+) -> Result<Option<Watch>, RuntimeError> {
     let (cl, c) = (cluster.clone(), cfg.clone());
     let t = trace.clone();
     let seen = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
@@ -50,16 +54,105 @@ pub(super) async fn resolve_unknown_outcome(
             if b { "again" } else { "never" },
         ))),
         (position, change) => {
-            let outcome = match position.or(change) {
-                Some(true) => "committed",
-                Some(false) => "aborted",
-                None => "empty",
+            let outcome = match (position.or(change), trace.aborted) {
+                (Some(true), _) => "committed",
+                (Some(false), _) | (None, true) => "aborted",
+                (None, false) => "empty",
             };
             tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, outcome, position = %position_at,
                 change = %change_at, "commit outcome resolved from the cluster");
-            Ok(())
+            match trace.sent {
+                Some(sent) if outcome != "committed" && !sent.prints.is_empty() => {
+                    let visible = find_sent(cluster, cfg, &sent).await?;
+                    if !visible.is_empty() {
+                        return Err(RuntimeError::Position(format!(
+                            "{} of the {} change records of a transaction that did not commit ({outcome}) are visible \
+                             read_committed ({}) though its position record is not: the broker let records of a failed \
+                             transaction through. Resuming would publish those changes twice. Check the broker \
+                             (transaction markers, fencing of aborted producer epochs); `lakestream verify` tells whether \
+                             the topic still equals the table",
+                            visible.len(),
+                            sent.prints.len(),
+                            offsets(&sent.topic, &visible),
+                        )));
+                    }
+                    Ok(Some(Watch::new(sent)))
+                }
+                _ => Ok(None),
+            }
         }
     }
+}
+
+/// A failed transaction's records, looked for once more after the run has committed as many
+/// records again: a broker that kept them past the abort (a batch of the aborted producer epoch,
+/// committed by the next transaction that writes to its partition — noida-db does this) shows
+/// them only then, beside their republished copies. Found, the task stops: the topic holds
+/// those changes twice, and a broker that does this must not be written to on.
+pub(super) struct Watch {
+    sent: SentRecords,
+    /// Records committed since the failed transaction, and in how many transactions.
+    committed: u64,
+    commits: u32,
+}
+
+/// Transactions after which a watch looks even if fewer records were republished (the table
+/// may have changed meanwhile).
+const WATCH_COMMITS: u32 = 64;
+
+impl Watch {
+    fn new(sent: SentRecords) -> Self {
+        Watch {
+            sent,
+            committed: 0,
+            commits: 0,
+        }
+    }
+
+    /// A transaction of `records` committed: whether it is time to look.
+    pub(super) fn due_after(&mut self, records: u64) -> bool {
+        self.committed += records;
+        self.commits += u32::from(records > 0);
+        self.committed >= self.sent.records || self.commits >= WATCH_COMMITS
+    }
+
+    /// Look: none of the failed transaction's records may be visible.
+    pub(super) async fn check(self, cluster: &Arc<dyn Cluster>, cfg: &ConnectorConfig) -> Result<(), RuntimeError> {
+        let visible = find_sent(cluster, cfg, &self.sent).await?;
+        if visible.is_empty() {
+            tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, records = self.committed, transactions = self.commits,
+                "republished after a failed transaction: none of its records became visible");
+            return Ok(());
+        }
+        Err(RuntimeError::Position(format!(
+            "the broker made {} change records of a transaction that did not commit visible after it failed ({}): \
+             it committed them with a later transaction, and their changes were published again since, so the topic \
+             holds them twice. The broker does not fence aborted producer epochs; stopping rather than write on. \
+             `lakestream verify` tells whether the topic still equals the table",
+            visible.len(),
+            offsets(&self.sent.topic, &visible),
+        )))
+    }
+}
+
+async fn find_sent(
+    cluster: &Arc<dyn Cluster>,
+    cfg: &ConnectorConfig,
+    sent: &SentRecords,
+) -> Result<Vec<(i32, i64)>, RuntimeError> {
+    let (cl, c, s) = (cluster.clone(), cfg.clone(), sent.clone());
+    Ok(tokio::task::spawn_blocking(move || cl.find_sent(&c, &s))
+        .await
+        .expect("record search panicked")?)
+}
+
+/// `topic/partition@offset` of the first few of `at`, and how many more.
+fn offsets(topic: &str, at: &[(i32, i64)]) -> String {
+    let mut s: Vec<String> = at.iter().take(5).map(|(p, o)| format!("{topic}/{p}@{o}")).collect();
+    if at.len() > 5 {
+        s.push(format!("and {} more", at.len() - 5));
+    }
+    s.join(", ")
 }
 
 /// The key to publish under: the table's, which must be the stored one when there is one. The

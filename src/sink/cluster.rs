@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::offsets::{ReadTo, StoredRecord};
+use super::sent::SentRecords;
 use super::SinkError;
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
@@ -30,8 +31,8 @@ pub trait Sink: Send {
     fn commit(&mut self, offsets: Vec<u8>) -> BoxFuture<'_, Result<(), SinkError>>;
     /// Abort the open transaction, if any.
     fn abort(&mut self) -> BoxFuture<'_, Result<(), SinkError>>;
-    /// Where the transaction whose commit failed without a known outcome (timed out, its answer
-    /// lost) put its records; `None` when the last commit's outcome is known.
+    /// The last transaction that did not commit: one whose commit failed (its outcome unknown,
+    /// or aborted) or one left open; `None` when the last commit succeeded.
     fn unknown_outcome(&self) -> Option<TxnTrace>;
 }
 
@@ -44,6 +45,11 @@ pub struct TxnTrace {
     pub position: Option<(i32, i64)>,
     /// (topic, partition, offset) of the first change (or transaction-metadata) record.
     pub change: Option<(String, i32, i64)>,
+    /// Every change record it sent, acknowledged or not, to look for later.
+    pub sent: Option<SentRecords>,
+    /// Known aborted (the abort call succeeded, or it was left open for the next producer's
+    /// init to abort): its records must not be visible, whatever a broker acknowledged.
+    pub aborted: bool,
 }
 
 /// The cluster a connector writes to.
@@ -71,6 +77,9 @@ pub trait Cluster: Send + Sync {
     /// Whether the record at `offset` is committed: read_committed, once the transactions below
     /// it are settled (fails when they are not within a minute). Blocking.
     fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError>;
+    /// Where records of `sent` are visible (read_committed, from its floors to the end the
+    /// topic has now, once settled): (partition, offset) of each. Blocking.
+    fn find_sent(&self, cfg: &ConnectorConfig, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError>;
 }
 
 /// The Kafka cluster named by the connector's `bootstrap.servers`.
@@ -109,5 +118,9 @@ impl Cluster for Kafka {
 
     fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
         super::scan::committed_at(cfg, topic, partition, offset)
+    }
+
+    fn find_sent(&self, cfg: &ConnectorConfig, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
+        super::scan::find_sent(cfg, sent)
     }
 }

@@ -2,10 +2,13 @@
 //! transaction carries change records plus the offsets record that accounts for them.
 //! Blocking librdkafka transaction calls run on the blocking pool; errors are classed as
 //! retriable (retry), abortable (abort, replay from the last committed offsets) or fatal
-//! (fenced by a newer instance, or broken producer: exit non-zero).
+//! (fenced by a newer instance, or broken producer: exit non-zero). Each transaction's change
+//! records are fingerprinted as they are sent (`sent`), so those of one that failed can be looked
+//! for in the topic: none may ever become visible.
 
 mod client;
 mod cluster;
+mod error;
 mod fence;
 pub mod offsets;
 mod quiet;
@@ -13,14 +16,18 @@ mod quiet;
 pub use client::check_settings;
 use client::{client_config, producer_config, txn_call_timeout};
 pub use cluster::{Cluster, Kafka, Sink, TxnTrace};
+pub use error::SinkError;
+use error::{classify, expired_or, retriable};
 pub use fence::{fence, write_offsets_records};
 pub use offsets::{ReadTo, StoredRecord};
+pub use sent::{fingerprint, SentRecords};
 
 pub use quiet::QuietContext;
 pub use stats::StatsContext;
 use topics::ensure_topics;
 mod reach;
 pub mod scan;
+mod sent;
 mod stats;
 mod topics;
 
@@ -37,47 +44,6 @@ use crate::config::ConnectorConfig;
 use crate::health::TaskHealthHandle;
 use crate::metrics;
 
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    #[error("kafka: {context}: {source}")]
-    Kafka { context: String, source: KafkaError },
-    /// The open transaction was aborted; replay from the last committed offsets.
-    #[error("transaction aborted: {0}")]
-    Aborted(String),
-    /// Another instance with the same transactional.id took over: this one must stop.
-    #[error("fenced: a newer instance of this connector task took over ({0}); run one instance per task")]
-    Fenced(String),
-    /// The broker's transaction coordinator aborted the open transaction once it outlived
-    /// `transaction.timeout.ms` (a broker down or stalled that long) and bumped the producer's
-    /// epoch: librdkafka reports that as fenced, though no other instance took over. A new
-    /// producer and the committed position recover.
-    #[error("transaction expired on the broker: {0}")]
-    Expired(String),
-    /// The producer is unusable (librdkafka fatal error, e.g. sequence numbers a restarted
-    /// broker no longer knows); a new producer and the committed position recover.
-    #[error("fatal producer error: {0}")]
-    Fatal(String),
-    /// The offsets topic could not be read to its end.
-    #[error("offsets: {0}")]
-    Offsets(String),
-    /// A topic could not be created or described, or is not fit for its use (an offsets topic
-    /// that is not compacted).
-    #[error("topic: {0}")]
-    Topic(String),
-    /// `bootstrap.servers` did not answer at start within `bootstrap.timeout.ms`.
-    #[error("{0}")]
-    Unreachable(String),
-}
-
-impl SinkError {
-    pub fn kafka(context: impl Into<String>, source: KafkaError) -> Self {
-        SinkError::Kafka {
-            context: context.into(),
-            source,
-        }
-    }
-}
-
 pub struct TxnSink {
     producer: Arc<ThreadedProducer<StatsContext>>,
     topic: String,
@@ -92,8 +58,10 @@ pub struct TxnSink {
     health: TaskHealthHandle,
     /// Where BEGIN/END records go (transaction metadata).
     txn_topic: String,
-    /// The last commit's transaction, when the commit failed and its outcome is unknown.
+    /// The last commit's transaction, when the commit failed (its outcome unknown, or aborted).
     unknown: Option<TxnTrace>,
+    /// The open transaction's change records, to find them again (see [`SentRecords`]).
+    sent: sent::SentLog,
     /// Metric labels.
     connector: String,
     task: String,
@@ -101,68 +69,6 @@ pub struct TxnSink {
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.expect("blocking task panicked")
-}
-
-fn classify(context: &str, e: KafkaError) -> SinkError {
-    if matches!(
-        e.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)
-    ) {
-        return SinkError::Fenced(format!("{context}: {e}"));
-    }
-    if let KafkaError::Transaction(ref t) = e {
-        if t.is_fatal() {
-            return SinkError::Fatal(format!("{context}: {t}"));
-        }
-        if t.txn_requires_abort() {
-            return SinkError::Aborted(format!("{context}: {t}"));
-        }
-    }
-    SinkError::kafka(context, e)
-}
-
-/// A fence that met a transaction older than `transaction.timeout.ms` is the broker's own
-/// timeout abort (which bumps the epoch), not a newer instance: a newer instance fences a
-/// transaction of any age, the coordinator only one that outlived the timeout (counted on the
-/// broker from the transaction's first partition, after it began here). A stalled zombie whose
-/// transaction expired is taken for an outage too: its new producer fences the newer instance,
-/// whose young transaction then stops it as fenced. They alternate only while both keep
-/// transactions open past the timeout; fencing keeps every commit exactly-once meanwhile.
-fn expired_or(err: SinkError, age: Option<Duration>, timeout: Duration) -> SinkError {
-    match (err, age) {
-        (SinkError::Fenced(m), Some(age)) if age >= timeout => SinkError::Expired(format!(
-            "{m}; the transaction was {} ms old, past transaction.timeout.ms={} ms",
-            age.as_millis(),
-            timeout.as_millis()
-        )),
-        (e, _) => e,
-    }
-}
-
-impl SinkError {
-    /// Whether a new producer and the committed position can recover from this (a broker
-    /// outage, restart or stall), as opposed to fencing or a problem with the offsets data.
-    pub fn is_transient(&self) -> bool {
-        self.kind().is_transient()
-    }
-
-    pub fn kind(&self) -> crate::error::ErrorKind {
-        use crate::error::ErrorKind as K;
-        match self {
-            // what a new producer and the committed position recover from
-            SinkError::Kafka { .. } | SinkError::Aborted(_) | SinkError::Expired(_) | SinkError::Fatal(_) => {
-                K::Unavailable
-            }
-            SinkError::Fenced(_) => K::Fenced,
-            SinkError::Offsets(_) => K::Position,
-            SinkError::Topic(_) => K::Rejected,
-            SinkError::Unreachable(_) => K::Unreachable,
-        }
-    }
-}
-
-fn retriable(e: &KafkaError) -> bool {
-    matches!(e, KafkaError::Transaction(t) if t.is_retriable())
 }
 
 /// A stopping task does not wait for its producer's polling thread: its transactions are
@@ -181,6 +87,7 @@ impl TxnSink {
         // the topics are created while the producer initialises: neither needs the other (on
         // Kafka each takes 0.1-0.2 s of every start)
         let (_, producer) = tokio::try_join!(ensure_topics(cfg), Self::init_producer(cfg))?;
+        let sent = sent::SentLog::start(producer.clone(), &cfg.kafka.topic, txn_call_timeout(cfg));
         health.set_ready(true);
         health.progress();
         Ok(Self {
@@ -196,6 +103,7 @@ impl TxnSink {
             health,
             txn_topic: cfg.transaction_topic(),
             unknown: None,
+            sent,
             connector: cfg.name.clone(),
             task: cfg.runtime.task_id.to_string(),
         })
@@ -227,7 +135,9 @@ impl TxnSink {
             last: Default::default(),
             quiet: Default::default(),
             offsets_topic: cfg.kafka.offsets_topic.clone(),
+            topic: cfg.kafka.topic.clone(),
             trace: Default::default(),
+            last_offsets: Default::default(),
         };
         let producer: ThreadedProducer<StatsContext> = pc
             .create_with_context(ctx)
@@ -270,8 +180,29 @@ impl TxnSink {
         self.txn_started.map(|t| t.elapsed())
     }
 
+    /// The trace of the open transaction, with its change records.
+    fn trace(&self) -> TxnTrace {
+        let mut t = self
+            .producer
+            .context()
+            .trace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        t.sent = Some(self.sent.records(self.txn_records));
+        t
+    }
+
     fn begin(&mut self) -> Result<(), SinkError> {
+        self.sent.ready()?;
         if !self.in_txn {
+            self.sent.clear();
+            self.producer
+                .context()
+                .last_offsets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
             self.producer
                 .begin_transaction()
                 .map_err(|e| classify("begin_transaction", e))?;
@@ -336,6 +267,9 @@ impl TxnSink {
         let topic = self.topic.clone();
         for r in records {
             self.send_to(&topic, &r.key, r.value.as_deref())?;
+            if let Some(v) = &r.value {
+                self.sent.push(&r.key, v);
+            }
             self.txn_records += 1;
         }
         Ok(())
@@ -365,17 +299,11 @@ impl TxnSink {
                     let err = self.expired_or(classify("commit_transaction", e));
                     // known to be aborted only when the abort succeeds; else the broker may
                     // have committed it (an EndTxn whose answer was lost)
+                    // a failed transaction stays on record either way: a broker that broke it may
+                    // still show its records (see `SentRecords`)
+                    let trace = self.trace();
                     let aborted = matches!(err, SinkError::Aborted(_)) && self.abort().await.is_ok();
-                    if !aborted {
-                        self.unknown = Some(
-                            self.producer
-                                .context()
-                                .trace
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .clone(),
-                        );
-                    }
+                    self.unknown = Some(TxnTrace { aborted, ..trace });
                     metrics::TXN_ABORTED
                         .with_label_values(&[&self.connector, &self.task])
                         .inc();
@@ -385,6 +313,15 @@ impl TxnSink {
         }
         self.health.set_ready(true);
         self.health.progress();
+        // the next transaction's records come after this one's
+        self.sent.committed(
+            &self
+                .producer
+                .context()
+                .last_offsets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         let secs = started.elapsed().as_secs_f64();
         tracing::debug!(
             ms = (secs * 1000.0) as u64,
@@ -444,7 +381,15 @@ impl Sink for TxnSink {
         Box::pin(TxnSink::abort(self))
     }
     fn unknown_outcome(&self) -> Option<TxnTrace> {
-        self.unknown.clone()
+        match (&self.unknown, self.in_txn && !self.sent.is_empty()) {
+            (Some(t), _) => Some(t.clone()),
+            // left open: the next producer's init aborts it
+            (None, true) => Some(TxnTrace {
+                aborted: true,
+                ..self.trace()
+            }),
+            (None, false) => None,
+        }
     }
 }
 #[cfg(test)]

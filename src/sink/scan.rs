@@ -103,6 +103,18 @@ pub fn read_to_end<E: From<SinkError>>(
     f: &mut dyn FnMut(TopicRecord<'_>) -> Result<(), E>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<TopicRead, E> {
+    read_from(cfg, topic, &HashMap::new(), ends, f, progress)
+}
+
+/// [`read_to_end`] from the offsets in `from` (a partition not in it: from its beginning).
+pub fn read_from<E: From<SinkError>>(
+    cfg: &ConnectorConfig,
+    topic: &str,
+    from: &HashMap<i32, i64>,
+    ends: &HashMap<i32, (i64, i64)>,
+    f: &mut dyn FnMut(TopicRecord<'_>) -> Result<(), E>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TopicRead, E> {
     let c = consumer(cfg)?;
     let mut read = TopicRead::default();
     let mut parts: Vec<i32> = ends.keys().copied().collect();
@@ -111,9 +123,13 @@ pub fn read_to_end<E: From<SinkError>>(
         read.partitions.insert(*p, (0, ends[p].1));
     }
     let mut last_progress = Instant::now();
-    for p in parts.into_iter().filter(|p| ends[p].1 > ends[p].0) {
+    for p in parts
+        .into_iter()
+        .filter(|p| ends[p].1 > ends[p].0.max(from.get(p).copied().unwrap_or(0)))
+    {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
+        let start = from.get(&p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
+        tpl.add_partition_offset(topic, p, start)
             .map_err(|e| SinkError::kafka("assign", e))?;
         c.assign(&tpl).map_err(|e| SinkError::kafka("assign topic", e))?;
         let open = std::collections::HashSet::from([p]);
@@ -230,4 +246,23 @@ pub fn committed_at(cfg: &ConnectorConfig, topic: &str, partition: i32, offset: 
     Err(SinkError::Offsets(format!(
         "{topic}/{partition}: the transaction holding offset {offset} was not settled within a minute"
     )))
+}
+
+/// Where records of `sent` are visible: its topic read_committed from its floors to the end each
+/// partition has now (settled: an open transaction below that end is waited for, as in
+/// [`read_to_end`]), every non-tombstone record fingerprinted.
+pub fn find_sent(cfg: &ConnectorConfig, sent: &super::SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
+    let ends = watermarks(cfg, &sent.topic)?;
+    let from: HashMap<i32, i64> = sent.floors.iter().copied().collect();
+    let mut found = Vec::new();
+    let mut f = |r: TopicRecord<'_>| -> Result<(), SinkError> {
+        if let Some(v) = r.value {
+            if sent.contains(super::fingerprint(r.key.unwrap_or_default(), v)) {
+                found.push((r.partition, r.offset));
+            }
+        }
+        Ok(())
+    };
+    read_from(cfg, &sent.topic, &from, &ends, &mut f, &mut |_| {})?;
+    Ok(found)
 }

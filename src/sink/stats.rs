@@ -19,8 +19,13 @@ pub struct StatsContext {
     pub(super) last: std::sync::Mutex<(u64, u64)>,
     pub(super) quiet: super::quiet::Throttle,
     pub(super) offsets_topic: String,
+    /// The change topic.
+    pub(super) topic: String,
     /// Where the open transaction's records landed (reset when one begins).
     pub(super) trace: std::sync::Mutex<super::TxnTrace>,
+    /// The open transaction's last acknowledged offset in each partition of the change topic
+    /// (reset when one begins).
+    pub(super) last_offsets: std::sync::Mutex<std::collections::HashMap<i32, i64>>,
 }
 
 impl ClientContext for StatsContext {
@@ -61,6 +66,11 @@ impl ProducerContext for StatsContext {
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
         use rdkafka::Message;
         let Ok(m) = result else { return };
+        if m.topic() == self.topic {
+            let mut last = self.last_offsets.lock().unwrap_or_else(|e| e.into_inner());
+            let o = last.entry(m.partition()).or_insert(m.offset());
+            *o = (*o).max(m.offset());
+        }
         let mut trace = self.trace.lock().unwrap_or_else(|e| e.into_inner());
         if m.topic() == self.offsets_topic {
             trace.position = Some((m.partition(), m.offset()));
