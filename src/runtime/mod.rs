@@ -24,7 +24,7 @@ use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
 use crate::error::ErrorKind;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
-use crate::sink::{Cluster, ReadTo, Sink, SinkError, TxnTrace};
+use crate::sink::{Cluster, ReadTo, Sink, SinkError};
 use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Debug, thiserror::Error)]
@@ -125,13 +125,13 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     res
 }
 
-/// One run of the task. `unknown`: a transaction an earlier run's commit left without a known
-/// outcome (resolved here before anything is emitted), and where this run leaves one.
-pub(super) async fn run_inner(
+/// One run of the task. `unsettled`: a transaction an earlier run left failed (resolved here
+/// before anything is emitted) and failed ones still watched; where this run leaves its own.
+async fn run_inner(
     mut cfg: ConnectorConfig,
     opts: RunOptions,
     health: TaskHealthHandle,
-    unknown: &mut Option<TxnTrace>,
+    unsettled: &mut resume::Unsettled,
 ) -> Result<(), RuntimeError> {
     // one task: its transactional id does not depend on how tasks divide the table, so the
     // producer initialises first and one offsets read after it serves both the ownership and
@@ -167,12 +167,13 @@ pub(super) async fn run_inner(
         source = open_source_async(&cfg).await?;
     }
     state.key = resume::checked_key(&state.key, source.as_ref())?;
-    let mut watch = None;
-    if let Some(trace) = unknown.clone() {
+    if let Some(trace) = unsettled.trace.clone() {
         // this producer's init settled it: what is visible now is what became of it
-        watch = resume::resolve_unknown_outcome(&opts.cluster, &cfg, trace).await?;
-        *unknown = None;
+        let sent = resume::resolve_unknown_outcome(&opts.cluster, &cfg, trace).await?;
+        unsettled.watched.extend(sent);
+        unsettled.trace = None;
     }
+    let watch = resume::Watch::over(std::mem::take(&mut unsettled.watched));
     if let (false, Some(issued)) = (new_state, &state.issued) {
         resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
@@ -206,7 +207,8 @@ pub(super) async fn run_inner(
         res = task.commit().await;
     }
     if res.is_err() {
-        *unknown = task.sink.unknown_outcome();
+        unsettled.trace = task.sink.unknown_outcome();
+        unsettled.watched = task.watch.take().map(resume::Watch::into_sent).unwrap_or_default();
     }
     tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");

@@ -29,11 +29,11 @@ pub(super) async fn ride_out(
     let mut outage: Option<(Instant, Duration)> = None;
     // a wrong address fails at start, naming it; once running, an outage is ridden out
     opts.cluster.reach(cfg).await?;
-    // a commit that failed without a known outcome, for the next attempt to resolve
-    let mut unknown = None;
+    // a transaction that failed, for the next attempt to resolve, and failed ones still watched
+    let mut unsettled = super::resume::Unsettled::default();
     loop {
         let attempt = Instant::now();
-        let err = match run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unknown).await {
+        let err = match run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unsettled).await {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };

@@ -17,13 +17,13 @@ use crate::source::{Position, Source};
 /// the older position): stop, naming both offsets, rather than publish anything twice.
 ///
 /// A transaction that did not commit must also have none of its change records visible (found by
-/// fingerprint, acknowledged or not): one that is would be published twice. Returns what to watch
-/// while its changes are republished (see [`Watch`]).
+/// fingerprint, acknowledged or not): one that is would be published twice. Returns its records
+/// to watch while its changes are republished (see [`Watch`]).
 pub(super) async fn resolve_unknown_outcome(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
     trace: TxnTrace,
-) -> Result<Option<Watch>, RuntimeError> {
+) -> Result<Option<SentRecords>, RuntimeError> {
     let (cl, c) = (cluster.clone(), cfg.clone());
     let t = trace.clone();
     let seen = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
@@ -76,7 +76,7 @@ pub(super) async fn resolve_unknown_outcome(
                             offsets(&sent.topic, &visible),
                         )));
                     }
-                    Ok(Some(Watch::new(sent)))
+                    Ok(Some(sent))
                 }
                 _ => Ok(None),
             }
@@ -84,13 +84,22 @@ pub(super) async fn resolve_unknown_outcome(
     }
 }
 
-/// A failed transaction's records, looked for once more after the run has committed as many
+/// What a run must not lose track of when it fails: the last transaction that did not commit
+/// (resolved by the next run before it emits) and failed transactions still watched.
+#[derive(Default)]
+pub(super) struct Unsettled {
+    pub trace: Option<TxnTrace>,
+    pub watched: Vec<SentRecords>,
+}
+
+/// Failed transactions' records, looked for once more after the run has committed as many
 /// records again: a broker that kept them past the abort (a batch of the aborted producer epoch,
 /// committed by the next transaction that writes to its partition — noida-db does this) shows
 /// them only then, beside their republished copies. Found, the task stops: the topic holds
-/// those changes twice, and a broker that does this must not be written to on.
+/// those changes twice, and a broker that does this must not be written to on. A run that fails
+/// before its watch is due hands it on to the next (`Unsettled`).
 pub(super) struct Watch {
-    sent: SentRecords,
+    sent: Vec<SentRecords>,
     /// Records committed since the failed transaction, and in how many transactions.
     committed: u64,
     commits: u32,
@@ -101,37 +110,46 @@ pub(super) struct Watch {
 const WATCH_COMMITS: u32 = 64;
 
 impl Watch {
-    fn new(sent: SentRecords) -> Self {
-        Watch {
+    /// A watch over `sent` (`None` when there is nothing to watch).
+    pub(super) fn over(sent: Vec<SentRecords>) -> Option<Self> {
+        (!sent.is_empty()).then_some(Watch {
             sent,
             committed: 0,
             commits: 0,
-        }
+        })
+    }
+
+    /// What it watches, for the next run.
+    pub(super) fn into_sent(self) -> Vec<SentRecords> {
+        self.sent
     }
 
     /// A transaction of `records` committed: whether it is time to look.
     pub(super) fn due_after(&mut self, records: u64) -> bool {
         self.committed += records;
         self.commits += u32::from(records > 0);
-        self.committed >= self.sent.records || self.commits >= WATCH_COMMITS
+        let most = self.sent.iter().map(|s| s.records).max().unwrap_or(0);
+        self.committed >= most || self.commits >= WATCH_COMMITS
     }
 
-    /// Look: none of the failed transaction's records may be visible.
+    /// Look: none of the failed transactions' records may be visible.
     pub(super) async fn check(self, cluster: &Arc<dyn Cluster>, cfg: &ConnectorConfig) -> Result<(), RuntimeError> {
-        let visible = find_sent(cluster, cfg, &self.sent).await?;
-        if visible.is_empty() {
-            tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, records = self.committed, transactions = self.commits,
-                "republished after a failed transaction: none of its records became visible");
-            return Ok(());
+        for sent in &self.sent {
+            let visible = find_sent(cluster, cfg, sent).await?;
+            if !visible.is_empty() {
+                return Err(RuntimeError::Position(format!(
+                    "the broker made {} change records of a transaction that did not commit visible after it failed \
+                     ({}): it committed them with a later transaction, and their changes were published again since, \
+                     so the topic holds them twice. The broker does not fence aborted producer epochs; stopping rather \
+                     than write on. `lakestream verify` tells whether the topic still equals the table",
+                    visible.len(),
+                    offsets(&sent.topic, &visible),
+                )));
+            }
         }
-        Err(RuntimeError::Position(format!(
-            "the broker made {} change records of a transaction that did not commit visible after it failed ({}): \
-             it committed them with a later transaction, and their changes were published again since, so the topic \
-             holds them twice. The broker does not fence aborted producer epochs; stopping rather than write on. \
-             `lakestream verify` tells whether the topic still equals the table",
-            visible.len(),
-            offsets(&self.sent.topic, &visible),
-        )))
+        tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, records = self.committed, transactions = self.commits,
+            failed = self.sent.len(), "republished after a failed transaction: none of its records became visible");
+        Ok(())
     }
 }
 

@@ -308,13 +308,13 @@ async fn a_torn_transaction_of_unknown_outcome_stops_the_task_instead_of_publish
 /// (none was acknowledged) before anything is published again, or once republished beside their
 /// copies (`Kept`: noida-db's aborted-epoch batches, committed with the next transaction). Either
 /// way the task stops (a position error, not ridden out), naming where they are.
-async fn stops_on(fault: Fault, says: &str) -> FakeCluster {
+async fn stops_on(faults: &[(usize, Fault)], says: &str) -> FakeCluster {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path());
     let (url, _schemas) = registry().await;
     let cfg = config(dir.path(), &table, &url, "");
     let cluster = FakeCluster::default();
-    cluster.lock().faults = [(4, fault)].into_iter().collect();
+    cluster.lock().faults = faults.iter().copied().collect();
     let (_keep, rx) = watch::channel(false);
     let opts = RunOptions {
         once: true,
@@ -337,7 +337,7 @@ async fn stops_on(fault: Fault, says: &str) -> FakeCluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_an_aborted_transaction_made_visible_stop_the_task_before_republishing() {
-    let cluster = stops_on(Fault::Leaky, "visible read_committed").await;
+    let cluster = stops_on(&[(4, Fault::Leaky)], "visible read_committed").await;
     assert_eq!(
         cluster.lock().attempts,
         4,
@@ -347,8 +347,16 @@ async fn records_of_an_aborted_transaction_made_visible_stop_the_task_before_rep
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_an_aborted_transaction_committed_later_stop_the_task_once_seen_twice() {
-    let cluster = stops_on(Fault::Kept, "holds them twice").await;
+    let cluster = stops_on(&[(4, Fault::Kept)], "holds them twice").await;
     assert!(cluster.lock().attempts > 4, "republished before the broker showed them");
+}
+
+/// The same, with the run that republishes failing once more before its watch was due: the next
+/// run watches on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_outlives_a_second_failure() {
+    let cluster = stops_on(&[(4, Fault::Kept), (5, Fault::Abort)], "holds them twice").await;
+    assert!(cluster.lock().attempts > 5, "republished before the broker showed them");
 }
 
 /// A connector stopped mid-unit under one `tasks.max` and resumed under another: the new
