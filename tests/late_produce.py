@@ -12,6 +12,11 @@ publishes those records twice.
 
 Prints what happened and exits 0 when the broker refused the late batch, 3 when it made the
 aborted records visible. `test_outages.py` runs the connector through the same fault.
+
+Then a second fault of noida-db's that the connector's own look-ups met: a read_committed fetch
+that starts right after a producer's abort marker does not see that producer's next committed
+transaction (from the marker, or before it, it does; Kafka shows it from anywhere). Exit 4 when
+the broker hides it.
 """
 
 import sys
@@ -34,10 +39,10 @@ def producer(bootstrap, txn_id):
     return p
 
 
-def committed_values(bootstrap, topic):
+def committed_values(bootstrap, topic, start=0):
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"late-{uuid.uuid4().hex}", "isolation.level": "read_committed",
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, 0, start)])
     out, deadline = [], time.time() + 30
     while time.time() < deadline:
         m = c.poll(0.5)
@@ -50,6 +55,33 @@ def committed_values(bootstrap, topic):
         out.append((m.offset(), m.value().decode()))
     c.close()
     return out
+
+
+def hidden_after_abort_marker(bootstrap):
+    """Commit, abort, commit again with a new producer of the same transactional id; read
+    read_committed from the first offset after the abort marker. How many of the last
+    transaction's records that read misses."""
+    topic, txn_id = f"marker-{uuid.uuid4().hex[:8]}", f"marker-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = producer(bootstrap, txn_id)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, f"committed-{i}".encode())
+    p.commit_transaction(30)  # offsets 0..9, its marker 10
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, f"aborted-{i}".encode())
+    p.flush(10)
+    p.abort_transaction(30)  # 11..20, its marker 21
+    p = producer(bootstrap, txn_id)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, f"last-{i}".encode())
+    p.commit_transaction(30)  # 22..31
+    seen = {start: [v for _, v in committed_values(bootstrap, topic, start)] for start in (21, 22)}
+    print(f"read_committed from the abort marker (21): {len(seen[21])} records; from the offset after it (22): {len(seen[22])}")
+    return len(seen[21]) - len(seen[22])
 
 
 def run(bootstrap_upstream_port, when="after"):
@@ -105,6 +137,9 @@ def main():
         for when in ("before", "after"):
             print(f"-- the held produce released {when} the epoch bump")
             worst = max(worst, run(broker.port, when))
+        print("-- a committed transaction after an aborted one, read from just after the abort marker")
+        if hidden_after_abort_marker(broker.bootstrap):
+            worst = max(worst, 4)
         return worst
     finally:
         broker.stop()
