@@ -195,6 +195,16 @@ def diagnose(run, records, replay):
                 f.write(f"partition {p} offset {o} op {ev and ev['op']} source {ev and ev['source']}\n")
 
 
+def strike(run, proxy, n, fault):
+    """`fault(proxy, run, k)` `n` times, each after two more commits at a random moment."""
+    rng = random.Random(n)
+    for k in range(n):
+        wait_commits(run, 2, timeout=120)
+        time.sleep(rng.uniform(0.0, 0.3))
+        assert run.log.proc.poll() is None, f"the stream ended before fault {k + 1}: make the table larger"
+        fault(proxy, run, k)
+
+
 def proxied_chaos(tmp_path, n, fault, what):
     """A table streamed through a fault proxy while `fault(proxy, run, k)` strikes `n` times, each
     after two more commits at a random moment; the run must end exactly once. Returns the proxy's
@@ -203,12 +213,7 @@ def proxied_chaos(tmp_path, n, fault, what):
     run = None
     try:
         run = streaming(tmp_path, broker, 200_000 + 100_000 * n, via=proxy)
-        rng = random.Random(n)
-        for k in range(n):
-            wait_commits(run, 2, timeout=120)
-            time.sleep(rng.uniform(0.0, 0.3))
-            assert run.log.proc.poll() is None, f"the stream ended before fault {k + 1}: make the table larger"
-            fault(proxy, run, k)
+        strike(run, proxy, n, fault)
         finish_exactly_once(run, f"after {n} {what}", 0)
         return dict(proxy.stats), run.log
     finally:
@@ -361,21 +366,19 @@ def test_a_produce_that_lands_after_its_transaction_failed_is_never_published_tw
     (`tests/late_produce.py` shows it alone): the connector must stop loudly, naming where the
     records appeared twice, instead of going on with exit 0."""
     n = chaos_count(request, 2) if brokers.kind() == "kafka" else 1
+    def hold_produce(proxy, run, k):
+        proxy.hold(faultproxy.PRODUCE, release_before=faultproxy.INIT_PRODUCER_ID)
+        deadline = time.time() + 90
+        while not proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k and time.time() < deadline:
+            assert run.log.proc.poll() is None or brokers.kind() != "kafka", run.log.text()[-3000:]
+            time.sleep(0.1)
+        assert proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k, (dict(proxy.stats), run.log.text()[-3000:])
+
     broker, proxy = faultproxy.proxied_broker()
     run = None
     try:
         run = streaming(tmp_path, broker, 200_000 + 100_000 * n, via=proxy)
-        rng = random.Random(n)
-        for k in range(n):
-            wait_commits(run, 2, timeout=120)
-            time.sleep(rng.uniform(0.0, 0.3))
-            assert run.log.proc.poll() is None, f"the stream ended before fault {k + 1}: make the table larger"
-            proxy.hold(faultproxy.PRODUCE, release_before=faultproxy.INIT_PRODUCER_ID)
-            deadline = time.time() + 90
-            while not proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k and time.time() < deadline:
-                assert run.log.proc.poll() is None or brokers.kind() != "kafka", run.log.text()[-3000:]
-                time.sleep(0.1)
-            assert proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k, (dict(proxy.stats), run.log.text()[-3000:])
+        strike(run, proxy, n, hold_produce)
         answers = [faultproxy.produce_errors(v, f) for _, v, f in proxy.held_answers]
         print(f"{n} late produces, the broker answered: {answers}")
         if brokers.kind() == "kafka":

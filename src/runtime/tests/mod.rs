@@ -272,43 +272,22 @@ async fn aborted_and_ambiguous_commits_are_replayed_from_the_committed_position(
 /// (a position error, not ridden out), naming both, and publishes nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_transaction_of_unknown_outcome_stops_the_task_instead_of_publishing_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let table = table(dir.path());
-    let (url, _schemas) = registry().await;
-    let cfg = config(dir.path(), &table, &url, "");
-    let cluster = FakeCluster::default();
-    cluster.lock().faults = [(4, Fault::Torn)].into_iter().collect();
-    let (_keep, rx) = watch::channel(false);
-    let opts = RunOptions {
-        once: true,
-        shutdown: rx,
-        health: Health::new(),
-        first_units: Arc::new(FirstUnits::default()),
-        cluster: Arc::new(cluster.clone()),
-    };
-    let err = run_connector(cfg.clone(), opts)
-        .await
-        .expect_err("a torn transaction must stop the task");
-    assert_eq!(err.kind(), crate::error::ErrorKind::Position, "{err}");
-    let text = err.to_string();
-    assert!(
-        text.contains("torn") && text.contains("committed") && text.contains("aborted"),
-        "{text}"
-    );
-    let after = cluster.log().len();
+    let (cluster, text) = stops_on(&[(4, Fault::Torn)], "torn").await;
+    assert!(text.contains("committed") && text.contains("aborted"), "{text}");
     assert_eq!(
         cluster.lock().attempts,
         4,
         "nothing committed after the torn transaction"
     );
-    assert!(after > 0);
+    assert!(!cluster.log().is_empty());
 }
 
-/// A failed transaction whose records a broker lets through after all: found by fingerprint
-/// (none was acknowledged) before anything is published again, or once republished beside their
-/// copies (`Kept`: noida-db's aborted-epoch batches, committed with the next transaction). Either
-/// way the task stops (a position error, not ridden out), naming where they are.
-async fn stops_on(faults: &[(usize, Fault)], says: &str) -> FakeCluster {
+/// Run the connector against a broker with `faults` (by commit attempt): it must stop with a
+/// position error (not ridden out) whose message `says` and names a change-topic offset.
+/// Brokers that let a failed transaction's records through: found by fingerprint (none was
+/// acknowledged) before anything is published again (`Leaky`), or once republished beside their
+/// copies (`Kept`: noida-db's aborted-epoch batches, committed with the next transaction).
+async fn stops_on(faults: &[(usize, Fault)], says: &str) -> (FakeCluster, String) {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path());
     let (url, _schemas) = registry().await;
@@ -325,19 +304,19 @@ async fn stops_on(faults: &[(usize, Fault)], says: &str) -> FakeCluster {
     };
     let err = run_connector(cfg.clone(), opts)
         .await
-        .expect_err("records of a failed transaction made visible must stop the task");
+        .expect_err("a broker that broke a transaction must stop the task");
     assert_eq!(err.kind(), crate::error::ErrorKind::Position, "{err}");
     let text = err.to_string();
     assert!(
         text.contains(says) && text.contains(&format!("{}/0@", cfg.kafka.topic)),
         "{text}"
     );
-    cluster
+    (cluster, text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_an_aborted_transaction_made_visible_stop_the_task_before_republishing() {
-    let cluster = stops_on(&[(4, Fault::Leaky)], "visible read_committed").await;
+    let (cluster, _) = stops_on(&[(4, Fault::Leaky)], "visible read_committed").await;
     assert_eq!(
         cluster.lock().attempts,
         4,
@@ -347,7 +326,7 @@ async fn records_of_an_aborted_transaction_made_visible_stop_the_task_before_rep
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_an_aborted_transaction_committed_later_stop_the_task_once_seen_twice() {
-    let cluster = stops_on(&[(4, Fault::Kept)], "holds them twice").await;
+    let (cluster, _) = stops_on(&[(4, Fault::Kept)], "holds them twice").await;
     assert!(cluster.lock().attempts > 4, "republished before the broker showed them");
 }
 
@@ -355,7 +334,7 @@ async fn records_of_an_aborted_transaction_committed_later_stop_the_task_once_se
 /// run watches on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_outlives_a_second_failure() {
-    let cluster = stops_on(&[(4, Fault::Kept), (5, Fault::Abort)], "holds them twice").await;
+    let (cluster, _) = stops_on(&[(4, Fault::Kept), (5, Fault::Abort)], "holds them twice").await;
     assert!(cluster.lock().attempts > 5, "republished before the broker showed them");
 }
 
