@@ -3,6 +3,7 @@ tests control a broker process of their own (Apache Kafka, or noida-db with
 LAKESTREAM_TEST_BROKER=noida), whatever KAFKA_BOOTSTRAP names."""
 
 import concurrent.futures
+import contextlib
 import os
 import random
 import signal
@@ -205,23 +206,31 @@ def strike(run, proxy, n, fault):
         fault(proxy, run, k)
 
 
-def proxied_chaos(tmp_path, n, fault, what):
-    """A table streamed through a fault proxy while `fault(proxy, run, k)` strikes `n` times, each
-    after two more commits at a random moment; the run must end exactly once. Returns the proxy's
-    counts (what struck) and the run's log."""
+@contextlib.contextmanager
+def proxied_stream(tmp_path, n):
+    """A private broker, a fault proxy in front of it and a table large enough for `n` faults
+    streamed through it: (run, proxy); all stopped and removed after."""
     broker, proxy = faultproxy.proxied_broker()
     run = None
     try:
         run = streaming(tmp_path, broker, 200_000 + 100_000 * n, via=proxy)
-        strike(run, proxy, n, fault)
-        finish_exactly_once(run, f"after {n} {what}", 0)
-        return dict(proxy.stats), run.log
+        yield run, proxy
     finally:
         if run:
             run.log.proc.kill()
             run.registry.kill()
         proxy.close()
         broker.remove()
+
+
+def proxied_chaos(tmp_path, n, fault, what):
+    """A table streamed through a fault proxy while `fault(proxy, run, k)` strikes `n` times, each
+    after two more commits at a random moment; the run must end exactly once. Returns the proxy's
+    counts (what struck) and the run's log."""
+    with proxied_stream(tmp_path, n) as (run, proxy):
+        strike(run, proxy, n, fault)
+        finish_exactly_once(run, f"after {n} {what}", 0)
+        return dict(proxy.stats), run.log
 
 
 def test_broker_restarts_mid_stream_are_ridden_out_exactly_once(tmp_path, request):
@@ -366,6 +375,7 @@ def test_a_produce_that_lands_after_its_transaction_failed_is_never_published_tw
     (`tests/late_produce.py` shows it alone): the connector must stop loudly, naming where the
     records appeared twice, instead of going on with exit 0."""
     n = chaos_count(request, 2) if brokers.kind() == "kafka" else 1
+
     def hold_produce(proxy, run, k):
         proxy.hold(faultproxy.PRODUCE, release_before=faultproxy.INIT_PRODUCER_ID)
         deadline = time.time() + 90
@@ -374,10 +384,7 @@ def test_a_produce_that_lands_after_its_transaction_failed_is_never_published_tw
             time.sleep(0.1)
         assert proxy.stats.get(f"released {faultproxy.PRODUCE}", 0) > k, (dict(proxy.stats), run.log.text()[-3000:])
 
-    broker, proxy = faultproxy.proxied_broker()
-    run = None
-    try:
-        run = streaming(tmp_path, broker, 200_000 + 100_000 * n, via=proxy)
+    with proxied_stream(tmp_path, n) as (run, proxy):
         strike(run, proxy, n, hold_produce)
         answers = [faultproxy.produce_errors(v, f) for _, v, f in proxy.held_answers]
         print(f"{n} late produces, the broker answered: {answers}")
@@ -390,12 +397,6 @@ def test_a_produce_that_lands_after_its_transaction_failed_is_never_published_tw
         assert run.log.finish(timeout=180) != 0, run.log.text()[-3000:]
         assert "holds them twice" in run.log.text(), run.log.text()[-3000:]
         print(next(l for l in run.log.text().splitlines() if "holds them twice" in l)[:600])
-    finally:
-        if run:
-            run.log.proc.kill()
-            run.registry.kill()
-        proxy.close()
-        broker.remove()
 
 
 def test_an_unreachable_bootstrap_fails_within_its_timeout_naming_each_address(tmp_path):
