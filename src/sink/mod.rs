@@ -349,11 +349,19 @@ impl TxnSink {
         if !self.in_txn {
             return Ok(());
         }
+        // an aborted transaction stays on record too (a failed commit's is kept already): a
+        // broker that broke it may still show its records (see `SentRecords`)
+        let trace = (self.unknown.is_none() && !self.sent.is_empty()).then(|| self.trace());
         let p = self.producer.clone();
         let timeout = self.timeout;
-        blocking(move || p.abort_transaction(timeout))
-            .await
-            .map_err(|e| classify("abort_transaction", e))?;
+        let res = blocking(move || p.abort_transaction(timeout)).await;
+        if let Some(t) = trace {
+            self.unknown = Some(TxnTrace {
+                aborted: res.is_ok(),
+                ..t
+            });
+        }
+        res.map_err(|e| classify("abort_transaction", e))?;
         self.in_txn = false;
         self.txn_records = 0;
         self.txn_started = None;
