@@ -72,32 +72,24 @@ def _varint(b, i):
 
 
 def produce_errors(version, frame):
-    """The error codes of a Produce response (one per partition), versions 3 to 12."""
-    flexible = version >= 9
+    """The error code of a Produce response's first partition (what a held produce of one
+    partition was answered), versions 3 to 12, as a one-item list (empty: no partition)."""
     i = 4  # correlation id
-    if flexible:
-        _, i = _varint(frame, i)  # header tagged fields (none)
-    if flexible:
+    if version >= 9:  # flexible: tagged fields, then compact arrays and strings (length + 1)
+        _, i = _varint(frame, i)
         topics, i = _varint(frame, i)
-        topics -= 1
+        name, i = _varint(frame, i)
+        i += name - 1
+        parts, i = _varint(frame, i)
+        topics, parts = topics - 1, parts - 1
     else:
-        topics, i = struct.unpack(">i", frame[i:i + 4])[0], i + 4
-    errors = []
-    for _ in range(topics):
-        if flexible:
-            n, i = _varint(frame, i)
-            i += n - 1
-            parts, i = _varint(frame, i)
-            parts -= 1
-        else:
-            n = struct.unpack(">h", frame[i:i + 2])[0]
-            i += 2 + n
-            parts, i = struct.unpack(">i", frame[i:i + 4])[0], i + 4
-        for _ in range(parts):
-            errors.append(struct.unpack(">h", frame[i + 4:i + 6])[0])
-            break  # one partition a held produce in these tests; the rest is not parsed
-        break
-    return errors
+        topics = struct.unpack(">i", frame[i:i + 4])[0]
+        name = struct.unpack(">h", frame[i + 4:i + 6])[0]
+        i += 6 + name
+        parts, i = struct.unpack(">i", frame[i:i + 4])[0], i + 4
+    if topics < 1 or parts < 1:
+        return []
+    return [struct.unpack(">h", frame[i + 4:i + 6])[0]]  # after the partition index
 
 
 class _Conn:

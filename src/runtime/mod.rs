@@ -198,10 +198,14 @@ async fn run_inner(
         opts,
         health,
     };
-    if new_state && !single {
-        task.commit().await?;
+    // (a failed first commit leaves its transaction on record like any other)
+    let mut res = match new_state && !single {
+        true => task.commit().await,
+        false => Ok(()),
+    };
+    if res.is_ok() {
+        res = task.run().await;
     }
-    let mut res = task.run().await;
     if res.is_ok() && task.first_record {
         // stopped before its first poll
         res = task.commit().await;
@@ -401,10 +405,8 @@ impl Task {
         let record = serde_json::to_vec(&self.state).map_err(|e| SinkError::Offsets(e.to_string()))?;
         let records = self.sink.txn_records();
         self.sink.commit(record).await?;
-        if self.watch.as_mut().is_some_and(|w| w.due_after(records)) {
-            if let Some(w) = self.watch.take() {
-                w.check(&self.opts.cluster, &self.cfg).await?;
-            }
+        if let Some(w) = self.watch.take_if(|w| w.due_after(records)) {
+            w.check(&self.opts.cluster, &self.cfg).await?;
         }
         for (op, n) in self.written.drain() {
             metrics::RECORDS_WRITTEN

@@ -58,7 +58,8 @@ pub struct TxnSink {
     health: TaskHealthHandle,
     /// Where BEGIN/END records go (transaction metadata).
     txn_topic: String,
-    /// The last commit's transaction, when the commit failed (its outcome unknown, or aborted).
+    /// The last transaction that did not commit: its commit failed (outcome unknown, or aborted)
+    /// or it was aborted mid-way; kept for the next run to look for.
     unknown: Option<TxnTrace>,
     /// The open transaction's change records, to find them again (see [`SentRecords`]).
     sent: sent::SentLog,
@@ -194,8 +195,8 @@ impl TxnSink {
     }
 
     fn begin(&mut self) -> Result<(), SinkError> {
-        self.sent.ready()?;
         if !self.in_txn {
+            self.sent.ready()?;
             self.sent.clear();
             self.producer
                 .context()
@@ -299,11 +300,16 @@ impl TxnSink {
                     let err = self.expired_or(classify("commit_transaction", e));
                     // known to be aborted only when the abort succeeds; else the broker may
                     // have committed it (an EndTxn whose answer was lost)
-                    // a failed transaction stays on record either way: a broker that broke it may
-                    // still show its records (see `SentRecords`)
-                    let trace = self.trace();
+                    // a failed transaction stays on record either way (the abort keeps it when it
+                    // had change records): a broker that broke it may still show its records
+                    // (see `SentRecords`)
                     let aborted = matches!(err, SinkError::Aborted(_)) && self.abort().await.is_ok();
-                    self.unknown = Some(TxnTrace { aborted, ..trace });
+                    if self.unknown.is_none() {
+                        self.unknown = Some(TxnTrace {
+                            aborted,
+                            ..self.trace()
+                        });
+                    }
                     metrics::TXN_ABORTED
                         .with_label_values(&[&self.connector, &self.task])
                         .inc();
@@ -389,15 +395,8 @@ impl Sink for TxnSink {
         Box::pin(TxnSink::abort(self))
     }
     fn unknown_outcome(&self) -> Option<TxnTrace> {
-        match (&self.unknown, self.in_txn && !self.sent.is_empty()) {
-            (Some(t), _) => Some(t.clone()),
-            // left open: the next producer's init aborts it
-            (None, true) => Some(TxnTrace {
-                aborted: true,
-                ..self.trace()
-            }),
-            (None, false) => None,
-        }
+        // (a run that fails mid-transaction aborts it first: `abort` keeps it on record)
+        self.unknown.clone()
     }
 }
 #[cfg(test)]

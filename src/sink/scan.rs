@@ -62,9 +62,17 @@ fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, 
 
 /// The (low, high) watermarks of every partition of `topic` (an absent topic: none).
 pub fn watermarks(cfg: &ConnectorConfig, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
-    let c = consumer(cfg)?;
-    let md = c
-        .fetch_metadata(Some(topic), Duration::from_secs(30))
+    watermarks_with(consumer(cfg)?.client(), topic, Duration::from_secs(30))
+}
+
+/// [`watermarks`] asked through a client of any kind (the sink asks through its producer's).
+pub(super) fn watermarks_with<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
+    let md = client
+        .fetch_metadata(Some(topic), timeout)
         .map_err(|e| SinkError::kafka(format!("metadata of topic {topic}"), e))?;
     let mut out = HashMap::new();
     for t in md.topics() {
@@ -72,8 +80,8 @@ pub fn watermarks(cfg: &ConnectorConfig, topic: &str) -> Result<HashMap<i32, (i6
             continue;
         }
         for p in t.partitions() {
-            let w = c
-                .fetch_watermarks(topic, p.id(), Duration::from_secs(30))
+            let w = client
+                .fetch_watermarks(topic, p.id(), timeout)
                 .map_err(|e| SinkError::kafka(format!("watermarks of {topic}/{}", p.id()), e))?;
             out.insert(p.id(), w);
         }

@@ -64,18 +64,8 @@ impl SentLog {
     pub(super) fn start(producer: Arc<ThreadedProducer<StatsContext>>, topic: &str, timeout: Duration) -> Self {
         let t = topic.to_string();
         let pending = std::thread::spawn(move || {
-            let client = producer.client();
-            let md = client
-                .fetch_metadata(Some(&t), timeout)
-                .map_err(|e| SinkError::kafka(format!("metadata of topic {t}"), e))?;
-            let mut ends = HashMap::new();
-            for p in md.topics().iter().flat_map(|t| t.partitions()) {
-                let (_, high) = client
-                    .fetch_watermarks(&t, p.id(), timeout)
-                    .map_err(|e| SinkError::kafka(format!("end of {t}/{}", p.id()), e))?;
-                ends.insert(p.id(), high);
-            }
-            Ok(ends)
+            let ends = super::scan::watermarks_with(producer.client(), &t, timeout)?;
+            Ok(ends.into_iter().map(|(p, (_, high))| (p, high)).collect())
         });
         SentLog {
             topic: topic.to_string(),
