@@ -69,7 +69,7 @@ pub fn read_records_matching(
     // keeps a restart from resuming at a position older than one already published.
     let mut ends = std::collections::HashMap::new();
     for p in &parts {
-        let (low, high) = watermarks(&consumer, topic, *p)?;
+        let (low, high) = super::scan::partition_watermarks(consumer.client(), topic, *p, Duration::from_secs(30))?;
         // a partition holding nothing (a new connector's topic) is not read: assigning it and
         // fetching to its end cost every fresh start ~30 ms
         if high > low {
@@ -144,22 +144,4 @@ pub fn read_records_matching(
     }
     super::client::close_detached(consumer);
     Ok(latest)
-}
-
-/// A partition's (low, high) watermarks. A topic created a moment ago (this start's offsets topic)
-/// has no leader for some 100 ms on Kafka: asked again every 20 ms for up to 10 s before it
-/// counts as an outage.
-fn watermarks(consumer: &BaseConsumer<super::QuietContext>, topic: &str, p: i32) -> Result<(i64, i64), SinkError> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
-            Ok(w) => return Ok(w),
-            Err(KafkaError::MetadataFetch(
-                RDKafkaErrorCode::NotLeaderForPartition
-                | RDKafkaErrorCode::LeaderNotAvailable
-                | RDKafkaErrorCode::UnknownTopicOrPartition,
-            )) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(SinkError::kafka("offsets topic watermarks", e)),
-        }
-    }
 }

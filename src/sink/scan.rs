@@ -80,13 +80,33 @@ pub(super) fn watermarks_with<C: rdkafka::ClientContext>(
             continue;
         }
         for p in t.partitions() {
-            let w = client
-                .fetch_watermarks(topic, p.id(), timeout)
-                .map_err(|e| SinkError::kafka(format!("watermarks of {topic}/{}", p.id()), e))?;
-            out.insert(p.id(), w);
+            out.insert(p.id(), partition_watermarks(client, topic, p.id(), timeout)?);
         }
     }
     Ok(out)
+}
+
+/// One partition's (low, high) watermarks. A topic created a moment ago (this start's own
+/// topics) has no leader for some 100 ms on Kafka: asked again every 20 ms for up to 10 s before
+/// it counts as an outage (a fresh connector's first run failed and retried a second later).
+pub(super) fn partition_watermarks<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    p: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), SinkError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.fetch_watermarks(topic, p, timeout) {
+            Ok(w) => return Ok(w),
+            Err(KafkaError::MetadataFetch(
+                RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::UnknownTopicOrPartition,
+            )) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(SinkError::kafka(format!("watermarks of {topic}/{p}"), e)),
+        }
+    }
 }
 
 /// The consumer's position on `topic`/`p` (read_committed: it stops at the last stable offset).
