@@ -11,10 +11,12 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WO
 install_and_build() {
   mkdir -p "$CARGO_TARGET_DIR"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
+  PIP_CACHE_DIR="${PIP_CACHE_DIR:-/var/cache/lakestream-pip}" \
+    "$VENV/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
   install_helm
   install_podman
   install_kafka
+  install_spark_writers
   cargo build --release --locked --bins
 }
 
@@ -46,6 +48,14 @@ install_helm() {
 install_kafka() {
   [ "${LAKESTREAM_TEST_BROKER:-kafka}" = kafka ] && [ -z "${KAFKA_BOOTSTRAP:-}" ] || return 0
   "$VENV/bin/python" tests/brokers.py install >/dev/null
+}
+
+# The reference writers' jars (Hudi, Delta and Iceberg for Spark 3.5; tests/sparkkit.py), ~130 MB
+# from Maven Central, cached under /var/cache; pyspark itself is in tests/requirements.txt. Without
+# java or mvn the Spark-written table tests skip, saying why.
+install_spark_writers() {
+  command -v java >/dev/null && command -v mvn >/dev/null || return 0
+  "$VENV/bin/python" tests/sparkkit.py install >/dev/null
 }
 
 free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -1,0 +1,143 @@
+"""The reference writers for tests (issue 30): Spark 3.5 (PyPI `pyspark`) with the Hudi, Delta and
+Iceberg jars from Maven Central, writing tables from a small scenario description (a seeded random
+history), each with its oracle taken from Spark itself: the table as of every instant and Spark's
+own change query of it. Written tables are cached under /var/cache by the scenario's hash, so a
+test run pays the JVM start-up only when a scenario (or this file's writer) changed.
+
+    python tests/sparkkit.py install            # the jars (pyspark comes from requirements.txt)
+    python tests/sparkkit.py write SCENARIOS.json OUT_DIR   # what `written()` runs
+
+Tests call `skip_reason()` first: no Java, no pyspark or no jars is a skip with a clear message.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("LAKESTREAM_SPARK_CACHE", "/var/cache/lakestream-spark"))
+M2 = Path(os.environ.get("LAKESTREAM_M2", "/var/cache/lakestream-m2"))
+# (group, artifact, version): bundles, shaded; nothing else is needed beside pyspark's own jars
+JARS = [
+    ("org.apache.hudi", "hudi-spark3.5-bundle_2.12", "1.1.1"),
+    ("io.delta", "delta-spark_2.12", "3.3.2"),
+    ("io.delta", "delta-storage", "3.3.2"),
+    ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", "1.10.2"),
+]
+# the writer's own version: a change to how tables are written or oracles taken rewrites them
+WRITER_VERSION = 2
+
+
+def _pom():
+    deps = "".join(
+        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+        "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+        "</dependency>" for g, a, v in JARS)
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            "<groupId>lakestream</groupId><artifactId>spark-writers</artifactId><version>1</version>"
+            f"<dependencies>{deps}</dependencies></project>")
+
+
+def jars_dir():
+    return CACHE / ("jars-" + hashlib.sha256(_pom().encode()).hexdigest()[:12])
+
+
+def install():
+    """The jars, once (about 130 MB; ~40 s from Maven Central)."""
+    libs = jars_dir()
+    if not libs.is_dir():
+        sys.path.insert(0, str(HERE))
+        from mavenlibs import copy_dependencies
+        copy_dependencies(_pom(), libs, M2)
+    return sorted(libs.glob("*.jar"))
+
+
+def skip_reason():
+    """Why the Spark writers cannot run here (None: they can)."""
+    if shutil.which("java") is None:
+        return "no java on PATH: the Spark reference writers need Java 17"
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (tests/requirements.txt)"
+    if not jars_dir().is_dir():
+        return f"the Spark writers' jars are not installed: run `python tests/sparkkit.py install` ({jars_dir()})"
+    return None
+
+
+def written(scenarios):
+    """The tables of `scenarios` (a list of dicts, see `sparkhudi`), written by Spark once and
+    cached: {scenario name: (table path, oracle)}. One JVM writes every scenario not cached yet.
+    A scenario's "connector" entry (the connector's settings for that table) is not the writer's."""
+    out, todo = {}, []
+    for s in ({k: v for k, v in s.items() if k != "connector"} for s in scenarios):
+        key = hashlib.sha256(json.dumps([WRITER_VERSION, s], sort_keys=True).encode()).hexdigest()[:16]
+        d = CACHE / "tables" / f"{s['name']}-{key}"
+        out[s["name"]] = d
+        if not (d / "oracle.json").is_file():
+            todo.append((s, d))
+    if todo:
+        work = Path(tempfile.mkdtemp(prefix="spark-", dir=CACHE))
+        try:
+            spec = work / "scenarios.json"
+            spec.write_text(json.dumps([{**s, "out": str(work / d.name)} for s, d in todo]))
+            r = subprocess.run([sys.executable, __file__, "write", str(spec)], capture_output=True, text=True,
+                               timeout=3600)
+            if r.returncode != 0:
+                raise RuntimeError(f"the Spark writer failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
+            for _, d in todo:
+                shutil.rmtree(d, ignore_errors=True)
+                d.parent.mkdir(parents=True, exist_ok=True)
+                (work / d.name).rename(d)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return {name: (d / "table", json.loads((d / "oracle.json").read_text())) for name, d in out.items()}
+
+
+# ---------------------------------------------------------------- inside the writer's process
+
+def session():
+    from pyspark.sql import SparkSession
+    jars = ",".join(str(j) for j in install())
+    return (SparkSession.builder.master("local[2]").appName("lakestream-writers")
+            .config("spark.jars", jars)
+            .config("spark.driver.memory", "2g")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
+            .config("spark.kryo.registrator", "org.apache.spark.HoodieSparkKryoRegistrar")
+            .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog")
+            .getOrCreate())
+
+
+def main(argv):
+    if argv[:1] == ["install"]:
+        print("\n".join(str(j) for j in install()))
+        return 0
+    if argv[:1] == ["write"] and len(argv) == 2:
+        import sparkhudi
+        spark = session()
+        spark.sparkContext.setLogLevel("WARN")
+        for s in json.loads(Path(argv[1]).read_text()):
+            out = Path(s["out"])
+            out.mkdir(parents=True)
+            oracle = {"hudi": sparkhudi.write}[s["format"]](spark, s, out / "table", random.Random(s["seed"]))
+            (out / "oracle.json").write_text(json.dumps(oracle, default=str))
+        spark.stop()
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main(sys.argv[1:]))
