@@ -1,0 +1,178 @@
+"""Hudi tables written by Spark (Hudi 1.1's Spark bundle), for `sparkkit.written`: a seeded random
+history of inserts, upserts and deletes, with CDC on in the scenario's supplemental logging mode,
+and the oracle Spark itself gives — the table as of every completed instant (time travel) and
+Spark's CDC query's events of it (`hoodie.datasource.query.incremental.format=cdc`).
+
+A scenario: {"name", "format": "hudi", "type": "cow" | "mor", "table_version": 9 | 6,
+"cdc_mode": "OP_KEY_ONLY" | "DATA_BEFORE" | "DATA_BEFORE_AFTER" | null (CDC off), "seed", "rows",
+"commits", "partitions", optional "compact_every" (merge-on-read: inline compaction after that many
+delta commits), "cluster_every" (inline clustering after that many commits), "index" ("GLOBAL_SIMPLE" |
+"RECORD_INDEX": global, keys move partition), "move", "overwrite_at" (see `history`), "update",
+"delete", "insert" (fractions of the live keys per commit)}."""
+
+import json
+from pathlib import Path
+
+# written alongside the data; the oracle leaves the layout columns out, as the fixtures' do
+LAYOUT = ("_hoodie_commit_seqno", "_hoodie_file_name")
+DATA_ACTIONS = ("commit", "deltacommit", "replacecommit")
+
+
+def options(s):
+    o = {
+        "hoodie.table.name": s["name"].replace("-", "_"),
+        "hoodie.datasource.write.recordkey.field": "id",
+        "hoodie.datasource.write.partitionpath.field": "part",
+        "hoodie.datasource.write.precombine.field": "ts",
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        "hoodie.datasource.write.table.type": {"cow": "COPY_ON_WRITE", "mor": "MERGE_ON_READ"}[s["type"]],
+        "hoodie.write.table.version": str(s.get("table_version", 9)),
+        # keep every slice: the connector's diff path reads the previous one
+        "hoodie.clean.automatic": "false",
+        "hoodie.upsert.shuffle.parallelism": "2",
+        "hoodie.insert.shuffle.parallelism": "2",
+        "hoodie.delete.shuffle.parallelism": "2",
+    }
+    if s.get("cdc_mode"):
+        o["hoodie.table.cdc.enabled"] = "true"
+        o["hoodie.table.cdc.supplemental.logging.mode"] = s["cdc_mode"]
+    if s.get("index") == "GLOBAL_SIMPLE":
+        o["hoodie.index.type"] = "GLOBAL_SIMPLE"
+        o["hoodie.simple.index.update.partition.path"] = "true"
+    if s.get("index") == "RECORD_INDEX":
+        o["hoodie.index.type"] = "RECORD_INDEX"
+        o["hoodie.metadata.record.index.enable"] = "true"
+        o["hoodie.record.index.update.partition.path"] = "true"
+    if s.get("cluster_every"):
+        o["hoodie.clustering.inline"] = "true"
+        o["hoodie.clustering.inline.max.commits"] = str(s["cluster_every"])
+    if s["type"] == "mor" and s.get("compact_every"):
+        o["hoodie.compact.inline"] = "true"
+        o["hoodie.compact.inline.max.delta.commits"] = str(s["compact_every"])
+    return o
+
+
+def history(s, rng):
+    """The scenario's writes: [(operation, rows)], rows as (id, part, ts, v, name, price). Every
+    fourth commit deletes; with "overwrite_at" that commit overwrites partition p0 (some of its
+    keys rewritten, the rest gone, new ones added); with a global index ("index") a share of the
+    updates ("move") moves its key to another partition."""
+    live, next_id, ts = {}, 0, 1000
+    writes = []
+
+    def row(i, gen, part=None):
+        part = part or (live[i][1] if i in live else f"p{rng.randrange(s['partitions'])}")
+        return (f"k{i:06d}", part, ts, gen, f"n{rng.randrange(10**6)}", round(rng.uniform(0, 1000), 2))
+
+    rows = []
+    for _ in range(s["rows"]):
+        rows.append(row(next_id, 0))
+        live[next_id] = rows[-1]
+        next_id += 1
+    writes.append(("insert", rows))
+    for c in range(1, s["commits"]):
+        ts += 10
+        keys = sorted(live)
+        if c == s.get("overwrite_at"):
+            kept = [i for i in keys if live[i][1] == "p0" and rng.random() < 0.5]
+            for i in [i for i in keys if live[i][1] == "p0"]:
+                live.pop(i)
+            rows = [row(i, c, "p0") for i in kept] + [row(next_id + n, c, "p0") for n in range(10)]
+            next_id += 10
+            live.update((int(r[0][1:]), r) for r in rows)
+            writes.append(("insert_overwrite", rows))
+            continue
+        if c % 4 == 3:  # a delete commit
+            gone = rng.sample(keys, max(1, int(len(keys) * s.get("delete", 0.05))))
+            writes.append(("delete", [live.pop(i) for i in gone]))
+            continue
+        rows = []
+        for i in rng.sample(keys, max(1, int(len(keys) * s.get("update", 0.1)))):
+            moved = s.get("index") and rng.random() < s.get("move", 0.2)
+            rows.append(row(i, c, f"p{rng.randrange(s['partitions'])}" if moved else None))
+            live[i] = rows[-1]
+        for _ in range(max(1, int(len(keys) * s.get("insert", 0.05)))):
+            rows.append(row(next_id, c))
+            live[next_id] = rows[-1]
+            next_id += 1
+        writes.append(("upsert", rows))
+    return writes
+
+
+def completed(table, layout):
+    """The completed instants of the timeline, in completion order: (requested, completed, action)."""
+    out = []
+    tl = table / ".hoodie" / ("timeline" if layout >= 2 else "")
+    for f in tl.iterdir():
+        head, _, action = f.name.partition(".")
+        if action not in ("commit", "deltacommit", "replacecommit", "clean", "rollback") or not head[:1].isdigit():
+            continue
+        req, _, done = head.partition("_")
+        out.append((req, done or None, action))
+    return sorted(out, key=lambda x: x[1] or x[0])
+
+
+def write(spark, s, path: Path, rng):
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("id", StringType(), False), StructField("part", StringType(), False),
+                         StructField("ts", LongType(), False), StructField("v", LongType(), True),
+                         StructField("name", StringType(), True), StructField("price", DoubleType(), True)])
+    o = options(s)
+    # what made each instant: the write's own operation, or the table service it ran inline
+    # (its instants follow the write's: compaction a `commit` of a merge-on-read table,
+    # clustering a `replacecommit`)
+    made, layout = {}, 2 if s.get("table_version", 9) >= 8 else 1
+    for n, (op, rows) in enumerate(history(s, rng)):
+        df = spark.createDataFrame(rows, schema)
+        (df.write.format("hudi").options(**o).option("hoodie.datasource.write.operation", op)
+         .mode("overwrite" if n == 0 else "append").save(str(path)))
+        new = [i for i in completed(path, layout) if i[2] in DATA_ACTIONS and i[0] not in made]
+        for k, (req, _, action) in enumerate(new):
+            made[req] = op.upper() if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
+    props = dict(l.split("=", 1) for l in (path / ".hoodie" / "hoodie.properties").read_text().splitlines()
+                 if "=" in l and not l.startswith("#"))
+    assert int(props.get("hoodie.timeline.layout.version", "1")) == layout, props
+    instants = []
+    for req, done, action in completed(path, layout):
+        if action not in DATA_ACTIONS:
+            continue
+        snap = spark.read.format("hudi").option("as.of.instant", req).load(str(path))
+        rows = [{k: v for k, v in r.asDict().items() if k not in LAYOUT} for r in snap.collect()]
+        instants.append({"requested": req, "completed": done, "action": action, "operation": made[req], "rows": rows})
+    if s.get("cdc_mode"):
+        prev = "0"
+        for i in instants:
+            end = i["completed"] or i["requested"]
+            i["cdc"], i["cdc_error"] = cdc_query(spark, path, prev, end)
+            prev = end
+    return {
+        "schema": [{"name": f.name, "type": f.dataType.simpleString()} for f in spark.read.format("hudi")
+                   .load(str(path)).schema.fields if f.name not in LAYOUT],
+        "record_key_fields": ["id"],
+        "timeline_layout_version": layout,
+        "instants": instants,
+    }
+
+
+def cdc_query(spark, path, begin, end):
+    """Spark's CDC query of one instant (begin exclusive, end inclusive: completion times from
+    table version 8 on, requested times before): ([{op, ts_ms, before, after}], None), or (None, the
+    error's first line) where Hudi's own query fails (so the test can say which instants it
+    could not compare)."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        rows = (spark.read.format("hudi").option("hoodie.datasource.query.type", "incremental")
+                .option("hoodie.datasource.query.incremental.format", "cdc")
+                .option("hoodie.datasource.read.begin.instanttime", begin)
+                .option("hoodie.datasource.read.end.instanttime", end)
+                .load(str(path)).collect())
+    except Py4JJavaError as e:
+        return None, str(e.java_exception).splitlines()[0][:500]
+    out = []
+    for r in rows:
+        d = r.asDict()
+        out.append({"op": d["op"], "ts_ms": d["ts_ms"], "before": json.loads(d["before"]) if d.get("before") else None,
+                    "after": json.loads(d["after"]) if d.get("after") else None})
+    return out, None

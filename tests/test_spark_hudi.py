@@ -1,0 +1,138 @@
+"""Hudi tables written by Spark with Hudi 1.1 (issue 30), CDC on in each supplemental logging
+mode, copy-on-write and merge-on-read, table versions 9 and 6 (`sparkkit`, `sparkhudi`): Spark is
+the oracle twice over. Revealed one instant at a time, the replayed topic equals Spark's table as
+of every instant (time travel), and the connector's events equal Spark's own CDC query key by key
+and instant by instant — read from the CDC log files where the connector finds them, and again
+through the diff (`read.cdc.from-log=false`). Skipped, with the reason, where Java, pyspark or the
+jars are missing (`python tests/sparkkit.py install`)."""
+
+import json
+import shutil
+import uuid
+
+import pytest
+
+import sparkkit
+import testkit
+
+MODES = ["OP_KEY_ONLY", "DATA_BEFORE", "DATA_BEFORE_AFTER"]
+DATA = ("id", "part", "ts", "v", "name", "price")
+
+
+def scenario(kind, mode, version):
+    s = {"name": f"hudi-{kind}-{mode.lower().replace('_', '-')}-v{version}", "format": "hudi", "type": kind,
+         "table_version": version, "cdc_mode": mode, "seed": 30, "rows": 300, "commits": 7, "partitions": 3}
+    if kind == "mor":
+        s["compact_every"] = 3
+    return s
+
+
+SCENARIOS = [scenario(k, m, 9) for k in ("cow", "mor") for m in MODES] + \
+    [scenario(k, "DATA_BEFORE_AFTER", 6) for k in ("cow", "mor")] + [
+        # a global index moving keys between partitions, inline clustering, an insert overwrite
+        {**scenario("cow", "DATA_BEFORE_AFTER", 9), "name": "hudi-cow-global-moves-clustering-overwrite",
+         "index": "GLOBAL_SIMPLE", "cluster_every": 3, "overwrite_at": 5, "commits": 8,
+         # an index type is the writer's setting, not the table's: its users say so (README Events)
+         "connector": {"key.partition-path": "false"}},
+        # the record index (metadata table), keys moving, compaction
+        {**scenario("mor", "DATA_BEFORE", 9), "name": "hudi-mor-record-index-moves", "index": "RECORD_INDEX",
+         "commits": 8},
+    ]
+
+
+@pytest.fixture(scope="module")
+def spark_tables():
+    reason = sparkkit.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return sparkkit.written(SCENARIOS)
+
+
+def data(img):
+    return None if img is None else {c: img.get(c) for c in DATA}
+
+
+def spark_events(oracle):
+    """Spark's CDC rows by the instant they name: {instant: {id: (op, before, after)}} (Spark's
+    `i` is Debezium's `c`), and {instant: error} where Hudi's own query failed."""
+    raw, failed = {}, {}
+    for inst in oracle["instants"]:
+        if inst.get("cdc_error"):
+            failed[inst["requested"]] = inst["cdc_error"]
+        for e in inst["cdc"] or []:
+            img = e["after"] or e["before"]
+            raw.setdefault(e["ts_ms"], {}).setdefault(img["id"], []).append(e)
+    return {t: {k: net(t, k, es) for k, es in keys.items()} for t, keys in raw.items()}, failed
+
+
+def net(instant, key, events):
+    """One key's change in one instant, as the changelog has it: Spark's CDC gives a key that
+    left one file group for another (a move between partitions under a global index, a row kept
+    by an insert overwrite) as a delete there and an insert here — one update."""
+    ops = sorted(e["op"] for e in events)
+    if ops == ["d", "i"]:
+        d, i = sorted(events, key=lambda e: e["op"])
+        return "u", data(d["before"]), data(i["after"])
+    assert len(events) == 1, f"Spark's CDC has {key} {ops} in {instant}"
+    e = events[0]
+    return {"i": "c"}.get(e["op"], e["op"]), data(e["before"]), data(e["after"])
+
+
+def our_events(events):
+    """The connector's events: {instant: {id: (op, before, after)}}."""
+    out = {}
+    for e in events:
+        img = e["after"] or e["before"]
+        mine = out.setdefault(e["source"]["instant"], {})
+        assert img["id"] not in mine, f"two events of {img['id']} in {e['source']['instant']}"
+        mine[img["id"]] = (e["op"], data(e["before"]), data(e["after"]))
+    return out
+
+
+def assert_same_events(oracle, got, label):
+    """Ours equal Spark's CDC, instant by instant from the second on (the first is our full
+    scan); returns the instants Spark could not answer for."""
+    spark, failed = spark_events(oracle)
+    compared = 0
+    for inst in oracle["instants"][1:]:
+        if inst["requested"] in failed:
+            continue
+        compared += 1
+        want, have = spark.get(inst["requested"], {}), got.get(inst["requested"], {})
+        assert have.keys() == want.keys(), (
+            f"{label} {inst['action']} {inst['requested']}: keys only in ours {sorted(have.keys() - want.keys())[:5]}, "
+            f"only in Spark's CDC {sorted(want.keys() - have.keys())[:5]}")
+        for k, w in want.items():
+            h = have[k]
+            assert h[0] == w[0] and testkit.same(h[1], w[1]) and testkit.same(h[2], w[2]), \
+                f"{label} {inst['requested']} {k}: ours {h}, Spark's {w}"
+    assert compared or failed, "nothing compared"
+    return failed
+
+
+@pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])
+def test_spark_written_hudi_replays_and_matches_sparks_cdc(env, registry, tmp_path, spark_tables, name):
+    cached, oracle = spark_tables[name]
+    table = tmp_path / "table"
+    shutil.copytree(cached, table)
+    kind = "mor" if "-mor-" in name else "cow"
+    assert any(i["operation"] == "COMPACT" for i in oracle["instants"]) == (kind == "mor"), oracle["instants"]
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    topic = f"spark-{name}-" + uuid.uuid4().hex[:6]
+    settings = next(s for s in SCENARIOS if s["name"] == name).get("connector", {})
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **settings)
+    replay, _ = testkit.replay_steps(env, registry, revealed, oracle, oracle["instants"], props, topic, name)
+    assert {e["op"] for e in replay.events} >= {"r", "c", "u", "d"}
+    failed = assert_same_events(oracle, our_events(replay.events), f"{name} (CDC files)")
+    # the same history through the diff, from the second instant on
+    topic2 = topic + "-diff"
+    props2 = testkit.connector_props(tmp_path, "c-" + topic2, table, topic2, env, **settings, **{
+        "read.cdc.from-log": "false", "read.start-commit": oracle["instants"][1]["requested"]})
+    testkit.run_once(props2)
+    assert "read from its CDC log files" not in testkit.RUN_LOGS[-1]
+    diffed = [registry.decode(v) for _, _, _, v in testkit.consume_all(env, topic2) if v is not None]
+    assert_same_events(oracle, our_events(diffed), f"{name} (diff)")
+    if failed:
+        first = next(iter(failed.values()))
+        pytest.xfail(f"replay equal to Spark at every instant and events equal Spark's CDC where it answered; Hudi "
+                     f"1.1.1's own CDC query failed on {len(failed)} of {len(oracle['instants'])} instants: {first}")
