@@ -112,7 +112,8 @@ class RevealedDelta:
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("_delta_log"))
         (dest / "_delta_log").mkdir()
         self.revealed = set()
-        self.latest = deltalake.DeltaTable(str(src)).version()
+        # the newest commit file (any writer's table, whatever features delta-rs reads)
+        self.latest = max(int(f.name[:20]) for f in (src / "_delta_log").glob("*.json") if len(f.name) == 25)
 
     def reveal(self, v: int):
         """The log through version `v`: its commits, and checkpoints written at or before it."""
@@ -123,6 +124,10 @@ class RevealedDelta:
                 tmp = self.table / "_delta_log" / f".{f.name}.tmp"
                 shutil.copyfile(f, tmp)
                 tmp.rename(self.table / "_delta_log" / f.name)  # a commit appears whole
+        # a v2 checkpoint's sidecars (named by uuid) are there before the checkpoint naming them
+        sidecars = self.src / "_delta_log" / "_sidecars"
+        if sidecars.is_dir() and not (self.table / "_delta_log" / "_sidecars").exists():
+            shutil.copytree(sidecars, self.table / "_delta_log" / "_sidecars")
 
     def hide_commits_before(self, v: int):
         """Log cleanup: commits before `v` gone (a checkpoint at or after them keeps the table readable)."""

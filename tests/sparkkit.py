@@ -5,7 +5,7 @@ own change query of it. Written tables are cached under /var/cache by the scenar
 test run pays the JVM start-up only when a scenario (or this file's writer) changed.
 
     python tests/sparkkit.py install            # the jars (pyspark comes from requirements.txt)
-    python tests/sparkkit.py write SCENARIOS.json OUT_DIR   # what `written()` runs
+    python tests/sparkkit.py write FORMAT SCENARIOS.json   # what `written()` runs
 
 Tests call `skip_reason()` first: no Java, no pyspark or no jars is a skip with a clear message.
 """
@@ -72,7 +72,7 @@ def skip_reason():
 
 
 def written(scenarios):
-    """The tables of `scenarios` (a list of dicts, see `sparkhudi`), written by Spark once and
+    """The tables of `scenarios` (a list of dicts, see `sparkhudi` and `sparkdelta`), written by Spark once and
     cached: {scenario name: (table path, oracle)}. One JVM writes every scenario not cached yet.
     A scenario's "connector" entry (the connector's settings for that table) is not the writer's."""
     out, todo = {}, []
@@ -83,14 +83,17 @@ def written(scenarios):
         if not (d / "oracle.json").is_file():
             todo.append((s, d))
     if todo:
+        CACHE.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="spark-", dir=CACHE))
         try:
-            spec = work / "scenarios.json"
-            spec.write_text(json.dumps([{**s, "out": str(work / d.name)} for s, d in todo]))
-            r = subprocess.run([sys.executable, __file__, "write", str(spec)], capture_output=True, text=True,
-                               timeout=3600)
-            if r.returncode != 0:
-                raise RuntimeError(f"the Spark writer failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
+            # one JVM per format: Hudi's and Delta's session catalogs cannot share one
+            for fmt in sorted({s["format"] for s, _ in todo}):
+                spec = work / f"{fmt}.json"
+                spec.write_text(json.dumps([{**s, "out": str(work / d.name)} for s, d in todo if s["format"] == fmt]))
+                r = subprocess.run([sys.executable, __file__, "write", fmt, str(spec)], capture_output=True,
+                                   text=True, timeout=3600)
+                if r.returncode != 0:
+                    raise RuntimeError(f"the Spark writer failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
             for _, d in todo:
                 shutil.rmtree(d, ignore_errors=True)
                 d.parent.mkdir(parents=True, exist_ok=True)
@@ -102,35 +105,52 @@ def written(scenarios):
 
 # ---------------------------------------------------------------- inside the writer's process
 
-def session():
+FORMAT_CONF = {
+    "hudi": {
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+        "spark.sql.extensions": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
+    },
+    "delta": {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # small checkpoint parts: a v2 checkpoint then has its file actions in sidecars
+        "spark.databricks.delta.checkpoint.partSize": "20",
+        # a snapshot's state in 2 partitions, not 50 (each statement took seconds of tiny tasks)
+        "spark.databricks.delta.snapshotPartitions": "2",
+    },
+}
+
+
+def session(fmt):
     from pyspark.sql import SparkSession
-    jars = ",".join(str(j) for j in install())
-    return (SparkSession.builder.master("local[2]").appName("lakestream-writers")
-            .config("spark.jars", jars)
-            .config("spark.driver.memory", "2g")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-            .config("spark.kryo.registrator", "org.apache.spark.HoodieSparkKryoRegistrar")
-            .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
-            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog")
-            .getOrCreate())
+    b = (SparkSession.builder.master("local[2]").appName("lakestream-writers")
+         .config("spark.jars", ",".join(str(j) for j in install()))
+         .config("spark.driver.memory", "2g")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.default.parallelism", "2")
+         .config("spark.ui.enabled", "false")
+         .config("spark.sql.session.timeZone", "UTC"))
+    for k, v in FORMAT_CONF[fmt].items():
+        b = b.config(k, v)
+    return b.getOrCreate()
 
 
 def main(argv):
     if argv[:1] == ["install"]:
         print("\n".join(str(j) for j in install()))
         return 0
-    if argv[:1] == ["write"] and len(argv) == 2:
+    if argv[:1] == ["write"] and len(argv) == 3:
+        import sparkdelta
         import sparkhudi
-        spark = session()
+        spark = session(argv[1])
         spark.sparkContext.setLogLevel("WARN")
-        for s in json.loads(Path(argv[1]).read_text()):
+        for s in json.loads(Path(argv[2]).read_text()):
             out = Path(s["out"])
             out.mkdir(parents=True)
-            oracle = {"hudi": sparkhudi.write}[s["format"]](spark, s, out / "table", random.Random(s["seed"]))
+            writer = {"hudi": sparkhudi.write, "delta": sparkdelta.write}[s["format"]]
+            oracle = writer(spark, s, out / "table", random.Random(s["seed"]))
             (out / "oracle.json").write_text(json.dumps(oracle, default=str))
         spark.stop()
         return 0

@@ -1,0 +1,120 @@
+"""Delta tables written by Spark (delta-spark 3.3.2), for `sparkkit.written`: a seeded history of
+SQL — INSERT, UPDATE, DELETE, MERGE, OPTIMIZE, ADD/DROP COLUMN — on a table with the scenario's
+features, and the oracle Spark gives: the table as of every version (`versionAsOf`) and, where
+the change data feed is on, `table_changes` of every version.
+
+A scenario: {"name", "format": "delta", "seed", "rows", "versions", "partitioned", "cdf",
+"dv" (deletion vectors), "column_mapping" ("name" | "id" | null), "row_tracking", "v2_checkpoint"}.
+Scenarios that differ only in their features write the same rows (the history depends on the
+seed alone), so a table without the change feed has its twin's `table_changes` as its oracle."""
+
+import json
+import random
+from pathlib import Path
+
+COLUMNS = "id BIGINT NOT NULL, part STRING, name STRING, amount DOUBLE, day DATE"
+
+
+def properties(s):
+    p = {"delta.checkpointInterval": "4"}
+    if s.get("cdf"):
+        p["delta.enableChangeDataFeed"] = "true"
+    if s.get("dv"):
+        p["delta.enableDeletionVectors"] = "true"
+    if s.get("column_mapping"):
+        p["delta.columnMapping.mode"] = s["column_mapping"]
+    if s.get("row_tracking"):
+        p["delta.enableRowTracking"] = "true"
+    if s.get("v2_checkpoint"):
+        p["delta.checkpointPolicy"] = "v2"
+    return p
+
+
+def statements(s, t):
+    """The history: SQL statements, one version each (CREATE is version 0)."""
+    rng = random.Random(s["seed"])
+    parts = " PARTITIONED BY (part)" if s.get("partitioned", True) else ""
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(s).items())
+    out = [f"CREATE TABLE {t} ({COLUMNS}) USING delta{parts} TBLPROPERTIES ({props})"]
+
+    cols = ["id", "part", "name", "amount", "day"]
+
+    def values(ids, gen):
+        def one(i):
+            v = {"id": str(i), "part": f"'p{i % 3}'", "name": f"'n{gen}_{rng.randrange(10**6)}'",
+                 "amount": "NULL" if rng.random() < 0.1 else str(round(rng.uniform(0, 1000), 2)),
+                 "day": f"DATE'2024-01-01' + {rng.randrange(365)}", "note": f"'x{rng.randrange(100)}'"}
+            return "(" + ", ".join(v[c] for c in cols) + ")"
+        return ", ".join(one(i) for i in ids)
+
+    out.append(f"INSERT INTO {t} VALUES {values(range(s['rows']), 0)}")
+    next_id = s["rows"]
+    kinds = ["update", "delete", "merge", "insert", "update", "optimize", "merge", "delete", "add_column",
+             "merge", "update", "delete"]
+    for n, kind in enumerate(kinds[: s["versions"] - 2]):
+        m, r = rng.randrange(7, 15), rng.randrange(7)
+        listed = ", ".join(cols)
+        if kind == "update":
+            out.append(f"UPDATE {t} SET name = concat(name, '+{n}'), amount = amount + 1 WHERE id % {m} = {r}")
+        elif kind == "delete":
+            out.append(f"DELETE FROM {t} WHERE id % {m} = {r}")
+        elif kind == "insert":
+            out.append(f"INSERT INTO {t} ({listed}) VALUES {values(range(next_id, next_id + 20), n)}")
+            next_id += 20
+        elif kind == "merge":
+            ids = rng.sample(range(next_id), 15) + list(range(next_id, next_id + 10))
+            next_id += 10
+            sets = ", ".join(f"t.{c} = s.{c}" for c in cols if c not in ("id", "part"))
+            out.append(f"MERGE INTO {t} t USING (SELECT * FROM VALUES {values(ids, n)} AS s({listed})) s "
+                       f"ON t.id = s.id WHEN MATCHED THEN UPDATE SET {sets} "
+                       f"WHEN NOT MATCHED THEN INSERT ({listed}) VALUES ({', '.join('s.' + c for c in cols)})")
+        elif kind == "optimize":
+            out.append(f"OPTIMIZE {t}")
+        elif kind == "add_column":
+            # with column mapping a column is dropped; elsewhere one is added
+            if s.get("column_mapping"):
+                out.append(f"ALTER TABLE {t} DROP COLUMN day")
+                cols.remove("day")
+            else:
+                out.append(f"ALTER TABLE {t} ADD COLUMNS (note STRING)")
+                cols.append("note")
+    return out
+
+
+
+def write(spark, s, path: Path, rng):
+    t = f"delta.`{path}`"
+    for sql in statements(s, t):
+        spark.sql(sql)
+    history = {r["version"]: r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {t}").collect()}
+    latest = max(history)
+    versions = {}
+    for v in range(latest + 1):
+        rows = spark.read.format("delta").option("versionAsOf", v).load(str(path)).collect()
+        versions[v] = [r.asDict() for r in rows]
+    changes = None
+    if s.get("cdf"):
+        # version by version: one read across a dropped column fails (its schema is the end's)
+        changes = {}
+        for v in range(1, latest + 1):
+            feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", v)
+                    .option("endingVersion", v).load(str(path)).collect())
+            for r in feed:
+                d = r.asDict()
+                kind = d.pop("_change_type")
+                assert d.pop("_commit_version") == v
+                d.pop("_commit_timestamp", None)
+                changes.setdefault(v, []).append({"type": kind, "row": d})
+    return {"operations": history, "versions": versions, "changes": changes,
+            "protocol": protocol(path)}
+
+
+def protocol(path: Path):
+    """The table's newest protocol action (what the test asserts the features by)."""
+    found = None
+    for f in sorted((path / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            a = json.loads(line)
+            if "protocol" in a:
+                found = a["protocol"]
+    return found
