@@ -72,7 +72,7 @@ def skip_reason():
 
 
 def written(scenarios):
-    """The tables of `scenarios` (a list of dicts, see `sparkhudi` and `sparkdelta`), written by Spark once and
+    """The tables of `scenarios` (a list of dicts, see `sparkhudi`, `sparkdelta`, `sparkiceberg`), written by Spark once and
     cached: {scenario name: (table path, oracle)}. One JVM writes every scenario not cached yet.
     A scenario's "connector" entry (the connector's settings for that table) is not the writer's."""
     out, todo = {}, []
@@ -83,21 +83,21 @@ def written(scenarios):
         if not (d / "oracle.json").is_file():
             todo.append((s, d))
     if todo:
-        CACHE.mkdir(parents=True, exist_ok=True)
+        # written in place (an Iceberg table's metadata names its files by absolute path); the
+        # oracle, written last, is what says a table is whole
+        for _, d in todo:
+            shutil.rmtree(d, ignore_errors=True)
+            d.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="spark-", dir=CACHE))
         try:
             # one JVM per format: Hudi's and Delta's session catalogs cannot share one
             for fmt in sorted({s["format"] for s, _ in todo}):
                 spec = work / f"{fmt}.json"
-                spec.write_text(json.dumps([{**s, "out": str(work / d.name)} for s, d in todo if s["format"] == fmt]))
+                spec.write_text(json.dumps([{**s, "out": str(d)} for s, d in todo if s["format"] == fmt]))
                 r = subprocess.run([sys.executable, __file__, "write", fmt, str(spec)], capture_output=True,
                                    text=True, timeout=3600)
                 if r.returncode != 0:
                     raise RuntimeError(f"the Spark writer failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
-            for _, d in todo:
-                shutil.rmtree(d, ignore_errors=True)
-                d.parent.mkdir(parents=True, exist_ok=True)
-                (work / d.name).rename(d)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return {name: (d / "table", json.loads((d / "oracle.json").read_text())) for name, d in out.items()}
@@ -119,6 +119,9 @@ FORMAT_CONF = {
         "spark.databricks.delta.checkpoint.partSize": "20",
         # a snapshot's state in 2 partitions, not 50 (each statement took seconds of tiny tasks)
         "spark.databricks.delta.snapshotPartitions": "2",
+    },
+    "iceberg": {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
     },
 }
 
@@ -144,14 +147,16 @@ def main(argv):
     if argv[:1] == ["write"] and len(argv) == 3:
         import sparkdelta
         import sparkhudi
+        import sparkiceberg
         spark = session(argv[1])
         spark.sparkContext.setLogLevel("WARN")
         for s in json.loads(Path(argv[2]).read_text()):
             out = Path(s["out"])
             out.mkdir(parents=True)
-            writer = {"hudi": sparkhudi.write, "delta": sparkdelta.write}[s["format"]]
+            writer = {"hudi": sparkhudi.write, "delta": sparkdelta.write, "iceberg": sparkiceberg.write}[s["format"]]
             oracle = writer(spark, s, out / "table", random.Random(s["seed"]))
-            (out / "oracle.json").write_text(json.dumps(oracle, default=str))
+            (out / "oracle.json.tmp").write_text(json.dumps(oracle, default=str))
+            (out / "oracle.json.tmp").rename(out / "oracle.json")
         spark.stop()
         return 0
     print(__doc__, file=sys.stderr)

@@ -317,6 +317,26 @@ def offsets_records(env, name):
         c.close()
 
 
+def settled(env, committed, topic, parts, wait=3.0):
+    """Wait (up to `wait` s) until a read_committed reader can see to each partition's end: a
+    commit returns once the coordinator has logged it, the markers that make the records visible
+    reach the partitions a moment later (on a loaded machine a consume right after a run's exit
+    saw none of its records). A transaction left open (outage tests) is waited for no longer."""
+    raw = Consumer({"bootstrap.servers": env.bootstrap, "group.id": "testkit-" + uuid.uuid4().hex,
+                    "isolation.level": "read_uncommitted"})
+    try:
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            behind = [p for p in parts
+                      if committed.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                      < raw.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]]
+            if not behind:
+                return
+            time.sleep(0.05)
+    finally:
+        raw.close()
+
+
 def consume_all(env, topic):
     """Every committed record of the topic, in partition/offset order (read_committed)."""
     c = Consumer({
@@ -335,6 +355,7 @@ def consume_all(env, topic):
         parts = sorted(md.topics[topic].partitions) if topic in md.topics else []
         if not parts:
             return []
+        settled(env, c, topic, parts)
         c.assign([TopicPartition(topic, p, -2) for p in parts])
         eof, out, idle = set(), [], 0
         while len(eof) < len(parts):

@@ -1,0 +1,60 @@
+"""Iceberg tables written by Spark (Iceberg 1.10.2's runtime), for `sparkkit.written`: a Hadoop
+catalog table in the scenario's format version, a seeded SQL history — INSERT, UPDATE, DELETE,
+MERGE, compaction (`rewrite_data_files`) — written copy-on-write or merge-on-read (position
+deletes in v2, deletion vectors in v3), and the oracle Spark gives: the table as of every snapshot.
+
+A scenario: {"name", "format": "iceberg", "seed", "rows", "format_version", "mode":
+"copy-on-write" | "merge-on-read"}."""
+
+import random
+from pathlib import Path
+
+
+def statements(s, t):
+    rng = random.Random(s["seed"])
+    mode = s["mode"]
+    out = [f"CREATE TABLE {t} (id BIGINT NOT NULL, part STRING, name STRING, amount DOUBLE) USING iceberg "
+           f"PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '{s['format_version']}', "
+           f"'write.delete.mode' = '{mode}', 'write.update.mode' = '{mode}', 'write.merge.mode' = '{mode}')"]
+
+    def values(ids, gen):
+        return ", ".join(f"({i}, 'p{i % 3}', 'n{gen}_{rng.randrange(10**6)}', "
+                         f"{'NULL' if rng.random() < 0.1 else round(rng.uniform(0, 1000), 2)})" for i in ids)
+
+    out.append(f"INSERT INTO {t} VALUES {values(range(s['rows']), 0)}")
+    next_id = s["rows"]
+    for n, kind in enumerate(["update", "delete", "merge", "insert", "compact", "update", "merge", "delete"]):
+        m, r = rng.randrange(7, 15), rng.randrange(7)
+        if kind == "update":
+            out.append(f"UPDATE {t} SET name = concat(name, '+{n}'), amount = amount + 1 WHERE id % {m} = {r}")
+        elif kind == "delete":
+            out.append(f"DELETE FROM {t} WHERE id % {m} = {r}")
+        elif kind == "insert":
+            out.append(f"INSERT INTO {t} VALUES {values(range(next_id, next_id + 20), n)}")
+            next_id += 20
+        elif kind == "merge":
+            ids = rng.sample(range(next_id), 15) + list(range(next_id, next_id + 10))
+            next_id += 10
+            out.append(f"MERGE INTO {t} t USING (SELECT * FROM VALUES {values(ids, n)} AS s(id, part, name, amount)) s "
+                       "ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.name = s.name, t.amount = s.amount "
+                       "WHEN NOT MATCHED THEN INSERT *")
+        elif kind == "compact":
+            catalog, table = t.split(".", 1)
+            out.append(f"CALL {catalog}.system.rewrite_data_files(table => '{table}', "
+                       "options => map('rewrite-all', 'true'))")
+    return out
+
+
+def write(spark, s, path: Path, rng):
+    catalog = "lakestream_" + s["name"].replace("-", "_")
+    spark.conf.set(f"spark.sql.catalog.{catalog}", "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"spark.sql.catalog.{catalog}.type", "hadoop")
+    spark.conf.set(f"spark.sql.catalog.{catalog}.warehouse", str(path))
+    t = f"{catalog}.db.t"
+    for sql in statements(s, t):
+        spark.sql(sql)
+    snapshots = {}
+    for r in spark.sql(f"SELECT snapshot_id, operation FROM {t}.snapshots").collect():
+        rows = spark.read.option("snapshot-id", r["snapshot_id"]).table(t).collect()
+        snapshots[str(r["snapshot_id"])] = {"operation": r["operation"], "rows": [x.asDict() for x in rows]}
+    return {"table": str(path / "db" / "t"), "snapshots": snapshots}
