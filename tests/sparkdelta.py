@@ -12,6 +12,8 @@ import json
 import random
 from pathlib import Path
 
+from sparkkit import Dml
+
 COLUMNS = "id BIGINT NOT NULL, part STRING, name STRING, amount DOUBLE, day DATE"
 
 
@@ -36,48 +38,21 @@ def statements(s, t):
     parts = " PARTITIONED BY (part)" if s.get("partitioned", True) else ""
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(s).items())
     out = [f"CREATE TABLE {t} ({COLUMNS}) USING delta{parts} TBLPROPERTIES ({props})"]
-
-    cols = ["id", "part", "name", "amount", "day"]
-
-    def values(ids, gen):
-        def one(i):
-            v = {"id": str(i), "part": f"'p{i % 3}'", "name": f"'n{gen}_{rng.randrange(10**6)}'",
-                 "amount": "NULL" if rng.random() < 0.1 else str(round(rng.uniform(0, 1000), 2)),
-                 "day": f"DATE'2024-01-01' + {rng.randrange(365)}", "note": f"'x{rng.randrange(100)}'"}
-            return "(" + ", ".join(v[c] for c in cols) + ")"
-        return ", ".join(one(i) for i in ids)
-
-    out.append(f"INSERT INTO {t} VALUES {values(range(s['rows']), 0)}")
-    next_id = s["rows"]
+    dml = Dml(rng, t, ["id", "part", "name", "amount", "day"], s["rows"])
+    out.append(dml.first)
     kinds = ["update", "delete", "merge", "insert", "update", "optimize", "merge", "delete", "add_column",
              "merge", "update", "delete"]
     for n, kind in enumerate(kinds[: s["versions"] - 2]):
-        m, r = rng.randrange(7, 15), rng.randrange(7)
-        listed = ", ".join(cols)
-        if kind == "update":
-            out.append(f"UPDATE {t} SET name = concat(name, '+{n}'), amount = amount + 1 WHERE id % {m} = {r}")
-        elif kind == "delete":
-            out.append(f"DELETE FROM {t} WHERE id % {m} = {r}")
-        elif kind == "insert":
-            out.append(f"INSERT INTO {t} ({listed}) VALUES {values(range(next_id, next_id + 20), n)}")
-            next_id += 20
-        elif kind == "merge":
-            ids = rng.sample(range(next_id), 15) + list(range(next_id, next_id + 10))
-            next_id += 10
-            sets = ", ".join(f"t.{c} = s.{c}" for c in cols if c not in ("id", "part"))
-            out.append(f"MERGE INTO {t} t USING (SELECT * FROM VALUES {values(ids, n)} AS s({listed})) s "
-                       f"ON t.id = s.id WHEN MATCHED THEN UPDATE SET {sets} "
-                       f"WHEN NOT MATCHED THEN INSERT ({listed}) VALUES ({', '.join('s.' + c for c in cols)})")
-        elif kind == "optimize":
-            out.append(f"OPTIMIZE {t}")
-        elif kind == "add_column":
-            # with column mapping a column is dropped; elsewhere one is added
-            if s.get("column_mapping"):
-                out.append(f"ALTER TABLE {t} DROP COLUMN day")
-                cols.remove("day")
-            else:
-                out.append(f"ALTER TABLE {t} ADD COLUMNS (note STRING)")
-                cols.append("note")
+        sql = dml.statement(kind, n)
+        if sql is None and kind == "optimize":
+            sql = f"OPTIMIZE {t}"
+        elif sql is None and s.get("column_mapping"):  # a dropped column needs column mapping
+            sql = f"ALTER TABLE {t} DROP COLUMN day"
+            dml.cols.remove("day")
+        elif sql is None:
+            sql = f"ALTER TABLE {t} ADD COLUMNS (note STRING)"
+            dml.cols.append("note")
+        out.append(sql)
     return out
 
 

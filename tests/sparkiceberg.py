@@ -9,6 +9,8 @@ A scenario: {"name", "format": "iceberg", "seed", "rows", "format_version", "mod
 import random
 from pathlib import Path
 
+from sparkkit import Dml
+
 
 def statements(s, t):
     rng = random.Random(s["seed"])
@@ -17,31 +19,12 @@ def statements(s, t):
            f"PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '{s['format_version']}', "
            f"'write.delete.mode' = '{mode}', 'write.update.mode' = '{mode}', 'write.merge.mode' = '{mode}')"]
 
-    def values(ids, gen):
-        return ", ".join(f"({i}, 'p{i % 3}', 'n{gen}_{rng.randrange(10**6)}', "
-                         f"{'NULL' if rng.random() < 0.1 else round(rng.uniform(0, 1000), 2)})" for i in ids)
-
-    out.append(f"INSERT INTO {t} VALUES {values(range(s['rows']), 0)}")
-    next_id = s["rows"]
+    dml = Dml(rng, t, ["id", "part", "name", "amount"], s["rows"])
+    out.append(dml.first)
     for n, kind in enumerate(["update", "delete", "merge", "insert", "compact", "update", "merge", "delete"]):
-        m, r = rng.randrange(7, 15), rng.randrange(7)
-        if kind == "update":
-            out.append(f"UPDATE {t} SET name = concat(name, '+{n}'), amount = amount + 1 WHERE id % {m} = {r}")
-        elif kind == "delete":
-            out.append(f"DELETE FROM {t} WHERE id % {m} = {r}")
-        elif kind == "insert":
-            out.append(f"INSERT INTO {t} VALUES {values(range(next_id, next_id + 20), n)}")
-            next_id += 20
-        elif kind == "merge":
-            ids = rng.sample(range(next_id), 15) + list(range(next_id, next_id + 10))
-            next_id += 10
-            out.append(f"MERGE INTO {t} t USING (SELECT * FROM VALUES {values(ids, n)} AS s(id, part, name, amount)) s "
-                       "ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.name = s.name, t.amount = s.amount "
-                       "WHEN NOT MATCHED THEN INSERT *")
-        elif kind == "compact":
-            catalog, table = t.split(".", 1)
-            out.append(f"CALL {catalog}.system.rewrite_data_files(table => '{table}', "
-                       "options => map('rewrite-all', 'true'))")
+        catalog, table = t.split(".", 1)
+        out.append(dml.statement(kind, n) or f"CALL {catalog}.system.rewrite_data_files(table => '{table}', "
+                   "options => map('rewrite-all', 'true'))")
     return out
 
 

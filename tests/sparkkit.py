@@ -30,8 +30,8 @@ JARS = [
     ("io.delta", "delta-storage", "3.3.2"),
     ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", "1.10.2"),
 ]
-# the writer's own version: a change to how tables are written or oracles taken rewrites them
-WRITER_VERSION = 2
+# each writer's own version: a change to how its tables are written or oracles taken rewrites them
+WRITER_VERSION = {"hudi": 2, "delta": 3, "iceberg": 3}
 
 
 def _pom():
@@ -77,7 +77,7 @@ def written(scenarios):
     A scenario's "connector" entry (the connector's settings for that table) is not the writer's."""
     out, todo = {}, []
     for s in ({k: v for k, v in s.items() if k != "connector"} for s in scenarios):
-        key = hashlib.sha256(json.dumps([WRITER_VERSION, s], sort_keys=True).encode()).hexdigest()[:16]
+        key = hashlib.sha256(json.dumps([WRITER_VERSION[s["format"]], s], sort_keys=True).encode()).hexdigest()[:16]
         d = CACHE / "tables" / f"{s['name']}-{key}"
         out[s["name"]] = d
         if not (d / "oracle.json").is_file():
@@ -101,6 +101,57 @@ def written(scenarios):
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return {name: (d / "table", json.loads((d / "oracle.json").read_text())) for name, d in out.items()}
+
+
+def written_or_skip(scenarios):
+    """`written`, or the test skipped saying why the writers cannot run here."""
+    reason = skip_reason()
+    if reason:
+        import pytest
+        pytest.skip(reason)
+    return written(scenarios)
+
+
+class Dml:
+    """The row-level statements of a seeded SQL history on a table keyed by `id` (Delta's and
+    Iceberg's writers share them): UPDATE / DELETE of a residue class of ids, INSERT of new ids,
+    MERGE of old and new ids. `cols` may change as the history alters the table."""
+
+    VALUE = {
+        "id": lambda rng, i, gen: str(i),
+        "part": lambda rng, i, gen: f"'p{i % 3}'",
+        "name": lambda rng, i, gen: f"'n{gen}_{rng.randrange(10**6)}'",
+        "amount": lambda rng, i, gen: "NULL" if rng.random() < 0.1 else str(round(rng.uniform(0, 1000), 2)),
+        "day": lambda rng, i, gen: f"DATE'2024-01-01' + {rng.randrange(365)}",
+        "note": lambda rng, i, gen: f"'x{rng.randrange(100)}'",
+    }
+
+    def __init__(self, rng, table, cols, rows):
+        self.rng, self.t, self.cols, self.next_id = rng, table, list(cols), rows
+        self.first = f"INSERT INTO {table} ({', '.join(self.cols)}) VALUES {self.values(range(rows), 0)}"
+
+    def values(self, ids, gen):
+        return ", ".join("(" + ", ".join(self.VALUE[c](self.rng, i, gen) for c in self.cols) + ")" for i in ids)
+
+    def statement(self, kind, n):
+        """The SQL of one `kind` of change ("update", "delete", "insert", "merge"), or None."""
+        t, listed = self.t, ", ".join(self.cols)
+        m, r = self.rng.randrange(7, 15), self.rng.randrange(7)
+        if kind == "update":
+            return f"UPDATE {t} SET name = concat(name, '+{n}'), amount = amount + 1 WHERE id % {m} = {r}"
+        if kind == "delete":
+            return f"DELETE FROM {t} WHERE id % {m} = {r}"
+        if kind == "insert":
+            self.next_id += 20
+            return f"INSERT INTO {t} ({listed}) VALUES {self.values(range(self.next_id - 20, self.next_id), n)}"
+        if kind == "merge":
+            ids = self.rng.sample(range(self.next_id), 15) + list(range(self.next_id, self.next_id + 10))
+            self.next_id += 10
+            sets = ", ".join(f"t.{c} = s.{c}" for c in self.cols if c not in ("id", "part"))
+            return (f"MERGE INTO {t} t USING (SELECT * FROM VALUES {self.values(ids, n)} AS s({listed})) s "
+                    f"ON t.id = s.id WHEN MATCHED THEN UPDATE SET {sets} "
+                    f"WHEN NOT MATCHED THEN INSERT ({listed}) VALUES ({', '.join('s.' + c for c in self.cols)})")
+        return None
 
 
 # ---------------------------------------------------------------- inside the writer's process

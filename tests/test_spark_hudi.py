@@ -42,10 +42,7 @@ SCENARIOS = [scenario(k, m, 9) for k in ("cow", "mor") for m in MODES] + \
 
 @pytest.fixture(scope="module")
 def spark_tables():
-    reason = sparkkit.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return sparkkit.written(SCENARIOS)
+    return sparkkit.written_or_skip(SCENARIOS)
 
 
 def data(img):

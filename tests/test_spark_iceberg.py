@@ -21,10 +21,7 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def spark_tables():
-    reason = sparkkit.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return sparkkit.written(SCENARIOS)
+    return sparkkit.written_or_skip(SCENARIOS)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s["name"] for s in SCENARIOS])
