@@ -9,7 +9,6 @@ Scenarios that differ only in their features write the same rows (the history de
 seed alone), so a table without the change feed has its twin's `table_changes` as its oracle."""
 
 import json
-import random
 from pathlib import Path
 
 from sparkkit import Dml
@@ -32,9 +31,8 @@ def properties(s):
     return p
 
 
-def statements(s, t):
+def statements(s, t, rng):
     """The history: SQL statements, one version each (CREATE is version 0)."""
-    rng = random.Random(s["seed"])
     parts = " PARTITIONED BY (part)" if s.get("partitioned", True) else ""
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(s).items())
     out = [f"CREATE TABLE {t} ({COLUMNS}) USING delta{parts} TBLPROPERTIES ({props})"]
@@ -56,10 +54,9 @@ def statements(s, t):
     return out
 
 
-
 def write(spark, s, path: Path, rng):
     t = f"delta.`{path}`"
-    for sql in statements(s, t):
+    for sql in statements(s, t, rng):
         spark.sql(sql)
     history = {r["version"]: r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {t}").collect()}
     latest = max(history)

@@ -100,12 +100,13 @@ def history(s, rng):
 
 
 def completed(table, layout):
-    """The completed instants of the timeline, in completion order: (requested, completed, action)."""
+    """The completed data instants of the timeline (cleans and rollbacks left out), in completion
+    order: (requested, completed, action)."""
     out = []
     tl = table / ".hoodie" / ("timeline" if layout >= 2 else "")
     for f in tl.iterdir():
         head, _, action = f.name.partition(".")
-        if action not in ("commit", "deltacommit", "replacecommit", "clean", "rollback") or not head[:1].isdigit():
+        if action not in DATA_ACTIONS or not head[:1].isdigit():
             continue
         req, _, done = head.partition("_")
         out.append((req, done or None, action))
@@ -127,7 +128,7 @@ def write(spark, s, path: Path, rng):
         df = spark.createDataFrame(rows, schema)
         (df.write.format("hudi").options(**o).option("hoodie.datasource.write.operation", op)
          .mode("overwrite" if n == 0 else "append").save(str(path)))
-        new = [i for i in completed(path, layout) if i[2] in DATA_ACTIONS and i[0] not in made]
+        new = [i for i in completed(path, layout) if i[0] not in made]
         for k, (req, _, action) in enumerate(new):
             made[req] = op.upper() if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
     props = dict(l.split("=", 1) for l in (path / ".hoodie" / "hoodie.properties").read_text().splitlines()
@@ -135,8 +136,6 @@ def write(spark, s, path: Path, rng):
     assert int(props.get("hoodie.timeline.layout.version", "1")) == layout, props
     instants = []
     for req, done, action in completed(path, layout):
-        if action not in DATA_ACTIONS:
-            continue
         snap = spark.read.format("hudi").option("as.of.instant", req).load(str(path))
         rows = [{k: v for k, v in r.asDict().items() if k not in LAYOUT} for r in snap.collect()]
         instants.append({"requested": req, "completed": done, "action": action, "operation": made[req], "rows": rows})

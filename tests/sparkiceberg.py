@@ -6,25 +6,22 @@ deletes in v2, deletion vectors in v3), and the oracle Spark gives: the table as
 A scenario: {"name", "format": "iceberg", "seed", "rows", "format_version", "mode":
 "copy-on-write" | "merge-on-read"}."""
 
-import random
 from pathlib import Path
 
 from sparkkit import Dml
 
 
-def statements(s, t):
-    rng = random.Random(s["seed"])
+def statements(s, t, rng):
     mode = s["mode"]
     out = [f"CREATE TABLE {t} (id BIGINT NOT NULL, part STRING, name STRING, amount DOUBLE) USING iceberg "
            f"PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '{s['format_version']}', "
            f"'write.delete.mode' = '{mode}', 'write.update.mode' = '{mode}', 'write.merge.mode' = '{mode}')"]
-
     dml = Dml(rng, t, ["id", "part", "name", "amount"], s["rows"])
     out.append(dml.first)
+    catalog, table = t.split(".", 1)
+    compact = f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map('rewrite-all', 'true'))"
     for n, kind in enumerate(["update", "delete", "merge", "insert", "compact", "update", "merge", "delete"]):
-        catalog, table = t.split(".", 1)
-        out.append(dml.statement(kind, n) or f"CALL {catalog}.system.rewrite_data_files(table => '{table}', "
-                   "options => map('rewrite-all', 'true'))")
+        out.append(dml.statement(kind, n) or compact)
     return out
 
 
@@ -34,7 +31,7 @@ def write(spark, s, path: Path, rng):
     spark.conf.set(f"spark.sql.catalog.{catalog}.type", "hadoop")
     spark.conf.set(f"spark.sql.catalog.{catalog}.warehouse", str(path))
     t = f"{catalog}.db.t"
-    for sql in statements(s, t):
+    for sql in statements(s, t, rng):
         spark.sql(sql)
     snapshots = {}
     for r in spark.sql(f"SELECT snapshot_id, operation FROM {t}.snapshots").collect():

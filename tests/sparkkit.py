@@ -71,12 +71,18 @@ def skip_reason():
     return None
 
 
+# scenario entries for the test, not the writer (nor the cache key): the connector's settings
+# for the table, the scenario whose change feed is this one's oracle
+TEST_KEYS = ("connector", "twin")
+
+
 def written(scenarios):
-    """The tables of `scenarios` (a list of dicts, see `sparkhudi`, `sparkdelta`, `sparkiceberg`), written by Spark once and
-    cached: {scenario name: (table path, oracle)}. One JVM writes every scenario not cached yet.
-    A scenario's "connector" entry (the connector's settings for that table) is not the writer's."""
+    """The tables of `scenarios` (a list of dicts, see `sparkhudi`, `sparkdelta`, `sparkiceberg`),
+    written by Spark once and cached: {scenario name: (table path, oracle)}. One JVM per format
+    writes every scenario not cached yet.
+    A scenario's test-side entries (`TEST_KEYS`) are not the writer's."""
     out, todo = {}, []
-    for s in ({k: v for k, v in s.items() if k != "connector"} for s in scenarios):
+    for s in ({k: v for k, v in s.items() if k not in TEST_KEYS} for s in scenarios):
         key = hashlib.sha256(json.dumps([WRITER_VERSION[s["format"]], s], sort_keys=True).encode()).hexdigest()[:16]
         d = CACHE / "tables" / f"{s['name']}-{key}"
         out[s["name"]] = d

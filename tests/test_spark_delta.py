@@ -28,7 +28,7 @@ SCENARIOS = [
 
 @pytest.fixture(scope="module")
 def spark_tables():
-    return sparkkit.written_or_skip([{k: v for k, v in s.items() if k != "twin"} for s in SCENARIOS])
+    return sparkkit.written_or_skip(SCENARIOS)
 
 
 def spark_changes(changes, version):

@@ -327,10 +327,8 @@ def settled(env, committed, topic, parts, wait=3.0):
     try:
         deadline = time.time() + wait
         while time.time() < deadline:
-            behind = [p for p in parts
-                      if committed.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                      < raw.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]]
-            if not behind:
+            if not any(committed.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                       < raw.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] for p in parts):
                 return
             time.sleep(0.05)
     finally:
