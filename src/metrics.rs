@@ -322,6 +322,26 @@ metric!(
     )
 );
 metric!(
+    LINEAGE_DIFFS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_lineage_diffs_total",
+        "Diffs of a keyless table keyed by row lineage (`_row_id`: an update is one `u`), per split",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
+    LINEAGE_CARRIED_ROWS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_source_lineage_carried_rows_total",
+        "Rows of rewritten and rewriting files a keyless diff left unread, carried over by row lineage",
+        &["connector"],
+        REGISTRY
+    )
+);
+metric!(
     SPILLED_BYTES,
     IntCounterVec,
     register_int_counter_vec_with_registry!(

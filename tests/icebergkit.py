@@ -115,7 +115,7 @@ def check_step(oracle, snaps, current, replay, columns, label):
 class MultisetReplay:
     """Applies the events of a keyless table (`key.mode=none`) to a multiset of rows: null keys, no
     tombstones, `c`/`r` add the after image, `d` removes one copy of the before image (which must
-    be live), never `u`. Rows are compared on `columns`, a column that is null in a row counting as
+    be live), `u` both (a v3 table's update, paired by row lineage). Rows are compared on `columns`, a column that is null in a row counting as
     absent (a column added later reads as null in older rows, as in Iceberg)."""
 
     def __init__(self, registry, columns, types):
@@ -133,14 +133,14 @@ class MultisetReplay:
             assert v is not None, "key.mode=none: no tombstones (there is no key to delete)"
             ev = self.registry.decode(v)
             self.events.append(ev)
-            assert ev["op"] in ("r", "c", "d"), f"keyless: op {ev['op']} (nothing pairs two rows into an update)"
-            if ev["op"] == "d":
+            assert ev["op"] in ("r", "c", "u", "d"), f"keyless: op {ev['op']}"
+            if ev["op"] in ("u", "d"):
                 row = self.canon(ev["before"])
                 assert self.rows[row] > 0, f"delete of a row not live: {row}"
                 self.rows[row] -= 1
                 if not self.rows[row]:
                     del self.rows[row]
-            else:
+            if ev["op"] != "d":
                 self.rows[self.canon(ev["after"])] += 1
 
     def check(self, oracle_rows, snapshot_columns, label):

@@ -35,6 +35,9 @@ def write(spark, s, path: Path, rng):
         spark.sql(sql)
     snapshots = {}
     for r in spark.sql(f"SELECT snapshot_id, operation FROM {t}.snapshots").collect():
-        rows = spark.read.option("snapshot-id", r["snapshot_id"]).table(t).collect()
+        df = spark.read.option("snapshot-id", r["snapshot_id"]).table(t)
+        if s["format_version"] >= 3:
+            df = df.select("_row_id", "_last_updated_sequence_number", *df.columns)
+        rows = df.collect()
         snapshots[str(r["snapshot_id"])] = {"operation": r["operation"], "rows": [x.asDict() for x in rows]}
     return {"table": str(path / "db" / "t"), "snapshots": snapshots}

@@ -258,6 +258,7 @@ mod tests {
                 referenced_data_file: refers.map(String::from),
                 content_offset: None,
                 content_size: None,
+                first_row_id: None,
             }),
         }
     }
@@ -342,6 +343,7 @@ mod tests {
             referenced_data_file: None,
             content_offset: Some(4),
             content_size: Some(blob.len() as i64),
+            first_row_id: None,
         };
         assert_eq!(read_dv(&Storage::default(), &df).unwrap(), bm);
         let last = file.len() - 1;

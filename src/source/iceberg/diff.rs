@@ -2,10 +2,12 @@
 //! added files hold (copy-on-write rewrites, and deletes read with both sides' delete files),
 //! keyed and diffed in memory, or in key buckets on disk beyond `read.memory.budget`.
 
+use arrow_schema::SchemaRef;
+
 use super::manifest;
 use super::monitor::{DiffPart, Plan, Task};
 use super::reader::{and_not, keep, read_range, FileRange};
-use super::IcebergSource;
+use super::{lineage, IcebergSource};
 use crate::source::sides::{diff_split, DiffJob, Sides};
 use crate::source::{SourceError, SplitChanges, SplitSpec};
 
@@ -14,6 +16,7 @@ impl IcebergSource {
     pub(super) fn read_rewritten(
         &self,
         plan: &Plan,
+        schema: &SchemaRef,
         range: &FileRange,
         before: &[manifest::Entry],
         after: &[manifest::Entry],
@@ -22,7 +25,7 @@ impl IcebergSource {
         let a_refs: Vec<_> = after.iter().collect();
         let was = plan.deletes.for_file(&range.file, &b_refs, &plan.schema)?;
         let now = plan.deletes.for_file(&range.file, &a_refs, &plan.schema)?;
-        let rows = read_range(&self.storage, range, &plan.schema)?;
+        let rows = read_range(&self.storage, range, schema)?;
         let mut sides = Sides {
             bytes: rows.bytes,
             ..Default::default()
@@ -51,9 +54,23 @@ impl IcebergSource {
             old, new, rewritten, ..
         } = part;
         let n = old.len() + new.len() + rewritten.len();
+        // a keyless table whose files all have row lineage: keyed by row id (see `lineage`)
+        let lineage = self.info.keyless() && lineage::usable(part);
+        let schema = match lineage {
+            true => lineage::extended(&plan.schema),
+            false => plan.schema.clone(),
+        };
+        // and its rewrites narrowed to the rows they changed (see `carried`)
+        let positions = match lineage && self.narrow {
+            true => self.changed_positions(plan, part)?,
+            false => None,
+        };
         let read = |i: usize| -> Result<Sides, SourceError> {
             let side = |tasks: &[Task], is_new: bool| -> Result<Sides, SourceError> {
-                let (batches, labels, bytes) = self.read_tasks(plan, tasks)?;
+                let (batches, labels, bytes) = match &positions {
+                    Some(p) if tasks.len() == 1 && i < p.len() => self.read_positions(&schema, &tasks[0], &p[i])?,
+                    _ => self.read_tasks(plan, &schema, tasks)?,
+                };
                 let rows: Vec<_> = batches.into_iter().zip(labels).collect();
                 let mut sides = Sides {
                     bytes,
@@ -68,13 +85,17 @@ impl IcebergSource {
                 side(std::slice::from_ref(&new[i - old.len()]), true)
             } else {
                 let (r, b, a) = &rewritten[i - old.len() - new.len()];
-                self.read_rewritten(plan, r, b, a)
+                self.read_rewritten(plan, &schema, r, b, a)
             }
         };
+        let (keys, keyless) = match lineage {
+            true => (vec![schema.fields().len() - 2], false),
+            false => (self.key_columns(plan)?, self.info.keyless()),
+        };
         let job = DiffJob {
-            schema: plan.schema.clone(),
-            keys: self.key_columns(plan)?,
-            keyless: self.info.keyless(),
+            schema: schema.clone(),
+            keys,
+            keyless,
             threads: self.threads,
             budget: self.budget,
             narrow,
@@ -82,7 +103,15 @@ impl IcebergSource {
             connector: &self.connector,
             unit: plan.snapshot.snapshot_id.to_string(),
         };
-        diff_split(&job, split, buckets, n, &read, emit)
+        if !lineage {
+            return diff_split(&job, split, buckets, n, &read, emit);
+        }
+        tracing::debug!(connector = %self.connector, snapshot = plan.snapshot.snapshot_id, split = %split.id,
+            "keyless diff keyed by row lineage (_row_id)");
+        crate::metrics::LINEAGE_DIFFS
+            .with_label_values(&[&self.connector])
+            .inc();
+        diff_split(&job, split, buckets, n, &read, &mut |c| emit(lineage::strip(c)?))
     }
 
     /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.

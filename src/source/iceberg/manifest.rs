@@ -25,6 +25,8 @@ pub struct ManifestFile {
     pub content: i32,
     pub sequence_number: i64,
     pub added_snapshot_id: Option<i64>,
+    /// The first row id of the data files it added (v3 row lineage), where assigned.
+    pub first_row_id: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +44,9 @@ pub struct DataFile {
     pub referenced_data_file: Option<String>,
     pub content_offset: Option<i64>,
     pub content_size: Option<i64>,
+    /// The row id of its first row (v3 row lineage; inherited from the manifest where null):
+    /// a row's `_row_id` is its stored value, else this plus its position in the file.
+    pub first_row_id: Option<i64>,
 }
 
 impl DataFile {
@@ -154,6 +159,7 @@ impl ManifestCache {
                         content: 0,
                         sequence_number: 0,
                         added_snapshot_id: None,
+                        first_row_id: None,
                     })
                     .collect(),
             ));
@@ -171,6 +177,7 @@ impl ManifestCache {
                 content: as_i64(field(&r, "content")).unwrap_or(0) as i32,
                 sequence_number: as_i64(field(&r, "sequence_number")).unwrap_or(0),
                 added_snapshot_id: as_i64(field(&r, "added_snapshot_id")),
+                first_row_id: as_i64(field(&r, "first_row_id")),
             });
         }
         let out = Arc::new(out);
@@ -190,6 +197,9 @@ impl ManifestCache {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let mut out = Vec::with_capacity(rows.len());
+        // first row id inheritance: data files written without one take the manifest's, plus
+        // the record counts of the files before them that took one too
+        let mut next_row_id = m.first_row_id;
         for r in rows {
             let status = as_i64(field(&r, "status")).unwrap_or(STATUS_EXISTING as i64) as i32;
             let bad = |what: &str| SourceError::format(m.path.as_str(), format!("manifest entry without {what}"));
@@ -219,19 +229,31 @@ impl ManifestCache {
                     _ => Vec::new(),
                 }
             };
+            let content = as_i64(field(df, "content")).unwrap_or(0) as i32;
+            let record_count = as_i64(field(df, "record_count")).unwrap_or(0);
+            let first_row_id = match (content, as_i64(field(df, "first_row_id"))) {
+                (CONTENT_DATA, None) => {
+                    let id = next_row_id;
+                    next_row_id = id.map(|n| n + record_count);
+                    id
+                }
+                (CONTENT_DATA, stored) => stored,
+                _ => None,
+            };
             let file = DataFile {
-                content: as_i64(field(df, "content")).unwrap_or(0) as i32,
+                content,
                 path: as_str(field(df, "file_path")).ok_or_else(|| bad("file_path"))?,
                 format: as_str(field(df, "file_format")).unwrap_or_else(|| "PARQUET".into()),
                 partition,
                 spec_id,
-                record_count: as_i64(field(df, "record_count")).unwrap_or(0),
+                record_count,
                 size: as_i64(field(df, "file_size_in_bytes")).unwrap_or(0),
                 split_offsets: list_i64("split_offsets"),
                 equality_ids: list_i64("equality_ids").into_iter().map(|i| i as i32).collect(),
                 referenced_data_file: as_str(field(df, "referenced_data_file")),
                 content_offset: as_i64(field(df, "content_offset")),
                 content_size: as_i64(field(df, "content_size_in_bytes")),
+                first_row_id,
             };
             out.push(Entry {
                 status,

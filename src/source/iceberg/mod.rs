@@ -4,11 +4,13 @@
 //! copy-on-write rewrites are `d` with their old image, a key removed and added in one snapshot is
 //! one `u`, and `replace` (compaction) emits nothing. Deletes apply by sequence number.
 
+mod carried;
 pub mod catalog;
 mod commits;
 pub mod deletes;
 mod diff;
 mod key;
+mod lineage;
 pub mod manifest;
 pub mod metadata;
 mod monitor;
@@ -52,7 +54,7 @@ pub struct IcebergSource {
 }
 
 /// (batches, (partition, file) of each batch, bytes read).
-type LabelledBatches = (Vec<RecordBatch>, Vec<(String, String)>, u64);
+pub(super) type LabelledBatches = (Vec<RecordBatch>, Vec<(String, String)>, u64);
 
 impl IcebergSource {
     pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
@@ -135,13 +137,19 @@ impl IcebergSource {
             .expect("planned above"))
     }
 
-    /// Live rows of tasks (a split), labelled per batch with their partition and file.
-    fn read_tasks(&self, plan: &Plan, tasks: &[Task]) -> Result<LabelledBatches, SourceError> {
+    /// Live rows of tasks (a split) conformed to `schema` (the plan's, or with row lineage),
+    /// labelled per batch with their partition and file.
+    fn read_tasks(
+        &self,
+        plan: &Plan,
+        schema: &arrow_schema::SchemaRef,
+        tasks: &[Task],
+    ) -> Result<LabelledBatches, SourceError> {
         let (mut batches, mut labels, mut bytes) = (Vec::new(), Vec::new(), 0);
         for (range, dels) in tasks {
             let refs: Vec<_> = dels.iter().collect();
             let set = plan.deletes.for_file(&range.file, &refs, &plan.schema)?;
-            let rows = read_range(&self.storage, range, &plan.schema)?;
+            let rows = read_range(&self.storage, range, schema)?;
             bytes += rows.bytes;
             for (b, first) in rows.batches {
                 let b = if set.is_empty() {
@@ -226,7 +234,7 @@ impl IcebergSource {
             .collect::<Result<_, _>>()?;
         let read = |k: usize| -> Result<SplitChanges, SourceError> {
             let (i, split) = todo[k];
-            let (batches, labels, bytes) = self.read_tasks(plan, &splits[i])?;
+            let (batches, labels, bytes) = self.read_tasks(plan, &plan.schema, &splits[i])?;
             let rows = super::rows_as(op, &batches);
             let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
             Ok(SplitChanges {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::ProjectionMask;
 
 use super::manifest::DataFile;
@@ -74,6 +75,18 @@ pub struct RangeRows {
 }
 
 pub fn read_range(storage: &Storage, range: &FileRange, target: &SchemaRef) -> Result<RangeRows, SourceError> {
+    read_range_at(storage, range, target, None)
+}
+
+/// [`read_range`], only the rows at `positions` (ascending file positions) where given: each
+/// batch then comes with position 0 and must not meet the file's deletes again (the positions
+/// are the caller's choice of live rows).
+pub fn read_range_at(
+    storage: &Storage,
+    range: &FileRange,
+    target: &SchemaRef,
+    positions: Option<&[u64]>,
+) -> Result<RangeRows, SourceError> {
     let f = &range.file;
     if !f.format.eq_ignore_ascii_case("parquet") {
         return Err(SourceError::Unsupported {
@@ -101,7 +114,8 @@ pub fn read_range(storage: &Storage, range: &FileRange, target: &SchemaRef) -> R
         .map(|(i, _)| i)
         .collect();
     let meta = builder.metadata().clone();
-    let (mut selected, mut first, mut pos) = (Vec::new(), None, 0u64);
+    // row groups starting inside the range: (index, first position, rows)
+    let (mut groups, mut pos) = (Vec::new(), 0u64);
     for (i, rg) in meta.row_groups().iter().enumerate() {
         let rg_start = rg
             .columns()
@@ -110,34 +124,68 @@ pub fn read_range(storage: &Storage, range: &FileRange, target: &SchemaRef) -> R
             .min()
             .unwrap_or(0);
         if rg_start >= range.start && rg_start < range.start + range.len {
-            selected.push(i);
-            first.get_or_insert(pos);
+            groups.push((i, pos, rg.num_rows() as u64));
         }
         pos += rg.num_rows() as u64;
     }
-    let bytes: u64 = selected
+    let bytes: u64 = groups
         .iter()
-        .map(|i| meta.row_group(*i).compressed_size().max(0) as u64)
+        .map(|(i, _, _)| meta.row_group(*i).compressed_size().max(0) as u64)
         .sum();
     let mut out = RangeRows {
         batches: Vec::new(),
         bytes,
     };
-    let Some(mut at) = first else { return Ok(out) };
+    let Some(&(_, mut at, _)) = groups.first() else {
+        return Ok(out);
+    };
     let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
-    let reader = builder
+    let mut builder = builder
         .with_projection(mask)
-        .with_row_groups(selected)
-        .with_batch_size(8192)
-        .build()
-        .map_err(pq)?;
+        .with_row_groups(groups.iter().map(|g| g.0).collect())
+        .with_batch_size(8192);
+    if let Some(p) = positions {
+        builder = builder.with_row_selection(selection(&groups, p));
+    }
+    let reader = builder.build().map_err(pq)?;
+    let mut picked = positions.map(|p| p.iter().copied());
     for b in reader {
         let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let n = b.num_rows() as u64;
-        out.batches.push((conform_by_id(&b, target)?, at));
+        let b = conform_by_id(&b, target)?;
+        let b = match (super::lineage::has(target), &mut picked) {
+            (false, _) => b,
+            (true, None) => super::lineage::fill(b, range, &mut (at..at + n))?,
+            (true, Some(p)) => super::lineage::fill(b, range, p)?,
+        };
+        out.batches.push((b, if picked.is_some() { 0 } else { at }));
         at += n;
     }
     Ok(out)
+}
+
+/// The selection of `positions` (ascending) over the rows of `groups` (index, first position,
+/// rows), read one after the other.
+fn selection(groups: &[(usize, u64, u64)], positions: &[u64]) -> RowSelection {
+    let mut selectors = Vec::new();
+    let mut p = positions.iter().peekable();
+    for &(_, start, rows) in groups {
+        let mut at = start;
+        while let Some(&&q) = p.peek() {
+            if q >= start + rows {
+                break;
+            }
+            p.next();
+            if q < at {
+                continue;
+            }
+            selectors.push(RowSelector::skip((q - at) as usize));
+            selectors.push(RowSelector::select(1));
+            at = q + 1;
+        }
+        selectors.push(RowSelector::skip((start + rows - at) as usize));
+    }
+    selectors.into()
 }
 
 /// Rows of `batch` where `mask` is true.
@@ -151,4 +199,30 @@ pub fn and_not(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
         .zip(b.iter())
         .map(|(x, y)| Some(x.unwrap_or(false) && !y.unwrap_or(false)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_picks_positions_across_row_groups() {
+        // row groups of 10 and 5 rows read back to back, positions in both
+        let sel = selection(&[(0, 0, 10), (1, 10, 5)], &[2, 3, 9, 12]);
+        let picked: Vec<usize> = {
+            let (mut at, mut out) = (0, Vec::new());
+            for s in sel.iter() {
+                if !s.skip {
+                    out.extend(at..at + s.row_count);
+                }
+                at += s.row_count;
+            }
+            out
+        };
+        assert_eq!(picked, vec![2, 3, 9, 12]);
+        assert_eq!(sel.row_count() + sel.skipped_row_count(), 15);
+        // a range that starts at the second row group: positions are the file's
+        let sel = selection(&[(1, 10, 5)], &[10, 14]);
+        assert_eq!((sel.row_count(), sel.skipped_row_count()), (2, 3));
+    }
 }
