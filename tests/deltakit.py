@@ -145,9 +145,11 @@ def delta_props(tmp, env, table, **extra):
     return connector_props(tmp, "c-" + topic, table, topic, env, **base), topic
 
 
-def compare(want_rows, replay, label):
+def compare(want_rows, replay, label, renamed=None):
     """The replayed topic, by key, equals the table's rows (a column added after a row was
-    published reads as null, as the table reads it)."""
+    published reads as null, as the table reads it; a renamed column, `renamed` = {new name: old
+    name}, is found under the name the row's last event had)."""
+    renamed = renamed or {}
     want = {r[KEY]: r for r in want_rows}
     got = {}
     for kt, after in replay.state.items():
@@ -156,7 +158,7 @@ def compare(want_rows, replay, label):
     assert not missing and not extra, f"{label}: keys missing {missing[:5]} extra {extra[:5]} ({len(want)} rows)"
     for k, w in want.items():
         for col, wv in w.items():
-            gv = got[k].get(col)
+            gv = got[k][col] if col in got[k] else got[k].get(renamed.get(col))
             assert same(norm(gv), norm(wv)), f"{label}: id {k} column {col}: got {gv!r}, want {wv!r}"
 
 

@@ -1,5 +1,5 @@
 """Delta tables written by Spark (delta-spark 3.3.2), for `sparkkit.written`: a seeded history of
-SQL — INSERT, UPDATE, DELETE, MERGE, OPTIMIZE, ADD/DROP COLUMN — on a table with the scenario's
+SQL — INSERT, UPDATE, DELETE, MERGE, OPTIMIZE, ADD/RENAME/DROP COLUMN — on a table with the scenario's
 features, and the oracle Spark gives: the table as of every version (`versionAsOf`) and, where
 the change data feed is on, `table_changes` of every version.
 
@@ -38,15 +38,20 @@ def statements(s, t, rng):
     out = [f"CREATE TABLE {t} ({COLUMNS}) USING delta{parts} TBLPROPERTIES ({props})"]
     dml = Dml(rng, t, ["id", "part", "name", "amount", "day"], s["rows"])
     out.append(dml.first)
-    kinds = ["update", "delete", "merge", "insert", "update", "optimize", "merge", "delete", "add_column",
-             "merge", "update", "delete"]
+    kinds = ["update", "delete", "merge", "insert", "update", "optimize", "merge", "rename_column", "delete",
+             "add_column", "merge", "update", "delete"]
     for n, kind in enumerate(kinds[: s["versions"] - 2]):
         sql = dml.statement(kind, n)
         if sql is None and kind == "optimize":
             sql = f"OPTIMIZE {t}"
+        elif kind == "rename_column" and s.get("column_mapping"):  # a rename needs column mapping
+            sql = f"ALTER TABLE {t} RENAME COLUMN day TO due"
+            dml.cols[dml.cols.index("day")] = "due"
+        elif kind == "rename_column":
+            sql = f"ALTER TABLE {t} ADD COLUMNS (extra STRING)"
         elif sql is None and s.get("column_mapping"):  # a dropped column needs column mapping
-            sql = f"ALTER TABLE {t} DROP COLUMN day"
-            dml.cols.remove("day")
+            sql = f"ALTER TABLE {t} DROP COLUMN due"
+            dml.cols.remove("due")
         elif sql is None:
             sql = f"ALTER TABLE {t} ADD COLUMNS (note STRING)"
             dml.cols.append("note")

@@ -6,7 +6,9 @@ Spark's CDC query's events of it (`hoodie.datasource.query.incremental.format=cd
 A scenario: {"name", "format": "hudi", "type": "cow" | "mor", "table_version": 9 | 6,
 "cdc_mode": "OP_KEY_ONLY" | "DATA_BEFORE" | "DATA_BEFORE_AFTER" | null (CDC off), "seed", "rows",
 "commits", "partitions", optional "compact_every" (merge-on-read: inline compaction after that many
-delta commits), "cluster_every" (inline clustering after that many commits), "index" ("GLOBAL_SIMPLE" |
+delta commits), "async_compaction_every" (merge-on-read: a compaction scheduled after every that many
+writes and run after the next one, so a delta commit lands while it is pending), "cluster_every"
+(inline clustering after that many commits), "index" ("GLOBAL_SIMPLE" |
 "RECORD_INDEX": global, keys move partition), "move", "overwrite_at" (see `history`), "update",
 "delete", "insert" (fractions of the live keys per commit)}."""
 
@@ -124,19 +126,36 @@ def write(spark, s, path: Path, rng):
     # (its instants follow the write's: compaction a `commit` of a merge-on-read table,
     # clustering a `replacecommit`)
     made, layout = {}, 2 if s.get("table_version", 9) >= 8 else 1
+
+    def record(op):
+        new = [i for i in completed(path, layout) if i[0] not in made]
+        for k, (req, _, action) in enumerate(new):
+            made[req] = op if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
+
+    every = s.get("async_compaction_every")
     for n, (op, rows) in enumerate(history(s, rng)):
         df = spark.createDataFrame(rows, schema)
         (df.write.format("hudi").options(**o).option("hoodie.datasource.write.operation", op)
          .mode("overwrite" if n == 0 else "append").save(str(path)))
-        new = [i for i in completed(path, layout) if i[0] not in made]
-        for k, (req, _, action) in enumerate(new):
-            made[req] = op.upper() if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
+        record(op.upper())
+        if every and n and n % every == 0:
+            # a plan whatever the delta commits since the last compaction (Hudi's default waits for 5)
+            spark.conf.set("hoodie.compact.inline.max.delta.commits", "1")
+            spark.sql(f"CALL run_compaction(op => 'schedule', path => '{path}')")
+            assert any(f.name.endswith(".compaction.requested") for f in (path / ".hoodie").rglob("*")), \
+                "no compaction scheduled"
+        elif every and n > every and n % every == 1:
+            spark.sql(f"CALL run_compaction(op => 'run', path => '{path}')")
+            record("COMPACT")
     props = dict(l.split("=", 1) for l in (path / ".hoodie" / "hoodie.properties").read_text().splitlines()
                  if "=" in l and not l.startswith("#"))
     assert int(props.get("hoodie.timeline.layout.version", "1")) == layout, props
-    instants = []
-    for req, done, action in completed(path, layout):
-        snap = spark.read.format("hudi").option("as.of.instant", req).load(str(path))
+    instants, done_order = [], completed(path, layout)
+    for req, done, action in done_order:
+        # the table once the instant completed: as of its requested time, or of its completion
+        # time where an instant requested after it completed first (a pending compaction)
+        overtaken = any(r > req and (d or r) < (done or req) for r, d, _ in done_order)
+        snap = spark.read.format("hudi").option("as.of.instant", done if overtaken else req).load(str(path))
         rows = [{k: v for k, v in r.asDict().items() if k not in LAYOUT} for r in snap.collect()]
         instants.append({"requested": req, "completed": done, "action": action, "operation": made[req], "rows": rows})
     if s.get("cdc_mode"):

@@ -31,7 +31,7 @@ JARS = [
     ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", "1.10.2"),
 ]
 # each writer's own version: a change to how its tables are written or oracles taken rewrites them
-WRITER_VERSION = {"hudi": 2, "delta": 3, "iceberg": 4}
+WRITER_VERSION = {"hudi": 2, "delta": 4, "iceberg": 4}
 
 
 def _pom():
@@ -129,6 +129,7 @@ class Dml:
         "name": lambda rng, i, gen: f"'n{gen}_{rng.randrange(10**6)}'",
         "amount": lambda rng, i, gen: "NULL" if rng.random() < 0.1 else str(round(rng.uniform(0, 1000), 2)),
         "day": lambda rng, i, gen: f"DATE'2024-01-01' + {rng.randrange(365)}",
+        "due": lambda rng, i, gen: f"DATE'2024-01-01' + {rng.randrange(365)}",
         "note": lambda rng, i, gen: f"'x{rng.randrange(100)}'",
     }
 

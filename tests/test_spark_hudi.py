@@ -37,6 +37,10 @@ SCENARIOS = [scenario(k, m, 9) for k in ("cow", "mor") for m in MODES] + \
         # the record index (metadata table), keys moving, compaction
         {**scenario("mor", "DATA_BEFORE", 9), "name": "hudi-mor-record-index-moves", "index": "RECORD_INDEX",
          "commits": 8},
+        # compaction scheduled after one write and run after the next: a delta commit writes into
+        # the pending compaction's file slices, and the compaction completes after it
+        {**scenario("mor", "DATA_BEFORE_AFTER", 9), "name": "hudi-mor-async-compaction", "compact_every": None,
+         "async_compaction_every": 3, "commits": 11},
     ]
 
 

@@ -24,6 +24,26 @@ SCENARIOS = [
 COLUMNS = ("id", "part", "name", "amount")
 
 
+def revealed(oracle, tmp_path, env, **extra):
+    """A connector on a copy of the table whose metadata versions are revealed one at a time:
+    (props, topic, steps), `steps` yielding (version file, Spark's snapshot) after the connector
+    ran on each version that has a current snapshot."""
+    src = icebergkit.Path(oracle["table"]) / "metadata"
+    table = tmp_path / "t"
+    (table / "metadata").mkdir(parents=True)
+    props, topic = icebergkit.iceberg_props(tmp_path, env, table, **extra)
+
+    def steps():
+        for f in sorted(src.glob("v*.metadata.json"), key=icebergkit.version_of):
+            shutil.copy(f, table / "metadata" / f.name)
+            (table / "metadata" / "version-hint.text").write_text(str(icebergkit.version_of(f)))
+            cur = json.loads(f.read_text()).get("current-snapshot-id")
+            if cur not in (None, -1):
+                testkit.run_once(props)
+                yield f, oracle["snapshots"][str(cur)]
+    return props, topic, steps()
+
+
 @pytest.fixture(scope="module")
 def spark_tables():
     return sparkkit.written_or_skip(SCENARIOS)
@@ -39,19 +59,10 @@ def test_spark_written_iceberg_replays_at_every_snapshot(env, registry, tmp_path
     if scenario["mode"] == "merge-on-read":
         deletes = "puffin" if scenario["format_version"] == 3 else "-deletes.parquet"
         assert any(deletes in f.name for f in (src.parent / "data").rglob("*")), f"Spark wrote no {deletes} file"
-    table = tmp_path / "t"
-    (table / "metadata").mkdir(parents=True)
-    props, topic = icebergkit.iceberg_props(tmp_path, env, table)
+    props, topic, steps_of = revealed(oracle, tmp_path, env)
     replay, seen, steps = testkit.Replay(registry), set(), 0
-    for f in versions:
-        shutil.copy(f, table / "metadata" / f.name)
-        (table / "metadata" / "version-hint.text").write_text(str(icebergkit.version_of(f)))
-        cur = json.loads(f.read_text()).get("current-snapshot-id")
-        if cur in (None, -1):
-            continue
-        testkit.run_once(props)
+    for f, snap in steps_of:
         replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
-        snap = oracle["snapshots"][str(cur)]
         rows = [{c: r[c] for c in COLUMNS} for r in snap["rows"]]
         schema = {"schema": [{"name": c, "type": ""} for c in COLUMNS],
                   "record_key_fields": ["id"]}
@@ -91,25 +102,14 @@ def lineage_events(before, after):
                          ids=[s["name"] for s in SCENARIOS if s["format_version"] == 3])
 def test_spark_written_iceberg_v3_keyless_events_follow_row_lineage(env, registry, tmp_path, spark_tables, scenario):
     _, oracle = spark_tables[scenario["name"]]
-    src = icebergkit.Path(oracle["table"]) / "metadata"
-    versions = sorted(src.glob("v*.metadata.json"), key=icebergkit.version_of)
-    table = tmp_path / "t"
-    (table / "metadata").mkdir(parents=True)
-    props, topic = icebergkit.iceberg_props(tmp_path, env, table, **{"key.mode": "none"})
+    _, topic, steps_of = revealed(oracle, tmp_path, env, **{"key.mode": "none"})
     seen, prev, updates, steps = set(), None, 0, 0
-    for f in versions:
-        shutil.copy(f, table / "metadata" / f.name)
-        (table / "metadata" / "version-hint.text").write_text(str(icebergkit.version_of(f)))
-        cur = json.loads(f.read_text()).get("current-snapshot-id")
-        if cur in (None, -1):
-            continue
-        testkit.run_once(props)
+    for f, snap in steps_of:
         got = Counter()
         for _, _, key, value in testkit.new_records(testkit.consume_all(env, topic), seen):
             assert not key and value is not None, "a keyless table's events have null keys, no tombstones"
             ev = registry.decode(value)
             got[("c" if ev["op"] == "r" else ev["op"], image(ev["before"]), image(ev["after"]))] += 1
-        snap = oracle["snapshots"][str(cur)]
         want = lineage_events(prev or [], snap["rows"])
         label = f"{scenario['name']} {f.name} ({snap['operation']})"
         assert got == want, f"{label}: events differ from Spark's rows by _row_id: extra {got - want}, missing {want - got}"
