@@ -1,7 +1,8 @@
 """Delta tables written by Spark (delta-spark 3.3.2), for `sparkkit.written`: a seeded history of
 SQL — INSERT, UPDATE, DELETE, MERGE, OPTIMIZE, ADD/RENAME/DROP COLUMN — on a table with the scenario's
 features, and the oracle Spark gives: the table as of every version (`versionAsOf`) and, where
-the change data feed is on, `table_changes` of every version.
+the change data feed is on, `table_changes` of every version; with row tracking each row's
+`_row_id` and `_row_commit_version`.
 
 A scenario: {"name", "format": "delta", "seed", "rows", "versions", "partitioned", "cdf",
 "dv" (deletion vectors), "column_mapping" ("name" | "id" | null), "row_tracking", "v2_checkpoint"}.
@@ -67,7 +68,12 @@ def write(spark, s, path: Path, rng):
     latest = max(history)
     versions = {}
     for v in range(latest + 1):
-        rows = spark.read.format("delta").option("versionAsOf", v).load(str(path)).collect()
+        df = spark.read.format("delta").option("versionAsOf", v).load(str(path))
+        if s.get("row_tracking"):
+            # row tracking's lineage of each row (the keyless test's oracle)
+            df = df.select(df["_metadata.row_id"].alias("_row_id"),
+                           df["_metadata.row_commit_version"].alias("_row_commit_version"), *df.columns)
+        rows = df.collect()
         versions[v] = [r.asDict() for r in rows]
     changes = None
     if s.get("cdf"):

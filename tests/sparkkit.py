@@ -31,7 +31,7 @@ JARS = [
     ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", "1.10.2"),
 ]
 # each writer's own version: a change to how its tables are written or oracles taken rewrites them
-WRITER_VERSION = {"hudi": 2, "delta": 4, "iceberg": 4}
+WRITER_VERSION = {"hudi": 2, "delta": 5, "iceberg": 4}
 
 
 def _pom():

@@ -10,6 +10,7 @@ pub mod buckets;
 pub mod delta;
 pub mod hudi;
 pub mod iceberg;
+pub mod lineage;
 pub mod par;
 pub mod rows;
 pub mod sides;

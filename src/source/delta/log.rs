@@ -48,6 +48,12 @@ pub struct FileAction {
     pub data_change: bool,
     #[serde(default)]
     pub deletion_vector: Option<DvDescriptor>,
+    /// Row tracking: the row id of the file's first row, and the version its rows were last
+    /// changed in where the file does not store theirs.
+    #[serde(default)]
+    pub base_row_id: Option<i64>,
+    #[serde(default)]
+    pub default_row_commit_version: Option<i64>,
 }
 
 fn yes() -> bool {

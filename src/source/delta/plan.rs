@@ -25,6 +25,8 @@ use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
 pub struct Meta {
     pub schema: DeltaSchema,
     pub cdf: bool,
+    /// Row tracking's materialized columns (row id, row commit version), where it is on.
+    pub lineage: Option<(String, String)>,
 }
 
 /// Rows one version took away against rows it brought, in one partition (or all of them).
@@ -39,6 +41,14 @@ pub struct DiffPart {
 }
 
 impl DiffPart {
+    /// Whether every row it reads has a row id (row tracking's base row id on every file, no
+    /// change-data files, which carry none).
+    pub fn has_lineage(&self) -> bool {
+        let tracked = |f: &FileAction| f.base_row_id.is_some() && f.default_row_commit_version.is_some();
+        let rewritten = self.rewritten.iter().flat_map(|(a, b)| [a, b]);
+        self.cdc.is_empty() && self.old.iter().chain(&self.new).chain(rewritten).all(tracked)
+    }
+
     pub fn bytes(&self) -> u64 {
         let size = |f: &FileAction| f.size.unwrap_or(0).max(0) as u64;
         self.old.iter().chain(&self.new).chain(&self.cdc).map(size).sum::<u64>()
@@ -206,6 +216,16 @@ impl DeltaSource {
         Ok(Meta {
             schema: DeltaSchema::parse(&state.metadata, &at)?,
             cdf: state.metadata.setting("delta.enableChangeDataFeed") == Some("true"),
+            lineage: match (
+                state.metadata.setting("delta.enableRowTracking"),
+                state.metadata.setting("delta.rowTracking.materializedRowIdColumnName"),
+                state
+                    .metadata
+                    .setting("delta.rowTracking.materializedRowCommitVersionColumnName"),
+            ) {
+                (Some("true"), Some(id), Some(version)) => Some((id.to_string(), version.to_string())),
+                _ => None,
+            },
         })
     }
 

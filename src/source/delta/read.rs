@@ -52,6 +52,8 @@ pub struct Reader<'a> {
     pub storage: &'a Storage,
     pub root: &'a Path,
     pub schema: &'a DeltaSchema,
+    /// Row tracking's materialized columns, read where the target ends with [`with_lineage`]'s.
+    pub lineage: Option<&'a (String, String)>,
 }
 
 fn field_id(f: &Field) -> Option<i32> {
@@ -69,6 +71,16 @@ fn partition_column(f: &Field, value: Option<&str>, rows: usize) -> Result<Array
         f.name(),
         f.data_type()
     )))
+}
+
+/// Names of the lineage columns a keyless diff reads (see [`crate::source::lineage`]).
+pub const ROW_ID: &str = "_row_id";
+pub const ROW_VERSION: &str = "_row_commit_version";
+
+/// `schema` with row tracking's two columns at its end.
+pub fn with_lineage(schema: &SchemaRef) -> SchemaRef {
+    let column = |name: &str| Field::new(name, DataType::Int64, true);
+    crate::source::lineage::extended(schema, column(ROW_ID), column(ROW_VERSION))
 }
 
 impl Reader<'_> {
@@ -90,9 +102,23 @@ impl Reader<'_> {
         let (builder, size) = crate::source::parquet_sized(self.storage, &path)?;
         let file_schema = builder.schema().clone();
         let by_id = self.schema.mapped && file_schema.fields().iter().any(|f| field_id(f).is_some());
+        let lineage = match (self.lineage, target.fields().len()) {
+            (Some(l), n)
+                if n >= 2 && target.field(n - 2).name() == ROW_ID && target.field(n - 1).name() == ROW_VERSION =>
+            {
+                Some(l)
+            }
+            _ => None,
+        };
         let source_of = |t: &Field| -> Option<usize> {
             if self.schema.partition_columns.iter().any(|p| p == t.name()) {
                 return None;
+            }
+            // row tracking's columns, materialized under the names the table's settings give
+            match (lineage, t.name().as_str()) {
+                (Some((id, _)), ROW_ID) => return file_schema.index_of(id).ok(),
+                (Some((_, version)), ROW_VERSION) => return file_schema.index_of(version).ok(),
+                _ => {}
             }
             let (name, id) = match self.schema.physical.get(t.name()) {
                 Some((p, id)) => (p.as_str(), *id),
@@ -153,6 +179,13 @@ impl Reader<'_> {
                 "{}: conforming to the table schema",
                 path.display()
             )))?;
+            let batch = match lineage {
+                Some(_) => {
+                    let defaults = (file.base_row_id, file.default_row_commit_version);
+                    crate::source::lineage::fill(batch, defaults, &mut (at..at + n as u64), &file.path)?
+                }
+                None => batch,
+            };
             let batch = match deleted {
                 Some(set) if !set.is_empty() => {
                     let live: BooleanArray = (0..n as u64).map(|r| Some(!set.contains(at + r))).collect();

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{BooleanArray, RecordBatch};
+use arrow_schema::SchemaRef;
 use roaring::RoaringTreemap;
 
 use super::log::FileAction;
@@ -22,6 +23,7 @@ impl DeltaSource {
             storage: &self.storage,
             root: &self.log.root,
             schema: &plan.meta.schema,
+            lineage: plan.meta.lineage.as_ref(),
         }
     }
 
@@ -32,11 +34,11 @@ impl DeltaSource {
             .transpose()
     }
 
-    /// One piece of a diff part: an old or new file, a file whose deletion vector changed, or a
-    /// change-data file.
-    fn read_piece(&self, plan: &Plan, part: &DiffPart, i: usize) -> Result<Sides, SourceError> {
+    /// One piece of a diff part, conformed to `target` (the table's columns, with row tracking's
+    /// where the diff is keyed by row id): an old or new file, a file whose deletion vector
+    /// changed, or a change-data file.
+    fn read_piece(&self, plan: &Plan, target: &SchemaRef, part: &DiffPart, i: usize) -> Result<Sides, SourceError> {
         let reader = self.reader(plan);
-        let target = &plan.meta.schema.arrow;
         let mut sides = Sides::default();
         let (no, nn, nr) = (part.old.len(), part.new.len(), part.rewritten.len());
         let label = |f: &FileAction| (read::partition_of(&plan.meta.schema, f), f.path.clone());
@@ -131,10 +133,24 @@ impl DeltaSource {
         // one bucket count for the whole version: part of every part's row order
         let estimated = parts.iter().map(DiffPart::bytes).sum::<u64>() * DECODED_PER_FILE_BYTE;
         let (buckets, narrow) = plan_diff(resume.buckets, estimated, self.budget, self.narrow);
+        // a keyless table whose files all have row tracking: keyed by row id (see `lineage`)
+        let lineage = self.info.keyless() && plan.meta.lineage.is_some() && parts.iter().all(DiffPart::has_lineage);
+        let (schema, keys, keyless) = match lineage {
+            true => {
+                let schema = read::with_lineage(&plan.meta.schema.arrow);
+                let row_id = schema.fields().len() - 2;
+                (schema, vec![row_id], false)
+            }
+            false => (
+                plan.meta.schema.arrow.clone(),
+                self.key_columns(plan)?,
+                self.info.keyless(),
+            ),
+        };
         let job = DiffJob {
-            schema: plan.meta.schema.arrow.clone(),
-            keys: self.key_columns(plan)?,
-            keyless: self.info.keyless(),
+            schema: schema.clone(),
+            keys,
+            keyless,
             threads: self.threads,
             budget: self.budget,
             narrow,
@@ -150,7 +166,19 @@ impl DeltaSource {
                     message: format!("Delta version {}: no diff part for split {}", plan.version, split.id),
                 })?;
             let n = part.old.len() + part.new.len() + part.rewritten.len() + part.cdc.len();
-            diff_split(&job, split, buckets, n, &|i| self.read_piece(plan, part, i), emit)?;
+            let read = |i| self.read_piece(plan, &schema, part, i);
+            if !lineage {
+                diff_split(&job, split, buckets, n, &read, emit)?;
+                continue;
+            }
+            tracing::debug!(connector = %self.connector, version = plan.version, split = %split.id,
+                "keyless diff keyed by row tracking's row ids");
+            crate::metrics::LINEAGE_DIFFS
+                .with_label_values(&[&self.connector])
+                .inc();
+            diff_split(&job, split, buckets, n, &read, &mut |c| {
+                emit(crate::source::lineage::strip(c)?)
+            })?;
         }
         Ok(())
     }

@@ -111,7 +111,9 @@ impl IcebergSource {
         crate::metrics::LINEAGE_DIFFS
             .with_label_values(&[&self.connector])
             .inc();
-        diff_split(&job, split, buckets, n, &read, &mut |c| emit(lineage::strip(c)?))
+        diff_split(&job, split, buckets, n, &read, &mut |c| {
+            emit(crate::source::lineage::strip(c)?)
+        })
     }
 
     /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.
