@@ -345,7 +345,9 @@ def test_starting_latest_timestamp_and_ending_version(env, registry, tmp_path):
     props, topic = dk.delta_props(tmp_path, env, t.table, **{"starting-timestamp": str(ts)})
     testkit.run_once(props)
     events = [registry.decode(v) for *_, v in testkit.consume_all(env, topic) if v is not None]
-    assert min(int(e["source"]["instant"]) for e in events) == 2, ops
+    # (the first of them with a data change: an OPTIMIZE emits nothing)
+    first = next(v for v in range(2, len(ops)) if ops[v] != "optimize")
+    assert min(int(e["source"]["instant"]) for e in events) == first, ops
     # an end: the changes from version 0 through 2, then exit 0 with the table at version 2
     props, topic = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0", "ending-version": "2"})
     r = testkit.run_once(props)
