@@ -10,7 +10,12 @@ delta commits), "async_compaction_every" (merge-on-read: a compaction scheduled 
 writes and run after the next one, so a delta commit lands while it is pending), "cluster_every"
 (inline clustering after that many commits), "index" ("GLOBAL_SIMPLE" |
 "RECORD_INDEX": global, keys move partition), "move", "overwrite_at" (see `history`), "update",
-"delete", "insert" (fractions of the live keys per commit)}."""
+"delete", "insert" (fractions of the live keys per commit), "clean_retained" (automatic cleaning
+keeping that many commits: earlier instants cannot be time-travelled to afterwards, so the oracle
+is instead the table after every write, with the directory as it was then — `states`)}."""
+
+import os
+import shutil
 
 import json
 from pathlib import Path
@@ -29,12 +34,16 @@ def options(s):
         "hoodie.datasource.write.hive_style_partitioning": "true",
         "hoodie.datasource.write.table.type": {"cow": "COPY_ON_WRITE", "mor": "MERGE_ON_READ"}[s["type"]],
         "hoodie.write.table.version": str(s.get("table_version", 9)),
-        # keep every slice: the connector's diff path reads the previous one
-        "hoodie.clean.automatic": "false",
+        # keep every slice (the connector's diff path reads the previous one), unless the
+        # scenario cleans
+        "hoodie.clean.automatic": "true" if s.get("clean_retained") else "false",
         "hoodie.upsert.shuffle.parallelism": "2",
         "hoodie.insert.shuffle.parallelism": "2",
         "hoodie.delete.shuffle.parallelism": "2",
     }
+    if s.get("clean_retained"):
+        o["hoodie.cleaner.policy"] = "KEEP_LATEST_COMMITS"
+        o["hoodie.cleaner.commits.retained"] = str(s["clean_retained"])
     if s.get("cdc_mode"):
         o["hoodie.table.cdc.enabled"] = "true"
         o["hoodie.table.cdc.supplemental.logging.mode"] = s["cdc_mode"]
@@ -132,7 +141,16 @@ def write(spark, s, path: Path, rng):
         for k, (req, _, action) in enumerate(new):
             made[req] = op if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
 
-    every = s.get("async_compaction_every")
+    every, states = s.get("async_compaction_every"), []
+
+    def keep_state(n):
+        # the directory as the write left it (hard links: data files are never changed in
+        # place), and Spark's read of the table then
+        shutil.copytree(path, path.parent / "states" / str(n), copy_function=os.link)
+        rows = spark.read.format("hudi").load(str(path)).collect()
+        states.append({"dir": str(n), "last": max(made), "rows": [
+            {k: v for k, v in r.asDict().items() if k not in LAYOUT} for r in rows]})
+
     for n, (op, rows) in enumerate(history(s, rng)):
         df = spark.createDataFrame(rows, schema)
         (df.write.format("hudi").options(**o).option("hoodie.datasource.write.operation", op)
@@ -147,6 +165,13 @@ def write(spark, s, path: Path, rng):
         elif every and n > every and n % every == 1:
             spark.sql(f"CALL run_compaction(op => 'run', path => '{path}')")
             record("COMPACT")
+        if s.get("clean_retained"):
+            keep_state(n)
+    schema_of = [{"name": f.name, "type": f.dataType.simpleString()} for f in spark.read.format("hudi")
+                 .load(str(path)).schema.fields if f.name not in LAYOUT]
+    if s.get("clean_retained"):
+        return {"schema": schema_of, "record_key_fields": ["id"], "timeline_layout_version": layout,
+                "states": states, "operations": made}
     props = dict(l.split("=", 1) for l in (path / ".hoodie" / "hoodie.properties").read_text().splitlines()
                  if "=" in l and not l.startswith("#"))
     assert int(props.get("hoodie.timeline.layout.version", "1")) == layout, props
@@ -165,8 +190,7 @@ def write(spark, s, path: Path, rng):
             i["cdc"], i["cdc_error"] = cdc_query(spark, path, prev, end)
             prev = end
     return {
-        "schema": [{"name": f.name, "type": f.dataType.simpleString()} for f in spark.read.format("hudi")
-                   .load(str(path)).schema.fields if f.name not in LAYOUT],
+        "schema": schema_of,
         "record_key_fields": ["id"],
         "timeline_layout_version": layout,
         "instants": instants,
