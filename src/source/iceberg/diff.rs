@@ -55,7 +55,7 @@ impl IcebergSource {
         } = part;
         let n = old.len() + new.len() + rewritten.len();
         // a keyless table whose files all have row lineage: keyed by row id (see `lineage`)
-        let lineage = self.info.keyless() && lineage::usable(part);
+        let lineage = self.info.keyless() && part.has_lineage();
         let schema = match lineage {
             true => lineage::extended(&plan.schema),
             false => plan.schema.clone(),

@@ -10,22 +10,10 @@ use std::collections::HashMap;
 use arrow_schema::{DataType, Field, SchemaRef};
 
 use super::metadata::{field_id, FIELD_ID};
-use super::monitor::DiffPart;
-use super::reader::FileRange;
-use crate::source::SourceError;
 
 /// Reserved field ids of the lineage columns.
 const ROW_ID: i32 = 2147483540;
 const LAST_UPDATED: i32 = 2147483539;
-
-/// Whether every data file the part reads has lineage (a first row id), so that every row has
-/// a row id.
-pub(super) fn usable(part: &DiffPart) -> bool {
-    let files = part.old.iter().chain(&part.new).map(|(r, _)| r);
-    files
-        .chain(part.rewritten.iter().map(|(r, _, _)| r))
-        .all(|r| r.file.first_row_id.is_some())
-}
 
 /// `schema` with the two lineage columns at its end (matched to a file's by field id).
 pub(super) fn extended(schema: &SchemaRef) -> SchemaRef {
@@ -43,15 +31,4 @@ pub(super) fn extended(schema: &SchemaRef) -> SchemaRef {
 pub(super) fn has(schema: &SchemaRef) -> bool {
     let n = schema.fields().len();
     n >= 2 && field_id(schema.field(n - 2)) == Some(ROW_ID) && field_id(schema.field(n - 1)) == Some(LAST_UPDATED)
-}
-
-/// A batch read from `range` (conformed to an [`extended`] schema) with the lineage its file did
-/// not store filled in; `positions` yields each row's position in the file.
-pub(super) fn fill(
-    batch: arrow_array::RecordBatch,
-    range: &FileRange,
-    positions: &mut dyn Iterator<Item = u64>,
-) -> Result<arrow_array::RecordBatch, SourceError> {
-    let defaults = (range.file.first_row_id, Some(range.data_seq));
-    crate::source::lineage::fill(batch, defaults, positions, &range.file.path)
 }

@@ -57,6 +57,15 @@ impl DiffPart {
         }
     }
 
+    /// Whether every data file it reads has row lineage (a first row id), so that every row has
+    /// a row id (see `lineage`).
+    pub fn has_lineage(&self) -> bool {
+        let files = self.old.iter().chain(&self.new).map(|(r, _)| r);
+        files
+            .chain(self.rewritten.iter().map(|(r, _, _)| r))
+            .all(|r| r.file.first_row_id.is_some())
+    }
+
     pub fn bytes(&self) -> i64 {
         self.old
             .iter()

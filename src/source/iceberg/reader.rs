@@ -153,10 +153,12 @@ pub fn read_range_at(
         let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let n = b.num_rows() as u64;
         let b = conform_by_id(&b, target)?;
+        // row lineage the file did not store: its first row id plus the position, its sequence number
+        let defaults = (f.first_row_id, Some(range.data_seq));
         let b = match (super::lineage::has(target), &mut picked) {
             (false, _) => b,
-            (true, None) => super::lineage::fill(b, range, &mut (at..at + n))?,
-            (true, Some(p)) => super::lineage::fill(b, range, p)?,
+            (true, None) => crate::source::lineage::fill(b, defaults, &mut (at..at + n), &f.path)?,
+            (true, Some(p)) => crate::source::lineage::fill(b, defaults, p, &f.path)?,
         };
         out.batches.push((b, if picked.is_some() { 0 } else { at }));
         at += n;
