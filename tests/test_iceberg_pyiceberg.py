@@ -97,6 +97,8 @@ def history(tbl, rng, commits):
             tbl.append(arrow_rows(tbl, rows))
         elif op == "upsert":
             old = rng.sample(live, min(len(live), rng.randint(1, 3)))
+            if not old:
+                op = "upsert of a new key only"  # nothing live to update: no `u` to expect
             rows = [random_row(rng, i, with_note) for i in old] + [random_row(rng, next_id, with_note)]
             next_id += 1
             if with_note:
