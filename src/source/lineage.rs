@@ -67,6 +67,21 @@ pub fn fill(
     RecordBatch::try_new(batch.schema(), columns).map_err(SourceError::arrow("filling in row lineage"))
 }
 
+/// [`super::sides::diff_split`] of a diff keyed by row id (`job` over an [`extended`] schema),
+/// counted and logged as such, its changes handed on with the lineage columns taken off.
+pub fn diff_split(
+    job: &super::sides::DiffJob<'_>,
+    split: &super::SplitSpec,
+    buckets: u32,
+    n: usize,
+    read: &(dyn Fn(usize) -> Result<super::sides::Sides, SourceError> + Sync),
+    emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
+    tracing::debug!(connector = %job.connector, unit = %job.unit, split = %split.id, "keyless diff keyed by row id (row lineage)");
+    crate::metrics::LINEAGE_DIFFS.with_label_values(&[job.connector]).inc();
+    super::sides::diff_split(job, split, buckets, n, read, &mut |c| emit(strip(c)?))
+}
+
 /// Changes read with an [`extended`] schema, the lineage columns taken off.
 pub fn strip(mut changes: SplitChanges) -> Result<SplitChanges, SourceError> {
     let batches = changes

@@ -167,18 +167,10 @@ impl DeltaSource {
                 })?;
             let n = part.old.len() + part.new.len() + part.rewritten.len() + part.cdc.len();
             let read = |i| self.read_piece(plan, &schema, part, i);
-            if !lineage {
-                diff_split(&job, split, buckets, n, &read, emit)?;
-                continue;
+            match lineage {
+                true => crate::source::lineage::diff_split(&job, split, buckets, n, &read, emit)?,
+                false => diff_split(&job, split, buckets, n, &read, emit)?,
             }
-            tracing::debug!(connector = %self.connector, version = plan.version, split = %split.id,
-                "keyless diff keyed by row tracking's row ids");
-            crate::metrics::LINEAGE_DIFFS
-                .with_label_values(&[&self.connector])
-                .inc();
-            diff_split(&job, split, buckets, n, &read, &mut |c| {
-                emit(crate::source::lineage::strip(c)?)
-            })?;
         }
         Ok(())
     }

@@ -103,17 +103,10 @@ impl IcebergSource {
             connector: &self.connector,
             unit: plan.snapshot.snapshot_id.to_string(),
         };
-        if !lineage {
-            return diff_split(&job, split, buckets, n, &read, emit);
+        match lineage {
+            true => crate::source::lineage::diff_split(&job, split, buckets, n, &read, emit),
+            false => diff_split(&job, split, buckets, n, &read, emit),
         }
-        tracing::debug!(connector = %self.connector, snapshot = plan.snapshot.snapshot_id, split = %split.id,
-            "keyless diff keyed by row lineage (_row_id)");
-        crate::metrics::LINEAGE_DIFFS
-            .with_label_values(&[&self.connector])
-            .inc();
-        diff_split(&job, split, buckets, n, &read, &mut |c| {
-            emit(crate::source::lineage::strip(c)?)
-        })
     }
 
     /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.
