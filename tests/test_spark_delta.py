@@ -132,7 +132,7 @@ def image(row):
 def test_spark_written_delta_keyless_events_follow_row_tracking(env, registry, tmp_path, spark_tables, scenario):
     """Read as a keyless table (`key.mode=none`), each version's events are exactly Spark's rows
     diffed by row tracking's `_row_id`: a row whose `_row_commit_version` moved one `u`, a row
-    only before a `d`, only after a `c`."""
+    only before a `d`, only after a `c`; each event's `source.row_id` is the row's `_row_id`."""
     cached, oracle = spark_tables[scenario["name"]]
     t = deltakit.RevealedDelta(cached, tmp_path / "table")
     props, topic = deltakit.delta_props(tmp_path, env, t.table, **{"key.mode": "none"})
@@ -144,7 +144,7 @@ def test_spark_written_delta_keyless_events_follow_row_tracking(env, registry, t
         for _, _, key, value in testkit.new_records(testkit.consume_all(env, topic), seen):
             assert not key and value is not None, "a keyless table's events have null keys, no tombstones"
             ev = registry.decode(value)
-            got[("c" if ev["op"] == "r" else ev["op"], image(ev["before"]), image(ev["after"]))] += 1
+            got[("c" if ev["op"] == "r" else ev["op"], image(ev["before"]), image(ev["after"]), ev["source"]["row_id"])] += 1
         rows = oracle["versions"][str(v)]
         was, now = {r["_row_id"]: r for r in prev}, {r["_row_id"]: r for r in rows}
         assert len(now) == len(rows), f"version {v}: Spark gave one _row_id to two rows"
@@ -152,13 +152,13 @@ def test_spark_written_delta_keyless_events_follow_row_tracking(env, registry, t
         for rid in was.keys() | now.keys():
             b, a = was.get(rid), now.get(rid)
             if b is None:
-                want[("c", None, image(a))] += 1
+                want[("c", None, image(a), rid)] += 1
             elif a is None:
-                want[("d", image(b), None)] += 1
+                want[("d", image(b), None, rid)] += 1
             elif b["_row_commit_version"] != a["_row_commit_version"]:
-                want[("u", image(b), image(a))] += 1
+                want[("u", image(b), image(a), rid)] += 1
         label = f"{scenario['name']} version {v} ({oracle['operations'][str(v)]})"
         assert got == want, f"{label}: events differ from Spark's rows by _row_id: extra {got - want}, missing {want - got}"
-        updates += sum(n for (op, _, _), n in want.items() if op == "u")
+        updates += sum(n for (op, *_), n in want.items() if op == "u")
         prev = rows
     assert updates > 20, updates

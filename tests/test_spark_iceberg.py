@@ -80,7 +80,8 @@ def image(row):
 
 def lineage_events(before, after):
     """The events Spark's rows imply from one snapshot to the next, matched by `_row_id`: a row
-    whose last-updated sequence number moved is a `u`, one only before a `d`, one only after a `c`."""
+    whose last-updated sequence number moved is a `u`, one only before a `d`, one only after a `c`, each carrying the
+    row id (`source.row_id`)."""
     was = {r["_row_id"]: r for r in before}
     now = {r["_row_id"]: r for r in after}
     assert len(was) == len(before) and len(now) == len(after), "Spark gave one _row_id to two rows"
@@ -88,11 +89,11 @@ def lineage_events(before, after):
     for rid in was.keys() | now.keys():
         b, a = was.get(rid), now.get(rid)
         if b is None:
-            out[("c", None, image(a))] += 1
+            out[("c", None, image(a), rid)] += 1
         elif a is None:
-            out[("d", image(b), None)] += 1
+            out[("d", image(b), None, rid)] += 1
         elif b["_last_updated_sequence_number"] != a["_last_updated_sequence_number"]:
-            out[("u", image(b), image(a))] += 1
+            out[("u", image(b), image(a), rid)] += 1
         else:
             assert image(b) == image(a), f"row {rid} changed without a new sequence number"
     return out
@@ -109,10 +110,10 @@ def test_spark_written_iceberg_v3_keyless_events_follow_row_lineage(env, registr
         for _, _, key, value in testkit.new_records(testkit.consume_all(env, topic), seen):
             assert not key and value is not None, "a keyless table's events have null keys, no tombstones"
             ev = registry.decode(value)
-            got[("c" if ev["op"] == "r" else ev["op"], image(ev["before"]), image(ev["after"]))] += 1
+            got[("c" if ev["op"] == "r" else ev["op"], image(ev["before"]), image(ev["after"]), ev["source"]["row_id"])] += 1
         want = lineage_events(prev or [], snap["rows"])
         label = f"{scenario['name']} {f.name} ({snap['operation']})"
         assert got == want, f"{label}: events differ from Spark's rows by _row_id: extra {got - want}, missing {want - got}"
-        updates += sum(n for (op, _, _), n in want.items() if op == "u")
+        updates += sum(n for (op, *_), n in want.items() if op == "u")
         prev, steps = snap["rows"], steps + 1
     assert steps >= 9 and updates > 20, (steps, updates)

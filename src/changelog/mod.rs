@@ -102,6 +102,8 @@ const SOURCE_FIELDS: &[(&str, &str)] = &[
     ("commit_time", "nullable"),
     ("partition", "string"),
     ("file", "string"),
+    // the row's lineage id (Iceberg v3 `_row_id`, Delta row tracking) where the read had it
+    ("row_id", "nullable long"),
 ];
 
 impl ChangelogEncoder {
@@ -217,6 +219,7 @@ impl ChangelogEncoder {
             "type": "record", "name": "Source",
             "fields": SOURCE_FIELDS.iter().map(|(n, t)| match *t {
                 "nullable" => json!({"name": n, "type": ["null", "string"]}),
+                "nullable long" => json!({"name": n, "type": ["null", "long"], "default": null}),
                 // added after the first release: a default keeps the schema backward compatible
                 _ if *n == "db" => json!({"name": n, "type": t, "default": ""}),
                 _ => json!({"name": n, "type": t}),
@@ -334,6 +337,7 @@ impl ChangelogEncoder {
                 values,
                 keys,
                 sources,
+                row_ids: split.row_ids.clone(),
                 keyless: self.keyless(),
             }),
             // a tombstone needs a key to delete
@@ -350,6 +354,8 @@ struct Inner {
     keys: Vec<RowEncoder>,
     /// The encoded `source` record: one for the split, or one per batch.
     sources: Vec<Vec<u8>>,
+    /// Each batch's row ids (`source.row_id`), where the read had row lineage.
+    row_ids: Option<std::sync::Arc<Vec<arrow_array::Int64Array>>>,
     /// Null keys (`key.mode=none`).
     keyless: bool,
 }
@@ -402,6 +408,17 @@ impl SplitEncoder {
         }
         let source = e.sources.get(key_row.batch as usize).unwrap_or(&e.sources[0]);
         value.extend_from_slice(source);
+        let row_id = e.row_ids.as_ref().and_then(|ids| {
+            let a = ids.get(key_row.batch as usize)?;
+            arrow_array::Array::is_valid(a, key_row.row as usize).then(|| a.value(key_row.row as usize))
+        });
+        match row_id {
+            Some(id) => {
+                value.push(2);
+                write_long(&mut value, id);
+            }
+            None => value.push(0),
+        }
         write_bytes(&mut value, row.op.code().as_bytes());
         value.push(2);
         write_long(&mut value, ts_ms);

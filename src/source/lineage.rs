@@ -82,14 +82,30 @@ pub fn diff_split(
     super::sides::diff_split(job, split, buckets, n, read, &mut |c| emit(strip(c)?))
 }
 
-/// Changes read with an [`extended`] schema, the lineage columns taken off.
+/// Changes read with an [`extended`] schema, the lineage columns taken off; each batch's row ids
+/// kept for the events' `source.row_id`.
 pub fn strip(mut changes: SplitChanges) -> Result<SplitChanges, SourceError> {
-    let batches = changes
-        .batches
-        .iter()
-        .map(|b| b.project(&(0..b.num_columns().saturating_sub(2)).collect::<Vec<_>>()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(SourceError::arrow("taking off the row lineage columns"))?;
+    let mut ids = Vec::with_capacity(changes.batches.len());
+    let mut batches = Vec::with_capacity(changes.batches.len());
+    for b in changes.batches.iter() {
+        let n = b.num_columns().checked_sub(2).ok_or_else(|| SourceError::Unreadable {
+            message: "a batch without its row lineage columns".into(),
+        })?;
+        let id = b
+            .column(n)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .cloned()
+            .ok_or_else(|| SourceError::Unreadable {
+                message: "a row lineage column is not a long".into(),
+            })?;
+        ids.push(id);
+        batches.push(
+            b.project(&(0..n).collect::<Vec<_>>())
+                .map_err(SourceError::arrow("taking off the row lineage columns"))?,
+        );
+    }
     changes.batches = Arc::new(batches);
+    changes.row_ids = Some(Arc::new(ids));
     Ok(changes)
 }

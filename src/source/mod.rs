@@ -292,6 +292,8 @@ pub struct SplitChanges {
     /// partition and `file` for every batch.
     pub batch_files: Vec<(String, String)>,
     pub rows: Vec<ChangeRow>,
+    /// Each batch's row ids where the read had row lineage (see [`lineage`]): `source.row_id`.
+    pub row_ids: Option<std::sync::Arc<Vec<arrow_array::Int64Array>>>,
     /// Rows read from storage for this split (metrics).
     pub rows_read: u64,
     pub bytes_read: u64,
@@ -337,6 +339,7 @@ impl SplitChanges {
             batches: std::sync::Arc::new(batches),
             batch_files: Vec::new(),
             rows,
+            row_ids: None,
             rows_read: 0,
             bytes_read: 0,
         }

@@ -135,6 +135,7 @@ fn diff_in_memory(
         batches: Arc::new(batches),
         batch_files: labels,
         rows,
+        row_ids: None,
         rows_read,
         bytes_read,
     })
@@ -197,6 +198,7 @@ fn diff_bucketed(
             batches: Arc::new(picked.iter().map(|&i| rows.batches[i].clone()).collect()),
             batch_files: picked.iter().map(|&i| labels[rows.tags[i] as usize].clone()).collect(),
             rows: changes,
+            row_ids: None,
             rows_read: if last { rows_read } else { 0 },
             bytes_read: if last { bytes_read } else { 0 },
         })?;

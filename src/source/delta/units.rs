@@ -207,10 +207,16 @@ impl DeltaSource {
         let produce = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| {
             let (split, f) = todo[k];
             let deleted = self.deleted(f)?;
+            // a file with row tracking: each row's id rides along (`source.row_id`)
+            let lineage = plan.meta.lineage.is_some() && f.base_row_id.is_some();
+            let schema = match lineage {
+                true => read::with_lineage(&plan.meta.schema.arrow),
+                false => plan.meta.schema.arrow.clone(),
+            };
             let (mut batches, mut held, mut first_row) = (Vec::new(), 0usize, 0u64);
             let chunk = |batches: Vec<RecordBatch>, first_row: u64, last: bool, bytes: u64| {
                 let rows = crate::source::rows_as(op, &batches);
-                SplitChanges {
+                let changes = SplitChanges {
                     split: split.clone(),
                     first_row,
                     last,
@@ -218,26 +224,29 @@ impl DeltaSource {
                     file: f.path.clone(),
                     rows_read: rows.len() as u64,
                     rows,
+                    row_ids: None,
                     batches: Arc::new(batches),
                     batch_files: Vec::new(),
                     bytes_read: bytes,
+                };
+                match lineage {
+                    true => crate::source::lineage::strip(changes),
+                    false => Ok(changes),
                 }
             };
-            let bytes = self
-                .reader(plan)
-                .read(f, &plan.meta.schema.arrow, deleted.as_ref(), &mut |b| {
-                    held += b.get_array_memory_size();
-                    batches.push(b);
-                    if held >= chunk_bytes {
-                        let out = std::mem::take(&mut batches);
-                        let n: u64 = out.iter().map(|b| b.num_rows() as u64).sum();
-                        send(chunk(out, first_row, false, 0))?;
-                        first_row += n;
-                        held = 0;
-                    }
-                    Ok(())
-                })?;
-            send(chunk(batches, first_row, true, bytes))
+            let bytes = self.reader(plan).read(f, &schema, deleted.as_ref(), &mut |b| {
+                held += b.get_array_memory_size();
+                batches.push(b);
+                if held >= chunk_bytes {
+                    let out = std::mem::take(&mut batches);
+                    let n: u64 = out.iter().map(|b| b.num_rows() as u64).sum();
+                    send(chunk(out, first_row, false, 0)?)?;
+                    first_row += n;
+                    held = 0;
+                }
+                Ok(())
+            })?;
+            send(chunk(batches, first_row, true, bytes)?)
         };
         par::ordered_streams(todo.len(), self.threads, 2, &produce, emit)
     }

@@ -234,10 +234,16 @@ impl IcebergSource {
             .collect::<Result<_, _>>()?;
         let read = |k: usize| -> Result<SplitChanges, SourceError> {
             let (i, split) = todo[k];
-            let (batches, labels, bytes) = self.read_tasks(plan, &plan.schema, &splits[i])?;
+            // where every file has row lineage, each row's id rides along (`source.row_id`)
+            let lineage = splits[i].iter().all(|t| t.0.file.first_row_id.is_some());
+            let schema = match lineage {
+                true => lineage::extended(&plan.schema),
+                false => plan.schema.clone(),
+            };
+            let (batches, labels, bytes) = self.read_tasks(plan, &schema, &splits[i])?;
             let rows = super::rows_as(op, &batches);
             let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
-            Ok(SplitChanges {
+            let changes = SplitChanges {
                 split: split.clone(),
                 first_row: 0,
                 last: true,
@@ -245,10 +251,15 @@ impl IcebergSource {
                 file: first_file,
                 rows_read: rows.len() as u64,
                 rows,
+                row_ids: None,
                 batches: Arc::new(batches),
                 batch_files: labels,
                 bytes_read: bytes,
-            })
+            };
+            match lineage {
+                true => crate::source::lineage::strip(changes),
+                false => Ok(changes),
+            }
         };
         par::ordered(todo.len(), self.threads, &read, emit)
     }
