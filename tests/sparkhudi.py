@@ -141,12 +141,22 @@ def write(spark, s, path: Path, rng):
         for k, (req, _, action) in enumerate(new):
             made[req] = op if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
 
-    every, states = s.get("async_compaction_every"), []
+    every, states, queried, cdc_from = s.get("async_compaction_every"), [], [], ["0"]
 
     def keep_state(n):
         # the directory as the write left it (hard links: data files are never changed in
         # place), and Spark's read of the table then
         shutil.copytree(path, path.parent / "states" / str(n), copy_function=os.link)
+        # Spark's CDC of the instants this write completed, asked now: later cleaning deletes
+        # the slices the query reads (a clean keeps the previous commit's)
+        if s.get("cdc_per_write"):
+            for req, done, action in completed(path, layout):
+                if req in {q["requested"] for q in queried}:
+                    continue
+                end = done or req
+                cdc, err = cdc_query(spark, path, cdc_from[0], end)
+                queried.append({"requested": req, "completed": done, "action": action, "cdc": cdc, "cdc_error": err})
+                cdc_from[0] = end
         rows = spark.read.format("hudi").load(str(path)).collect()
         states.append({"dir": str(n), "last": max(made), "rows": [
             {k: v for k, v in r.asDict().items() if k not in LAYOUT} for r in rows]})
@@ -171,7 +181,7 @@ def write(spark, s, path: Path, rng):
                  .load(str(path)).schema.fields if f.name not in LAYOUT]
     if s.get("clean_retained"):
         return {"schema": schema_of, "record_key_fields": ["id"], "timeline_layout_version": layout,
-                "states": states, "operations": made}
+                "states": states, "operations": made, "instants": queried}
     props = dict(l.split("=", 1) for l in (path / ".hoodie" / "hoodie.properties").read_text().splitlines()
                  if "=" in l and not l.startswith("#"))
     assert int(props.get("hoodie.timeline.layout.version", "1")) == layout, props

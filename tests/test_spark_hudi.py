@@ -142,7 +142,7 @@ def test_spark_written_hudi_replays_and_matches_sparks_cdc(env, registry, tmp_pa
 # automatic cleaning (keeping 2 commits) on copy-on-write and on merge-on-read with compaction:
 # the slices earlier instants were read from are deleted as the table goes on
 CLEANING = [{**scenario(kind, "DATA_BEFORE_AFTER", 9), "name": f"hudi-{kind}-cleaning", "clean_retained": 2,
-             "commits": 10} for kind in ("cow", "mor")]
+             "commits": 10, "cdc_per_write": True} for kind in ("cow", "mor")]
 
 
 def mirror(src, dst):
@@ -163,7 +163,8 @@ def mirror(src, dst):
 def test_spark_written_hudi_with_cleaning_replays_write_by_write(env, registry, tmp_path, scenario):
     """The connector runs after every write, as it keeps up with a table in production; the
     cleaner deletes slices it has read already. The replay equals Spark's read of the table after
-    every write, and the cleaner did delete files the first writes left."""
+    every write, the events equal Spark's CDC query of each instant (asked right after its write,
+    before cleaning removed what it reads), and the cleaner did delete files the first writes left."""
     cached, oracle = sparkkit.written_or_skip([scenario])[scenario["name"]]
     states = cached.parent / "states"
     table = tmp_path / "table"
@@ -175,6 +176,8 @@ def test_spark_written_hudi_with_cleaning_replays_write_by_write(env, registry, 
         testkit.run_once(props)
         replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
         testkit.compare(oracle, st["rows"], replay, f"{scenario['name']} after write {st['dir']} ({st['last']})")
+    failed = assert_same_events(oracle, our_events(replay.events), scenario["name"])
+    assert not failed, f"Spark's CDC query failed on {failed}"
     first = {p.name for p in (states / oracle["states"][0]["dir"]).rglob("*.parquet") if ".hoodie" not in p.parts}
     last = {p.name for p in table.rglob("*.parquet") if ".hoodie" not in p.parts}
     assert first - last, "the cleaner deleted none of the first write's files"
