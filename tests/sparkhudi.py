@@ -141,7 +141,7 @@ def write(spark, s, path: Path, rng):
         for k, (req, _, action) in enumerate(new):
             made[req] = op if k == 0 else {"commit": "COMPACT", "replacecommit": "CLUSTER"}.get(action, action)
 
-    every, states, queried, cdc_from = s.get("async_compaction_every"), [], [], ["0"]
+    every, states, queried, cdc_from = s.get("async_compaction_every"), [], [], "0"
 
     def keep_state(n):
         # the directory as the write left it (hard links: data files are never changed in
@@ -149,14 +149,16 @@ def write(spark, s, path: Path, rng):
         shutil.copytree(path, path.parent / "states" / str(n), copy_function=os.link)
         # Spark's CDC of the instants this write completed, asked now: later cleaning deletes
         # the slices the query reads (a clean keeps the previous commit's)
+        nonlocal cdc_from
         if s.get("cdc_per_write"):
+            asked = {q["requested"] for q in queried}
             for req, done, action in completed(path, layout):
-                if req in {q["requested"] for q in queried}:
+                if req in asked:
                     continue
                 end = done or req
-                cdc, err = cdc_query(spark, path, cdc_from[0], end)
+                cdc, err = cdc_query(spark, path, cdc_from, end)
                 queried.append({"requested": req, "completed": done, "action": action, "cdc": cdc, "cdc_error": err})
-                cdc_from[0] = end
+                cdc_from = end
         rows = spark.read.format("hudi").load(str(path)).collect()
         states.append({"dir": str(n), "last": max(made), "rows": [
             {k: v for k, v in r.asDict().items() if k not in LAYOUT} for r in rows]})

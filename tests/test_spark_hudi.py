@@ -181,7 +181,9 @@ def test_spark_written_hudi_with_cleaning_replays_write_by_write(env, registry, 
         testkit.run_once(diffed)
         replay.apply(testkit.new_records(testkit.consume_all(env, topic), seen))
         replay_d.apply(testkit.new_records(testkit.consume_all(env, topic + "-d"), seen_d))
-        testkit.compare(oracle, st["rows"], replay, f"{scenario['name']} after write {st['dir']} ({st['last']})")
+        label = f"{scenario['name']} after write {st['dir']} ({st['last']})"
+        testkit.compare(oracle, st["rows"], replay, label)
+        testkit.compare(oracle, st["rows"], replay_d, label + " diffed")
     assert not assert_same_events(oracle, our_events(replay_d.events), scenario["name"] + " diffed")
     failed = assert_same_events(oracle, our_events(replay.events), scenario["name"])
     assert not failed, f"Spark's CDC query failed on {failed}"
