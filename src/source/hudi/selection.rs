@@ -6,10 +6,10 @@
 
 use arrow::array::BooleanBufferBuilder;
 use arrow::buffer::BooleanBuffer;
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, StringViewArray};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{
-    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
 };
 use parquet::file::metadata::PageIndexPolicy;
 use std::path::Path;
@@ -25,12 +25,14 @@ pub(super) const RECORD_KEY: &str = "_hoodie_record_key";
 /// their key column.
 #[derive(Default)]
 pub struct KeyFilter {
-    keys: hashbrown::HashTable<Box<str>>,
+    /// Each key with its hash: a probe compares hashes before it touches a key's text (a key
+    /// pass probes every row of a base file, and ~1 in 10 misses met another key's tag).
+    keys: hashbrown::HashTable<(u64, Box<str>)>,
     /// What the keys take in memory (text, box and slot).
     bytes: usize,
 }
 
-/// What a selected key costs besides its text: its box (16 bytes) and table slot (8).
+/// What a selected key costs besides its text: its box (16 bytes) and hash (8) in its table slot.
 const KEY_OVERHEAD: usize = 24;
 
 /// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
@@ -45,7 +47,7 @@ impl KeyFilter {
 
     /// Add every key of `other`.
     pub(super) fn extend(&mut self, other: &KeyFilter) {
-        other.keys.iter().for_each(|k| self.insert(k));
+        other.keys.iter().for_each(|(_, k)| self.insert(k));
     }
 
     /// What the keys take in memory.
@@ -54,19 +56,24 @@ impl KeyFilter {
     }
 
     pub fn contains(&self, key: &str) -> bool {
-        self.keys.find(hash(key), |k| k.as_ref() == key).is_some()
+        let h = hash(key);
+        self.keys.find(h, |(kh, k)| *kh == h && k.as_ref() == key).is_some()
     }
 
     pub(super) fn insert(&mut self, key: &str) {
-        if let hashbrown::hash_table::Entry::Vacant(v) = self.keys.entry(hash(key), |k| k.as_ref() == key, |k| hash(k))
+        let h = hash(key);
+        if let hashbrown::hash_table::Entry::Vacant(v) =
+            self.keys
+                .entry(h, |(kh, k)| *kh == h && k.as_ref() == key, |(kh, _)| *kh)
         {
-            v.insert(key.into());
+            v.insert((h, key.into()));
             self.bytes += key.len() + KEY_OVERHEAD;
         }
     }
 
     pub(super) fn remove(&mut self, key: &str) {
-        if let Ok(e) = self.keys.find_entry(hash(key), |k| k.as_ref() == key) {
+        let h = hash(key);
+        if let Ok(e) = self.keys.find_entry(h, |(kh, k)| *kh == h && k.as_ref() == key) {
             self.bytes -= key.len() + KEY_OVERHEAD;
             e.remove();
         }
@@ -74,10 +81,19 @@ impl KeyFilter {
 
     /// Which rows of a record-key column are selected (a null key never is).
     pub fn mask(&self, keys: &StringArray) -> BooleanArray {
+        self.mask_by(keys, |i| keys.value(i))
+    }
+
+    /// [`Self::mask`] of a column read as string views (the key pass: no copy of the key text).
+    fn mask_view(&self, keys: &StringViewArray) -> BooleanArray {
+        self.mask_by(keys, |i| keys.value(i))
+    }
+
+    fn mask_by<'a>(&self, keys: &dyn Array, value: impl Fn(usize) -> &'a str) -> BooleanArray {
         let selected = match (self.keys.is_empty(), keys.null_count()) {
             (true, _) => BooleanBuffer::new_unset(keys.len()),
-            (false, 0) => BooleanBuffer::collect_bool(keys.len(), |i| self.contains(keys.value(i))),
-            (false, _) => BooleanBuffer::collect_bool(keys.len(), |i| keys.is_valid(i) && self.contains(keys.value(i))),
+            (false, 0) => BooleanBuffer::collect_bool(keys.len(), |i| self.contains(value(i))),
+            (false, _) => BooleanBuffer::collect_bool(keys.len(), |i| keys.is_valid(i) && self.contains(value(i))),
         };
         BooleanArray::new(selected, None)
     }
@@ -180,16 +196,22 @@ pub(super) fn open_base_selected(
         .map(|g| g.num_rows() as usize)
         .collect();
     let mask = columns_mask(&builder, |name| key_columns.iter().any(|k| k == name));
+    // the key field as the rows read in the second pass have it (text, not views)
+    let key_field = builder
+        .schema()
+        .field_with_name(RECORD_KEY)
+        .ok()
+        .map(|f| f.as_ref().clone())
+        .filter(|_| virtual_keys.is_none());
+    let builder = match virtual_keys {
+        None => with_key_view(builder, input.clone()).map_err(perr)?,
+        Some(_) => builder,
+    };
     let pass = builder
         .with_projection(mask)
         .with_batch_size(BASE_BATCH_ROWS)
         .build()
         .map_err(perr)?;
-    let key_field = arrow_array::RecordBatchReader::schema(&pass)
-        .field_with_name(RECORD_KEY)
-        .ok()
-        .cloned()
-        .filter(|_| virtual_keys.is_none());
     let mut selected = BooleanBufferBuilder::new(groups.iter().sum());
     // the selected rows' record keys, spliced into the second pass (see `SelectedRows`)
     let mut picked: Vec<ArrayRef> = Vec::new();
@@ -203,12 +225,17 @@ pub(super) fn open_base_selected(
             Some((fields, partition)) => with_virtual_keys(&b, fields, partition)?,
             None => b,
         };
-        let keys_col = record_keys(&b)?.ok_or_else(|| SourceError::Unreadable {
+        let no_keys = || SourceError::Unreadable {
             message: format!("{}: no {RECORD_KEY} column to select changed rows by", path.display()),
-        })?;
-        let mask = keys.mask(&keys_col);
-        if let (Some(_), Some(col), true) = (&key_field, b.column_by_name(RECORD_KEY), mask.true_count() > 0) {
-            picked.push(arrow::compute::filter(col, &mask).map_err(arrow_err)?);
+        };
+        let col = b.column_by_name(RECORD_KEY).ok_or_else(no_keys)?;
+        let mask = match col.as_any().downcast_ref::<StringViewArray>() {
+            Some(views) => keys.mask_view(views),
+            None => keys.mask(&record_keys(&b)?.ok_or_else(no_keys)?),
+        };
+        if let (Some(f), true) = (&key_field, mask.true_count() > 0) {
+            let picked_keys = arrow::compute::filter(col, &mask).map_err(arrow_err)?;
+            picked.push(arrow::compute::cast(&picked_keys, f.data_type()).map_err(arrow_err)?);
         }
         selected.append_buffer(mask.values());
     }
@@ -273,6 +300,35 @@ pub(super) fn open_base_selected(
         reader: SelectedRows { reader, keys, schema },
         size,
     })
+}
+
+/// The builder with the record-key column read as string views: the key pass then decodes no
+/// key text into a buffer of its own (the views point into the decompressed pages).
+fn with_key_view(
+    builder: ParquetRecordBatchReaderBuilder<crate::storage::Input>,
+    input: crate::storage::Input,
+) -> parquet::errors::Result<ParquetRecordBatchReaderBuilder<crate::storage::Input>> {
+    let schema = builder.schema().clone();
+    if schema.field_with_name(RECORD_KEY).ok().map(|f| f.data_type()) != Some(&DataType::Utf8) {
+        return Ok(builder);
+    }
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name() == RECORD_KEY {
+            true => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View)),
+            false => f.clone(),
+        })
+        .collect();
+    let views = Arc::new(arrow_schema::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ));
+    let options = ArrowReaderOptions::new()
+        .with_schema(views)
+        .with_page_index_policy(PageIndexPolicy::Skip);
+    let meta = ArrowReaderMetadata::try_new(builder.metadata().clone(), options)?;
+    Ok(ParquetRecordBatchReaderBuilder::new_with_metadata(input, meta))
 }
 
 /// A set of keys whose text stays in the decoded key arrays: 8 bytes a key in the table, no
