@@ -374,6 +374,7 @@ impl Storage {
     }
 }
 
+pub use aws::{AwsSigner, SignError};
 pub use input::Input;
 
 /// In the text of an error that passed through a format library (Parquet, Arrow), a storage
@@ -385,6 +386,7 @@ pub fn is_transient_text(text: &str) -> bool {
     text.contains(TRANSIENT)
 }
 
+mod aws;
 mod input;
 #[cfg(test)]
 mod tests;

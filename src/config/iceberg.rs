@@ -13,6 +13,8 @@ pub const ICEBERG_KEYS: &[&str] = &[
     "catalog.warehouse",
     "catalog.name",
     "catalog.token",
+    "catalog.region",
+    "catalog.glue.catalog-id",
     "table.identifier",
     "starting-strategy",
     "start-snapshot-id",
@@ -57,6 +59,16 @@ pub enum TableLocation {
         warehouse: Option<String>,
         token: Option<String>,
         namespace: Vec<String>,
+        table: String,
+    },
+    /// AWS Glue Data Catalog: `GetTable` → `Parameters.metadata_location`, SigV4-signed.
+    Glue {
+        region: String,
+        /// The endpoint (`catalog.uri`), else `https://glue.{region}.amazonaws.com`.
+        endpoint: String,
+        /// `catalog.glue.catalog-id`: another account's catalog.
+        catalog_id: Option<String>,
+        database: String,
         table: String,
     },
 }
@@ -109,6 +121,16 @@ impl IcebergOptions {
             TableLocation::Rest {
                 uri, namespace, table, ..
             } => format!("rest:{uri}#{}.{table}", namespace.join(".")),
+            TableLocation::Glue {
+                region,
+                catalog_id,
+                database,
+                table,
+                ..
+            } => format!(
+                "glue:{region}:{}#{database}.{table}",
+                catalog_id.as_deref().unwrap_or("")
+            ),
         }
     }
 }
@@ -175,7 +197,45 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
                 table,
             })
         }
-        other => Err(v.invalid("catalog.type", format!("`{other}` is not one of: hadoop, sql, rest"))),
+        "glue" => {
+            let region = v
+                .get("catalog.region")
+                .or_else(|| v.get("s3.region"))
+                .or_else(|| std::env::var("AWS_REGION").ok())
+                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+                .ok_or_else(|| {
+                    v.invalid(
+                        "catalog.region",
+                        "required for catalog.type=glue (or s3.region, or AWS_REGION)".to_string(),
+                    )
+                })?;
+            let endpoint = match v.get("catalog.uri") {
+                Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.trim_end_matches('/').to_string(),
+                Some(u) => return Err(v.invalid("catalog.uri", format!("`{u}` is not an http(s) URL"))),
+                None => format!("https://glue.{region}.amazonaws.com"),
+            };
+            let (namespace, table) = identifier(v)?;
+            let [database] = <[String; 1]>::try_from(namespace).map_err(|ns| {
+                v.invalid(
+                    "table.identifier",
+                    format!(
+                        "`{}.{table}`: a Glue table is `database.table` (one namespace level)",
+                        ns.join(".")
+                    ),
+                )
+            })?;
+            Ok(TableLocation::Glue {
+                region,
+                endpoint,
+                catalog_id: v.get("catalog.glue.catalog-id"),
+                database,
+                table,
+            })
+        }
+        other => Err(v.invalid(
+            "catalog.type",
+            format!("`{other}` is not one of: hadoop, sql, rest, glue"),
+        )),
     }
 }
 

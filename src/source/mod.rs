@@ -50,6 +50,38 @@ pub enum SourceError {
     /// the operator fixes the properties (exit 2, also from `validate`).
     #[error("{message}")]
     Config { message: String },
+    /// A catalog (Iceberg REST, AWS Glue, sqlite) answered with a failure, or not at all.
+    #[error("{catalog}: {failure}: {message}")]
+    Catalog {
+        /// Which catalog and where (`glue us-east-1 (https://...)`).
+        catalog: String,
+        failure: CatalogFailure,
+        message: String,
+    },
+}
+
+/// What a catalog's failure means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogFailure {
+    /// Credentials missing, wrong or not allowed (exit 1, naming the catalog: nothing to ride out).
+    Unauthorized,
+    /// No such table or namespace: `table.identifier` or the catalog settings are wrong (exit 2).
+    NotFound,
+    /// Busy, throttled or out of reach: ridden out from the committed position.
+    Unavailable,
+    /// Any other refusal, or an answer that is not what the catalog's API says (exit 1).
+    Failed,
+}
+
+impl std::fmt::Display for CatalogFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CatalogFailure::Unauthorized => "not authorized",
+            CatalogFailure::NotFound => "not found",
+            CatalogFailure::Unavailable => "unavailable",
+            CatalogFailure::Failed => "failed",
+        })
+    }
 }
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
@@ -109,6 +141,12 @@ impl SourceError {
             SourceError::Unsupported { .. } => K::Unsupported,
             SourceError::Stopped => K::Stopped,
             SourceError::Config { .. } => K::Config,
+            SourceError::Catalog { failure, .. } => match failure {
+                CatalogFailure::Unauthorized => K::Rejected,
+                CatalogFailure::NotFound => K::Config,
+                CatalogFailure::Unavailable => K::Unavailable,
+                CatalogFailure::Failed => K::Rejected,
+            },
         }
     }
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SourceError {

@@ -1,12 +1,15 @@
 //! Catalog lookups of a table's current metadata file: the SQL catalog (sqlite, the schema
-//! pyiceberg and Iceberg's JDBC catalog write) and the REST catalog.
+//! pyiceberg and Iceberg's JDBC catalog write), the REST catalog and AWS Glue. Their failures are
+//! [`SourceError::Catalog`], classified (unauthorized, not found, unavailable) by status and error
+//! type, never by message text.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use crate::config::TableLocation;
-use crate::source::SourceError;
+use crate::source::{CatalogFailure, SourceError};
+use crate::storage::Storage;
 
 fn unreadable(message: String) -> SourceError {
     SourceError::Unreadable { message }
@@ -54,26 +57,31 @@ pub fn rest_metadata_location(loc: &TableLocation) -> Result<PathBuf, SourceErro
     else {
         return Err(unreadable("not a REST catalog".into()));
     };
-    let client = reqwest::blocking::Client::builder()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .map_err(|e| unreadable(format!("REST catalog client: {e}")))?;
+    let name = format!("REST catalog {uri}");
+    let client = http_client(&name)?;
     let get = |url: String| -> Result<Value, SourceError> {
         let mut req = client.get(&url);
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().map_err(|e| unreadable(format!("REST catalog {url}: {e}")))?;
-        let status = resp.status();
-        if !status.is_success() {
+        let resp = req.send().map_err(|e| unavailable(&name, format!("{url}: {e}")))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
             let body = resp.text().unwrap_or_default();
-            return Err(unreadable(format!(
-                "REST catalog {url}: HTTP {status}: {}",
-                body.chars().take(300).collect::<String>()
-            )));
+            let failure = match status {
+                401 | 403 => CatalogFailure::Unauthorized,
+                404 => CatalogFailure::NotFound,
+                408 | 429 | 500..=599 => CatalogFailure::Unavailable,
+                _ => CatalogFailure::Failed,
+            };
+            return Err(catalog_error(
+                &name,
+                failure,
+                format!("GET {url}: HTTP {status}: {}", excerpt(&body)),
+            ));
         }
         resp.json()
-            .map_err(|e| unreadable(format!("REST catalog {url}: bad JSON: {e}")))
+            .map_err(|e| catalog_error(&name, CatalogFailure::Failed, format!("{url}: bad JSON: {e}")))
     };
     let mut config_url = format!("{uri}/v1/config");
     if let Some(w) = warehouse {
@@ -87,24 +95,144 @@ pub fn rest_metadata_location(loc: &TableLocation) -> Result<PathBuf, SourceErro
         .map(|p| format!("{}/", p.trim_matches('/')))
         .unwrap_or_default();
     // namespace levels are joined with the unit separator, URL-encoded
-    let ns = namespace.iter().map(|n| encode(n)).collect::<Vec<_>>().join("%1F");
+    let ns = encode(&namespace.join("\u{1f}"));
     let body = get(format!("{uri}/v1/{prefix}namespaces/{ns}/tables/{}", encode(table)))?;
     let loc = body.get("metadata-location").and_then(Value::as_str).ok_or_else(|| {
-        unreadable(format!(
-            "REST catalog: table {}.{table} has no metadata-location",
-            namespace.join(".")
-        ))
+        catalog_error(
+            &name,
+            CatalogFailure::Failed,
+            format!("table {}.{table} has no metadata-location", namespace.join(".")),
+        )
     })?;
     local(loc)
 }
 
+/// AWS Glue Data Catalog: `GetTable`, SigV4-signed with the connector's AWS credentials (see
+/// `storage::AwsSigner`), its `Parameters.metadata_location` (set by Iceberg's and pyiceberg's
+/// `GlueCatalog` on every commit).
+pub fn glue_metadata_location(storage: &Storage, loc: &TableLocation) -> Result<PathBuf, SourceError> {
+    let TableLocation::Glue {
+        region,
+        endpoint,
+        catalog_id,
+        database,
+        table,
+    } = loc
+    else {
+        return Err(unreadable("not a Glue catalog".into()));
+    };
+    let name = format!("Glue catalog {region} ({endpoint})");
+    let mut body = serde_json::json!({ "DatabaseName": database, "Name": table });
+    if let Some(id) = catalog_id {
+        body["CatalogId"] = Value::from(id.as_str());
+    }
+    let body = body.to_string();
+    let url = format!("{endpoint}/");
+    let signer = storage
+        .aws_signer(region)
+        .map_err(|e| catalog_error(&name, CatalogFailure::Unauthorized, e.to_string()))?;
+    let headers = signer
+        .sign(
+            "glue",
+            "POST",
+            &url,
+            &[
+                ("content-type", "application/x-amz-json-1.1"),
+                ("x-amz-target", "AWSGlue.GetTable"),
+            ],
+            body.as_bytes(),
+        )
+        .map_err(|e| catalog_error(&name, CatalogFailure::Unauthorized, e.to_string()))?;
+    let mut req = http_client(&name)?.post(&url).body(body);
+    for (k, v) in &headers {
+        req = req.header(k, v);
+    }
+    let resp = req.send().map_err(|e| unavailable(&name, e.to_string()))?;
+    let status = resp.status().as_u16();
+    let text = resp.text().map_err(|e| unavailable(&name, e.to_string()))?;
+    let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if !(200..300).contains(&status) {
+        // `__type` is `[namespace#]Name`; `message` or `Message` says why
+        let kind = answer.get("__type").and_then(Value::as_str).unwrap_or("");
+        let kind = kind.rsplit('#').next().unwrap_or(kind);
+        let why = answer
+            .get("message")
+            .or_else(|| answer.get("Message"))
+            .and_then(Value::as_str)
+            .map_or_else(|| excerpt(&text), str::to_string);
+        let failure = match (kind, status) {
+            ("EntityNotFoundException", _) => CatalogFailure::NotFound,
+            (
+                "AccessDeniedException"
+                | "UnrecognizedClientException"
+                | "InvalidSignatureException"
+                | "IncompleteSignature"
+                | "MissingAuthenticationToken"
+                | "InvalidClientTokenId"
+                | "ExpiredTokenException"
+                | "SignatureDoesNotMatch",
+                _,
+            )
+            | (_, 401 | 403) => CatalogFailure::Unauthorized,
+            ("ThrottlingException" | "InternalServiceException" | "OperationTimeoutException", _)
+            | (_, 429 | 500..=599) => CatalogFailure::Unavailable,
+            _ => CatalogFailure::Failed,
+        };
+        return Err(catalog_error(
+            &name,
+            failure,
+            format!("GetTable {database}.{table}: HTTP {status} {kind}: {why}"),
+        ));
+    }
+    let params = answer.pointer("/Table/Parameters");
+    let loc = params
+        .and_then(|p| p.get("metadata_location"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            let kind = params
+                .and_then(|p| p.get("table_type"))
+                .and_then(Value::as_str)
+                .unwrap_or("no table_type");
+            SourceError::Config {
+                message: format!(
+                    "{name}: table {database}.{table} has no metadata_location parameter ({kind}): not an Iceberg table"
+                ),
+            }
+        })?;
+    local(loc)
+}
+
+fn http_client(name: &str) -> Result<reqwest::blocking::Client, SourceError> {
+    reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| catalog_error(name, CatalogFailure::Failed, format!("HTTP client: {e}")))
+}
+
+fn catalog_error(catalog: &str, failure: CatalogFailure, message: String) -> SourceError {
+    SourceError::Catalog {
+        catalog: catalog.to_string(),
+        failure,
+        message,
+    }
+}
+
+fn unavailable(catalog: &str, message: String) -> SourceError {
+    catalog_error(catalog, CatalogFailure::Unavailable, message)
+}
+
+fn excerpt(body: &str) -> String {
+    body.chars().take(300).collect()
+}
+
+/// A path segment or query value: everything but RFC 3986's unreserved characters encoded.
 fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, SET).to_string()
 }
 
 /// The storage path of a metadata location (`file:/x`, `file:///x`, `/x`, `s3://b/x`, ...).

@@ -238,6 +238,7 @@ pub fn current_metadata_file(storage: &Storage, loc: &TableLocation) -> Result<P
             table,
         } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
         TableLocation::Rest { .. } => super::catalog::rest_metadata_location(loc),
+        TableLocation::Glue { .. } => super::catalog::glue_metadata_location(storage, loc),
     }
 }
 

@@ -70,9 +70,9 @@ impl IcebergSource {
                 let loc = md.location.trim_end_matches('/');
                 loc.rsplit('/').next().unwrap_or("table").to_string()
             }
-            crate::config::TableLocation::Sql { table, .. } | crate::config::TableLocation::Rest { table, .. } => {
-                table.clone()
-            }
+            crate::config::TableLocation::Sql { table, .. }
+            | crate::config::TableLocation::Rest { table, .. }
+            | crate::config::TableLocation::Glue { table, .. } => table.clone(),
         };
         let key_ids: Vec<i32> = key_fields
             .iter()
@@ -89,6 +89,7 @@ impl IcebergSource {
                     crate::config::TableLocation::Path(_) => String::new(),
                     crate::config::TableLocation::Sql { namespace, .. }
                     | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
+                    crate::config::TableLocation::Glue { database, .. } => database.clone(),
                 },
                 required: if cfg.events.required_columns {
                     schema
