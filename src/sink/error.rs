@@ -35,6 +35,9 @@ pub enum SinkError {
     /// `bootstrap.servers` did not answer at start within `bootstrap.timeout.ms`.
     #[error("{0}")]
     Unreachable(String),
+    /// The cluster refused the connector's credentials (SASL) or its TLS handshake at start.
+    #[error("{0}")]
+    Authentication(String),
 }
 
 impl SinkError {
@@ -100,6 +103,7 @@ impl SinkError {
             SinkError::Offsets(_) => K::Position,
             SinkError::Topic(_) => K::Rejected,
             SinkError::Unreachable(_) => K::Unreachable,
+            SinkError::Authentication(_) => K::Rejected,
         }
     }
 }

@@ -82,6 +82,8 @@ pub struct QuietContext {
     connector: String,
     client: &'static str,
     throttle: Throttle,
+    /// The last authentication or TLS handshake failure librdkafka reported, if any.
+    refused: Mutex<Option<String>>,
 }
 
 impl QuietContext {
@@ -90,8 +92,25 @@ impl QuietContext {
             connector: connector.to_string(),
             client,
             throttle: Throttle::default(),
+            refused: Mutex::default(),
         }
     }
+
+    /// The last authentication (SASL) or TLS handshake failure of this client: librdkafka keeps
+    /// retrying after one, so only its error callback tells a refused login from a slow broker.
+    pub fn refused(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Whether librdkafka's error is the cluster refusing the client's credentials or handshake.
+fn is_refusal(error: &KafkaError, reason: &str) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(C::Authentication | C::SaslAuthenticationFailed | C::SSL)
+    ) || reason.contains("SASL authentication error")
+        || reason.contains("SSL handshake failed")
 }
 
 impl ClientContext for QuietContext {
@@ -99,6 +118,9 @@ impl ClientContext for QuietContext {
         let eof = matches!(error, KafkaError::PartitionEOF(_))
             || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
         if !eof {
+            if is_refusal(&error, reason) {
+                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+            }
             self.throttle.error(&self.connector, self.client, &error, reason);
         }
     }

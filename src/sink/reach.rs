@@ -84,20 +84,61 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     let client: BaseProducer<super::QuietContext> = super::client_config(cfg)
         .create_with_context(super::QuietContext::new(&cfg.name, "bootstrap probe"))
         .map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_secs(1));
-    let res = tokio::task::spawn_blocking(move || client.client().fetch_metadata(None, left).map(drop))
-        .await
-        .expect("metadata probe panicked");
-    res.map_err(|e| {
-        SinkError::Unreachable(format!(
+    // asked in short steps: a refused login or handshake fails at once, naming it, where
+    // librdkafka would retry it until the deadline and then say only "transport failure"
+    let res = tokio::task::spawn_blocking(move || loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let step = left.clamp(Duration::from_millis(200), Duration::from_secs(1));
+        let answer = client.client().fetch_metadata(None, step);
+        // serves the error callbacks (a base producer only calls them from `poll`)
+        client.poll(Duration::ZERO);
+        match answer {
+            Ok(_) => return Ok(()),
+            Err(_) if client.context().refused().is_some() => {
+                return Err(Probe::Refused(client.context().refused().unwrap_or_default()))
+            }
+            Err(e) if Instant::now() >= deadline => return Err(Probe::NoAnswer(e.to_string())),
+            Err(_) => {}
+        }
+    })
+    .await
+    .expect("metadata probe panicked");
+    res.map_err(|p| match p {
+        Probe::Refused(why) => SinkError::Authentication(format!(
+            "bootstrap.servers {} refused the connector's {}: {why}. Check sasl.username / sasl.password, \
+             ssl.certificate.location / ssl.key.location (producer.override.*) and the listener's security.protocol",
+            cfg.kafka.bootstrap_servers,
+            login(cfg)
+        )),
+        Probe::NoAnswer(e) => SinkError::Unreachable(format!(
             "no Kafka metadata answer from bootstrap.servers within bootstrap.timeout.ms={} ({e}; {}). Is it a Kafka \
              listener, and do security.protocol / sasl.* / ssl.* (producer.override.*) match it?",
             cfg.kafka.bootstrap_timeout.as_millis(),
             each(causes)
-        ))
+        )),
     })
+}
+
+/// How the metadata probe failed.
+enum Probe {
+    /// The cluster refused the login or the handshake (librdkafka's reason).
+    Refused(String),
+    /// No answer by the deadline.
+    NoAnswer(String),
+}
+
+/// The login the connector's settings ask for, as an operator names it: `SASL_SSL / SCRAM-SHA-512`.
+fn login(cfg: &ConnectorConfig) -> String {
+    let get = |k: &str| cfg.kafka.producer_overrides.get(k).cloned();
+    let protocol = get("security.protocol").unwrap_or_else(|| "PLAINTEXT".into());
+    match (
+        protocol.to_ascii_uppercase().starts_with("SASL"),
+        get("sasl.mechanism").or_else(|| get("sasl.mechanisms")),
+    ) {
+        (true, Some(m)) => format!("{protocol} login (sasl.mechanism {m})"),
+        (true, None) => format!("{protocol} login (sasl.mechanism GSSAPI, librdkafka's default)"),
+        (false, _) => format!("{protocol} handshake"),
+    }
 }
 
 /// The connector's topics as the cluster has them (partitions, cleanup policy, retention), or
