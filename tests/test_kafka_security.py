@@ -1,11 +1,12 @@
 """Kafka security against a real broker: an Apache Kafka node of its own (whatever broker the other
-tests use) with a SASL_PLAINTEXT listener taking PLAIN and SCRAM-SHA-512, beside a PLAINTEXT one
-the test reads from. For each mechanism a Hudi fixture is revealed one completed instant at a
-time, streamed through the SASL listener (`producer.override.security.protocol`,
-`sasl.mechanism`, `sasl.username`, `sasl.password`: every client of the connector — producer,
-admin, offsets reader, fencing — uses them) and replayed to the oracle at each step. A wrong
-password exits 1 within the bootstrap timeout naming the mechanism and the server, and no secret
-appears in any log line."""
+tests use) with a SASL_PLAINTEXT listener taking PLAIN and SCRAM-SHA-512 and an SSL listener
+requiring client certificates (mutual TLS, a CA made by the test), beside a PLAINTEXT one the
+test reads from. For each mechanism a Hudi fixture is revealed one completed instant at a time,
+streamed through the secured listener (`producer.override.security.protocol`, `sasl.*`, `ssl.*`:
+every client of the connector — producer, admin, offsets reader, fencing — uses them) and
+replayed to the oracle at each step. Wrong credentials (a wrong password, a certificate of
+another CA) exit 1 in seconds naming the login and the server, and no secret appears in any log
+line."""
 
 import subprocess
 import time
@@ -23,22 +24,77 @@ PLAIN_USER, PLAIN_PASSWORD = "alice", "alice-" + uuid.uuid4().hex
 SCRAM_USER, SCRAM_PASSWORD = "bob", "bob-" + uuid.uuid4().hex
 
 
+def certificate(name, issuer=None, server=False):
+    """(key PEM, certificate PEM) of `name`, signed by `issuer` = (key, cert) objects or self-signed
+    as a CA; returns also the objects to sign with."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateBuilder().subject_name(subject).public_key(key.public_key())
+         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+         .not_valid_after(now + datetime.timedelta(days=2)))
+    if issuer is None:
+        b = b.issuer_name(subject).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        cert = b.sign(key, hashes.SHA256())
+    else:
+        b = b.issuer_name(issuer[1].subject)
+        if server:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                critical=False)
+        cert = b.sign(issuer[0], hashes.SHA256())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM).decode(), (key, cert)
+
+
+def tls_files(d):
+    """A CA, the broker's certificate, a client certificate of that CA and one of another CA."""
+    d.mkdir(parents=True, exist_ok=True)
+    _, ca_pem, ca = certificate("lakestream test CA")
+    key, cert, _ = certificate("broker", ca, server=True)
+    (d / "ca.pem").write_text(ca_pem)
+    (d / "broker.pem").write_text(key + cert)
+    key, cert, _ = certificate("lakestream", ca)
+    (d / "client.key").write_text(key)
+    (d / "client.crt").write_text(cert)
+    _, _, other = certificate("another CA")
+    key, cert, _ = certificate("lakestream", other)
+    (d / "stranger.key").write_text(key)
+    (d / "stranger.crt").write_text(cert)
+    return d
+
+
 @pytest.fixture(scope="module")
-def secure_kafka():
-    """(broker, PLAINTEXT bootstrap, SASL_PLAINTEXT bootstrap); the SCRAM user made through the
-    admin API."""
+def secure_kafka(tmp_path_factory):
+    """(broker, PLAINTEXT bootstrap, SASL_PLAINTEXT bootstrap, SSL bootstrap, TLS files); the SCRAM
+    user made through the admin API."""
     try:
         brokers.install_kafka()
     except RuntimeError as e:
         pytest.skip(f"the security tests start an Apache Kafka of their own: {e}")
-    plain, sasl, controller = free_port(), free_port(), free_port()
+    pytest.importorskip("cryptography")
+    tls = tls_files(tmp_path_factory.mktemp("tls"))
+    plain, sasl, ssl, controller = free_port(), free_port(), free_port(), free_port()
     jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'user_{PLAIN_USER}="{PLAIN_PASSWORD}";')
     extra = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{controller}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},SSL://127.0.0.1:{ssl},"
+                     f"CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},SSL://127.0.0.1:{ssl}",
         "controller.quorum.voters": f"1@127.0.0.1:{controller}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.location": str(tls / "broker.pem"),
+        "listener.name.ssl.ssl.truststore.type": "PEM",
+        "listener.name.ssl.ssl.truststore.location": str(tls / "ca.pem"),
+        "listener.name.ssl.ssl.client.auth": "required",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
@@ -54,7 +110,7 @@ def secure_kafka():
                                               SCRAM_PASSWORD.encode())
         for f in admin.alter_user_scram_credentials([upsert]).values():
             f.result(30)
-        yield broker, broker.bootstrap, f"127.0.0.1:{sasl}"
+        yield broker, broker.bootstrap, f"127.0.0.1:{sasl}", f"127.0.0.1:{ssl}", tls
     finally:
         broker.remove()
 
@@ -64,48 +120,68 @@ def sasl_settings(mechanism, user, password):
             "producer.override.sasl.username": user, "producer.override.sasl.password": password}
 
 
-@pytest.mark.parametrize("mechanism,user,password", [("PLAIN", PLAIN_USER, PLAIN_PASSWORD),
-                                                     ("SCRAM-SHA-512", SCRAM_USER, SCRAM_PASSWORD)])
-def test_a_table_streams_through_sasl_and_replays_at_every_instant(env, registry, tmp_path, secure_kafka,
-                                                                    mechanism, user, password):
+def tls_settings(tls, name):
+    return {"producer.override.security.protocol": "SSL", "producer.override.ssl.ca.location": str(tls / "ca.pem"),
+            "producer.override.ssl.certificate.location": str(tls / f"{name}.crt"),
+            "producer.override.ssl.key.location": str(tls / f"{name}.key")}
+
+
+def login(secure_kafka, mechanism, secret):
+    """(bootstrap, settings) of a login: a SASL mechanism with `secret` as the password, or `TLS`
+    with the client certificate named `secret`."""
+    _, _, sasl, ssl, tls = secure_kafka
+    if mechanism == "TLS":
+        return ssl, tls_settings(tls, secret)
+    user = PLAIN_USER if mechanism == "PLAIN" else SCRAM_USER
+    return sasl, sasl_settings(mechanism, user, secret)
+
+
+@pytest.mark.parametrize("mechanism,password", [("PLAIN", PLAIN_PASSWORD), ("SCRAM-SHA-512", SCRAM_PASSWORD),
+                                                ("TLS", "client")])
+def test_a_table_streams_through_a_secured_listener_and_replays_at_every_instant(env, registry, tmp_path, secure_kafka,
+                                                                                 mechanism, password):
     require_fixtures()
-    _, plaintext, sasl = secure_kafka
+    plaintext = secure_kafka[1]
+    sasl, settings = login(secure_kafka, mechanism, password)
     oracle = testkit.load_oracle(FIXTURE)
     table = testkit.extract(FIXTURE, tmp_path / "t")
     revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
     topic = "sasl-" + uuid.uuid4().hex[:8]
     secure_env = types.SimpleNamespace(bootstrap=sasl, registry=env.registry, offsets_topic="offsets-" + topic)
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env,
-                                    **sasl_settings(mechanism, user, password))
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env, **settings)
     reader = types.SimpleNamespace(bootstrap=plaintext)
     replay, seen = testkit.Replay(registry), set()
     for step, inst in enumerate(oracle["instants"]):
         revealed.reveal_through(testkit.instant_order(inst))
         r = testkit.run_once(props)
-        assert password not in r.stderr, "the SASL password appears in the log"
+        assert mechanism == "TLS" or password not in r.stderr, "the SASL password appears in the log"
         replay.apply(testkit.new_records(testkit.consume_all(reader, topic), seen))
         testkit.compare(oracle, inst["rows"], replay, f"{mechanism} step {step}")
     assert {e["op"] for e in replay.events} >= {"r", "u"}
     # `validate` shows the settings with the secret masked
     shown = subprocess.run([str(testkit.BIN), "validate", str(props)], capture_output=True, text=True, timeout=60)
-    assert password not in shown.stdout + shown.stderr
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert mechanism == "TLS" or password not in shown.stdout + shown.stderr
 
 
-@pytest.mark.parametrize("mechanism,user", [("PLAIN", PLAIN_USER), ("SCRAM-SHA-512", SCRAM_USER)])
-def test_wrong_sasl_credentials_exit_1_naming_the_mechanism_and_server(env, tmp_path, secure_kafka, mechanism, user):
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512", "TLS"])
+def test_wrong_credentials_exit_1_naming_the_login_and_server(env, tmp_path, secure_kafka, mechanism):
     require_fixtures()
-    _, _, sasl = secure_kafka
     table = testkit.extract(FIXTURE, tmp_path / "t")
     topic = "sasl-bad-" + uuid.uuid4().hex[:8]
     wrong = "wrong-" + uuid.uuid4().hex
+    sasl, settings = login(secure_kafka, mechanism, "stranger" if mechanism == "TLS" else wrong)
     secure_env = types.SimpleNamespace(bootstrap=sasl, registry=env.registry, offsets_topic="offsets-" + topic)
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env,
-                                    **sasl_settings(mechanism, user, wrong), **{"bootstrap.timeout.ms": "15000"})
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env, **settings,
+                                    **{"bootstrap.timeout.ms": "15000"})
     t0 = time.time()
     r = testkit.run_once(props, timeout=120, check=False)
     took = time.time() - t0
     assert r.returncode == 1, r.stderr[-3000:]
     assert took < 45, f"took {took:.0f} s"
-    assert mechanism in r.stderr and sasl in r.stderr, r.stderr[-3000:]
-    assert "authentication" in r.stderr.lower(), r.stderr[-3000:]
+    assert "refused the connector's" in r.stderr and sasl in r.stderr, r.stderr[-3000:]
+    if mechanism == "TLS":
+        assert "SSL handshake" in r.stderr and "certificate" in r.stderr, r.stderr[-3000:]
+    else:
+        assert mechanism in r.stderr and "authentication" in r.stderr.lower(), r.stderr[-3000:]
     assert wrong not in r.stderr

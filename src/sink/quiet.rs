@@ -109,8 +109,17 @@ fn is_refusal(error: &KafkaError, reason: &str) -> bool {
     matches!(
         error.rdkafka_error_code(),
         Some(C::Authentication | C::SaslAuthenticationFailed | C::SSL)
-    ) || reason.contains("SASL authentication error")
-        || reason.contains("SSL handshake failed")
+    ) || [
+        "SASL authentication error",
+        "SSL handshake failed",
+        // the broker's verdict on the client's certificate (mutual TLS) arrives as an alert
+        "alert bad certificate",
+        "alert certificate",
+        "alert unknown ca",
+        "certificate verify failed",
+    ]
+    .iter()
+    .any(|s| reason.contains(s))
 }
 
 impl ClientContext for QuietContext {
@@ -140,6 +149,28 @@ impl ProducerContext for QuietContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_logins_and_handshakes_are_told_from_outages() {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let transport = KafkaError::Global(C::BrokerTransportFailure);
+        assert!(is_refusal(
+            &KafkaError::Global(C::Authentication),
+            "SASL authentication error: Authentication failed"
+        ));
+        assert!(is_refusal(
+            &transport,
+            "Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate"
+        ));
+        assert!(!is_refusal(
+            &transport,
+            "Connect to ipv4#127.0.0.1:9092 failed: Connection refused"
+        ));
+        assert!(!is_refusal(
+            &KafkaError::Global(C::AllBrokersDown),
+            "1/1 brokers are down"
+        ));
+    }
 
     #[test]
     fn a_repeated_message_is_due_once_per_interval_and_counts_the_rest() {
