@@ -39,6 +39,8 @@ struct StorageInner {
     options: StorageOptions,
     /// Clients by `scheme://bucket`.
     stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+    /// AWS request signers by region (see `aws`): kept, so their credentials are too.
+    signers: Mutex<HashMap<String, AwsSigner>>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -207,6 +209,7 @@ impl Storage {
             inner: Arc::new(StorageInner {
                 options,
                 stores: Mutex::default(),
+                signers: Mutex::default(),
             }),
         }
     }

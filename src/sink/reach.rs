@@ -92,13 +92,12 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
         let answer = client.client().fetch_metadata(None, step);
         // serves the error callbacks (a base producer only calls them from `poll`)
         client.poll(Duration::ZERO);
-        match answer {
-            Ok(_) => return Ok(()),
-            Err(_) if client.context().refused().is_some() => {
-                return Err(Probe::Refused(client.context().refused().unwrap_or_default()))
-            }
-            Err(e) if Instant::now() >= deadline => return Err(Probe::NoAnswer(e.to_string())),
-            Err(_) => {}
+        let Err(e) = answer else { return Ok(()) };
+        if let Some(why) = client.context().refused() {
+            return Err(Probe::Refused(why));
+        }
+        if Instant::now() >= deadline {
+            return Err(Probe::NoAnswer(e.to_string()));
         }
     })
     .await

@@ -38,8 +38,14 @@ pub enum SignError {
 }
 
 impl Storage {
-    /// A signer for AWS requests in `region`, with this connector's credential chain.
+    /// A signer for AWS requests in `region`, with this connector's credential chain: made once
+    /// per region and kept, so a catalog polled every few seconds does not fetch credentials
+    /// (web identity, instance profile) anew each poll — the chain refreshes them before expiry.
     pub fn aws_signer(&self, region: &str) -> io::Result<AwsSigner> {
+        let mut signers = self.inner.signers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = signers.get(region) {
+            return Ok(s.clone());
+        }
         let opts = &self.inner.options;
         // the builder needs a bucket; the chain does not depend on it and nothing is fetched
         let mut b = object_store::aws::AmazonS3Builder::from_env()
@@ -52,10 +58,12 @@ impl Storage {
             b = b.with_token(t);
         }
         let s3 = b.build().map_err(other)?;
-        Ok(AwsSigner {
+        let signer = AwsSigner {
             credentials: s3.credentials().clone(),
             region: region.to_string(),
-        })
+        };
+        signers.insert(region.to_string(), signer.clone());
+        Ok(signer)
     }
 }
 
