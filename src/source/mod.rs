@@ -12,6 +12,7 @@ pub mod hudi;
 pub mod iceberg;
 pub mod lineage;
 pub mod par;
+pub mod positions;
 pub mod rows;
 pub mod sides;
 

@@ -11,6 +11,7 @@
 //! deletion vectors, column mapping, the reader-feature check) are small and read with the crates
 //! already in the tree.
 
+mod carried;
 pub mod dv;
 pub mod log;
 mod plan;

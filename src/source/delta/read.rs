@@ -94,6 +94,19 @@ impl Reader<'_> {
         deleted: Option<&RoaringTreemap>,
         sink: &mut dyn FnMut(RecordBatch) -> Result<(), SourceError>,
     ) -> Result<u64, SourceError> {
+        self.read_at(file, target, deleted, None, sink)
+    }
+
+    /// [`Self::read`], only the rows at `positions` (ascending file positions) where given: the
+    /// caller's choice of rows, which `deleted` is not applied to again.
+    pub fn read_at(
+        &self,
+        file: &FileAction,
+        target: &SchemaRef,
+        deleted: Option<&RoaringTreemap>,
+        positions: Option<&[u64]>,
+        sink: &mut dyn FnMut(RecordBatch) -> Result<(), SourceError>,
+    ) -> Result<u64, SourceError> {
         let path = resolve(self.root, &file.path);
         let pq = |e| SourceError::Parquet {
             path: path.clone(),
@@ -134,11 +147,14 @@ impl Reader<'_> {
         wanted.sort_unstable();
         wanted.dedup();
         let mask = ProjectionMask::roots(builder.parquet_schema(), wanted.clone());
-        let reader = builder
-            .with_projection(mask)
-            .with_batch_size(8192)
-            .build()
-            .map_err(pq)?;
+        let mut builder = builder.with_projection(mask).with_batch_size(8192);
+        if let Some(p) = positions {
+            let groups = crate::source::positions::row_groups(builder.metadata());
+            builder = builder.with_row_selection(crate::source::positions::selection(&groups, p));
+        }
+        let reader = builder.build().map_err(pq)?;
+        let mut picked = positions.map(|p| p.iter().copied());
+        let deleted = deleted.filter(|_| positions.is_none());
         let values = file.partition_values.as_ref();
         let mut at = 0u64;
         for b in reader {
@@ -182,7 +198,11 @@ impl Reader<'_> {
             let batch = match lineage {
                 Some(_) => {
                     let defaults = (file.base_row_id, file.default_row_commit_version);
-                    crate::source::lineage::fill(batch, defaults, &mut (at..at + n as u64), &file.path)?
+                    let rows: &mut dyn Iterator<Item = u64> = match &mut picked {
+                        Some(p) => p,
+                        None => &mut (at..at + n as u64),
+                    };
+                    crate::source::lineage::fill(batch, defaults, rows, &file.path)?
                 }
                 None => batch,
             };

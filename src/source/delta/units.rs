@@ -18,7 +18,7 @@ use crate::source::sides::{diff_split, plan_diff, DiffJob, Sides};
 use crate::source::{par, Op, Resume, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl DeltaSource {
-    fn reader<'a>(&'a self, plan: &'a Plan) -> Reader<'a> {
+    pub(super) fn reader<'a>(&'a self, plan: &'a Plan) -> Reader<'a> {
         Reader {
             storage: &self.storage,
             root: &self.log.root,
@@ -27,7 +27,7 @@ impl DeltaSource {
         }
     }
 
-    fn deleted(&self, f: &FileAction) -> Result<Option<RoaringTreemap>, SourceError> {
+    pub(super) fn deleted(&self, f: &FileAction) -> Result<Option<RoaringTreemap>, SourceError> {
         f.deletion_vector
             .as_ref()
             .map(|d| dv::read(&self.storage, &self.log.root, &f.path, d))
@@ -35,9 +35,17 @@ impl DeltaSource {
     }
 
     /// One piece of a diff part, conformed to `target` (the table's columns, with row tracking's
-    /// where the diff is keyed by row id): an old or new file, a file whose deletion vector
+    /// where the diff is keyed by row id): an old or new file (only the live rows at `positions`
+    /// where row tracking chose them, see [`super::carried`]), a file whose deletion vector
     /// changed, or a change-data file.
-    fn read_piece(&self, plan: &Plan, target: &SchemaRef, part: &DiffPart, i: usize) -> Result<Sides, SourceError> {
+    fn read_piece(
+        &self,
+        plan: &Plan,
+        target: &SchemaRef,
+        part: &DiffPart,
+        i: usize,
+        positions: Option<&[u64]>,
+    ) -> Result<Sides, SourceError> {
         let reader = self.reader(plan);
         let mut sides = Sides::default();
         let (no, nn, nr) = (part.old.len(), part.new.len(), part.rewritten.len());
@@ -48,10 +56,16 @@ impl DeltaSource {
             } else {
                 (&part.new[i - no], true)
             };
-            let deleted = self.deleted(f)?;
+            if positions.is_some_and(|p| p.is_empty()) {
+                return Ok(sides);
+            }
+            let deleted = match positions {
+                Some(_) => None,
+                None => self.deleted(f)?,
+            };
             let l = label(f);
             let side = if is_new { &mut sides.new } else { &mut sides.old };
-            sides.bytes = reader.read(f, target, deleted.as_ref(), &mut |b| {
+            sides.bytes = reader.read_at(f, target, deleted.as_ref(), positions, &mut |b| {
                 side.push((b, l.clone()));
                 Ok(())
             })?;
@@ -61,18 +75,23 @@ impl DeltaSource {
                 self.deleted(was)?.unwrap_or_default(),
                 self.deleted(now)?.unwrap_or_default(),
             );
+            // only the rows whose deletion state changed are read: live before and hidden now
+            // (the old side), or shown again (the new side)
+            let changed: Vec<u64> = (&was_deleted ^ &now_deleted).iter().collect();
+            if changed.is_empty() {
+                return Ok(sides);
+            }
             let l = label(now);
-            let mut at = 0u64;
-            sides.bytes = reader.read(now, target, None, &mut |b| {
-                let n = b.num_rows() as u64;
-                // rows live before and hidden now are the old side; shown again, the new side
-                let gone: BooleanArray = (at..at + n)
-                    .map(|r| Some(!was_deleted.contains(r) && now_deleted.contains(r)))
-                    .collect();
-                let back: BooleanArray = (at..at + n)
-                    .map(|r| Some(was_deleted.contains(r) && !now_deleted.contains(r)))
-                    .collect();
-                at += n;
+            let mut at = 0usize;
+            sides.bytes = reader.read_at(now, target, None, Some(&changed), &mut |b| {
+                let rows = changed
+                    .get(at..at + b.num_rows())
+                    .ok_or_else(|| SourceError::Unreadable {
+                        message: format!("{}: more rows read than chosen", now.path),
+                    })?;
+                at += b.num_rows();
+                let gone: BooleanArray = rows.iter().map(|&r| Some(now_deleted.contains(r))).collect();
+                let back = arrow::compute::not(&gone).map_err(SourceError::arrow("deletion vector change"))?;
                 let f = |m: &BooleanArray| {
                     arrow::compute::filter_record_batch(&b, m).map_err(SourceError::arrow("deletion vector change"))
                 };
@@ -166,7 +185,15 @@ impl DeltaSource {
                     message: format!("Delta version {}: no diff part for split {}", plan.version, split.id),
                 })?;
             let n = part.old.len() + part.new.len() + part.rewritten.len() + part.cdc.len();
-            let read = |i| self.read_piece(plan, &schema, part, i);
+            // a keyless rewrite with row tracking reads only the rows it changed (`narrow`)
+            let positions = match lineage && self.narrow {
+                true => self.changed_positions(plan, part)?,
+                false => None,
+            };
+            let read = |i: usize| {
+                let at = positions.as_ref().and_then(|p| p.get(i)).map(Vec::as_slice);
+                self.read_piece(plan, &schema, part, i, at)
+            };
             match lineage {
                 true => crate::source::lineage::diff_split(&job, split, buckets, n, &read, emit)?,
                 false => diff_split(&job, split, buckets, n, &read, emit)?,

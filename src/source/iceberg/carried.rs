@@ -2,33 +2,24 @@
 //! a keyless table's diff then reads whole only the rows the snapshot changed.
 //!
 //! Pass one reads the two lineage columns of every data file the part removed or added (two
-//! longs a row instead of the row). A row of an added file whose last-updated sequence number
-//! is older than its file's was copied, not written; it is carried over when a removed file held
-//! the same row id with the same sequence number (writers give an updated row the new sequence
-//! number, so the images are the same). Both copies of a carried row are left out of pass two,
-//! which reads only the other rows' positions: same events, since a row id on both sides with the
-//! same image emits nothing. Files with equality deletes (their live rows need the data columns),
+//! longs a row instead of the row; the sequence number is the version that last changed a row),
+//! and [`crate::source::lineage::uncarried`] tells the carried-over rows; pass two reads only
+//! the other rows' positions. Files with equality deletes (their live rows need the data columns),
 //! a row id twice on one side (not a lineage this reasoning holds for), or more lineage than half
 //! of `read.memory.budget` (held during pass one only) keep the whole read.
 
 use arrow_array::Array;
-use hashbrown::{HashMap, HashSet};
 
 use super::lineage;
 use super::manifest::CONTENT_EQUALITY_DELETES;
 use super::monitor::{DiffPart, Plan, Task};
 use super::reader::{read_range, read_range_at, FileRange};
 use super::IcebergSource;
+use crate::source::lineage::{Lineage, LINEAGE_ROW_BYTES};
 use crate::source::{par, SourceError};
 
 /// Per task of a part (old, then new): the file positions of the rows to read.
 pub(super) type Positions = Vec<Vec<u64>>;
-
-/// What pass one keeps of a live row: (position, row id, last-updated sequence number).
-type Lineage = Vec<(u64, i64, i64)>;
-
-/// Bytes pass one holds a row (its [`Lineage`] entry and a table slot).
-const ROW_BYTES: usize = 48;
 
 impl IcebergSource {
     /// The positions of the rows the part's old and new tasks changed (see the module doc);
@@ -36,7 +27,7 @@ impl IcebergSource {
     pub(super) fn changed_positions(&self, plan: &Plan, part: &DiffPart) -> Result<Option<Positions>, SourceError> {
         let tasks: Vec<&Task> = part.old.iter().chain(&part.new).collect();
         let rows: i64 = tasks.iter().map(|(r, _)| r.file.record_count).sum();
-        if rows.max(0) as usize * ROW_BYTES > self.budget / 2 {
+        if rows.max(0) as usize * LINEAGE_ROW_BYTES > self.budget / 2 {
             tracing::debug!(connector = %self.connector, snapshot = plan.snapshot.snapshot_id, rows,
                 "row lineage of the rewritten files would take more than half of read.memory.budget: reading them whole");
             return Ok(None);
@@ -51,32 +42,15 @@ impl IcebergSource {
             lineages.push(l);
             Ok(())
         })?;
-        let (old, new) = lineages.split_at(part.old.len());
-        // rows of the added files copied with their lineage: row id → sequence number
-        let mut copied: HashMap<i64, i64> = HashMap::with_capacity(new.iter().map(Vec::len).sum());
-        for (rows, (range, _)) in new.iter().zip(&part.new) {
-            for &(_, id, seq) in rows.iter().filter(|r| r.2 < range.data_seq) {
-                if copied.insert(id, seq).is_some() {
-                    return Ok(None);
-                }
-            }
-        }
-        let mut carried: HashSet<i64> = HashSet::with_capacity(copied.len());
-        for &(_, id, seq) in old.iter().flatten() {
-            if copied.get(&id) == Some(&seq) && !carried.insert(id) {
-                return Ok(None);
-            }
-        }
-        let keep =
-            |rows: &Lineage| -> Vec<u64> { rows.iter().filter(|r| !carried.contains(&r.1)).map(|r| r.0).collect() };
-        let positions: Positions = lineages.iter().map(keep).collect();
-        let kept: usize = positions.iter().map(Vec::len).sum();
-        tracing::debug!(connector = %self.connector, snapshot = plan.snapshot.snapshot_id, rows, carried = carried.len(),
-            read = kept, "rewrite narrowed by row lineage");
-        crate::metrics::LINEAGE_CARRIED_ROWS
-            .with_label_values(&[&self.connector])
-            .inc_by(2 * carried.len() as u64);
-        Ok(Some(positions))
+        let written: Vec<i64> = part.new.iter().map(|(range, _)| range.data_seq).collect();
+        let unit = format!("snapshot {}", plan.snapshot.snapshot_id);
+        Ok(crate::source::lineage::uncarried(
+            &self.connector,
+            &unit,
+            &lineages,
+            part.old.len(),
+            &written,
+        ))
     }
 
     /// The rows of one task at `positions` (live rows, chosen by [`Self::changed_positions`]),

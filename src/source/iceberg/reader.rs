@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
-use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::ProjectionMask;
 
 use super::manifest::DataFile;
@@ -145,7 +144,8 @@ pub fn read_range_at(
         .with_row_groups(groups.iter().map(|g| g.0).collect())
         .with_batch_size(8192);
     if let Some(p) = positions {
-        builder = builder.with_row_selection(selection(&groups, p));
+        let read: Vec<(u64, u64)> = groups.iter().map(|g| (g.1, g.2)).collect();
+        builder = builder.with_row_selection(crate::source::positions::selection(&read, p));
     }
     let reader = builder.build().map_err(pq)?;
     let mut picked = positions.map(|p| p.iter().copied());
@@ -166,30 +166,6 @@ pub fn read_range_at(
     Ok(out)
 }
 
-/// The selection of `positions` (ascending) over the rows of `groups` (index, first position,
-/// rows), read one after the other.
-fn selection(groups: &[(usize, u64, u64)], positions: &[u64]) -> RowSelection {
-    let mut selectors = Vec::new();
-    let mut p = positions.iter().peekable();
-    for &(_, start, rows) in groups {
-        let mut at = start;
-        while let Some(&&q) = p.peek() {
-            if q >= start + rows {
-                break;
-            }
-            p.next();
-            if q < at {
-                continue;
-            }
-            selectors.push(RowSelector::skip((q - at) as usize));
-            selectors.push(RowSelector::select(1));
-            at = q + 1;
-        }
-        selectors.push(RowSelector::skip((start + rows - at) as usize));
-    }
-    selectors.into()
-}
-
 /// Rows of `batch` where `mask` is true.
 pub fn keep(batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch, SourceError> {
     arrow::compute::filter_record_batch(batch, mask).map_err(SourceError::arrow("applying deletes"))
@@ -201,30 +177,4 @@ pub fn and_not(a: &BooleanArray, b: &BooleanArray) -> BooleanArray {
         .zip(b.iter())
         .map(|(x, y)| Some(x.unwrap_or(false) && !y.unwrap_or(false)))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn selection_picks_positions_across_row_groups() {
-        // row groups of 10 and 5 rows read back to back, positions in both
-        let sel = selection(&[(0, 0, 10), (1, 10, 5)], &[2, 3, 9, 12]);
-        let picked: Vec<usize> = {
-            let (mut at, mut out) = (0, Vec::new());
-            for s in sel.iter() {
-                if !s.skip {
-                    out.extend(at..at + s.row_count);
-                }
-                at += s.row_count;
-            }
-            out
-        };
-        assert_eq!(picked, vec![2, 3, 9, 12]);
-        assert_eq!(sel.row_count() + sel.skipped_row_count(), 15);
-        // a range that starts at the second row group: positions are the file's
-        let sel = selection(&[(1, 10, 5)], &[10, 14]);
-        assert_eq!((sel.row_count(), sel.skipped_row_count()), (2, 3));
-    }
 }
