@@ -95,7 +95,14 @@ def secure_kafka(tmp_path_factory):
         "listener.name.ssl.ssl.truststore.type": "PEM",
         "listener.name.ssl.ssl.truststore.location": str(tls / "ca.pem"),
         "listener.name.ssl.ssl.client.auth": "required",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512,OAUTHBEARER",
+        # Kafka's default OAUTHBEARER validator takes unsecured (alg none) JWTs; re-authentication
+        # every 4 s makes a client present a fresh token while it runs (the broker refuses a
+        # re-authentication within 1 s of the last, so tokens live 10 s: a client renews at 80 %
+        # of a token's life and re-authenticates at 90 % of the session the token has left)
+        "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        "listener.name.sasl_plaintext.oauthbearer.connections.max.reauth.ms": "4000",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
@@ -126,23 +133,84 @@ def tls_settings(tls, name):
             "producer.override.ssl.key.location": str(tls / f"{name}.key")}
 
 
-def login(secure_kafka, mechanism, secret):
-    """(bootstrap, settings) of a login: a SASL mechanism with `secret` as the password, or `TLS`
-    with the client certificate named `secret`."""
+class TokenEndpoint:
+    """An OAuth 2 token endpoint (client-credentials grant) on loopback issuing unsecured JWTs that
+    live `life` seconds; counts the tokens it gave."""
+
+    CLIENT, SECRET = "lakestream", "idp-" + uuid.uuid4().hex
+
+    def __init__(self, life=10):
+        import base64
+        import http.server
+        import json
+        import threading
+        endpoint = self
+        self.issued, self.life, self.times = 0, life, []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
+                want = "Basic " + base64.b64encode(f"{endpoint.CLIENT}:{endpoint.SECRET}".encode()).decode()
+                if self.headers.get("authorization") != want or "grant_type=client_credentials" not in body:
+                    return self.answer(401, {"error": "invalid_client"})
+                b64 = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+                now = int(time.time())
+                token = f'{b64({"alg": "none"})}.{b64({"sub": "lake-svc", "iat": now, "exp": now + endpoint.life})}.'
+                endpoint.issued += 1
+                endpoint.times.append(time.time())
+                self.answer(200, {"access_token": token, "token_type": "Bearer", "expires_in": endpoint.life})
+
+            def answer(self, code, doc):
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/token"
+
+
+@pytest.fixture(scope="module")
+def idp():
+    e = TokenEndpoint()
+    yield e
+    e.server.shutdown()
+
+
+def oidc_settings(idp, secret):
+    return {"producer.override.security.protocol": "SASL_PLAINTEXT", "producer.override.sasl.mechanism": "OAUTHBEARER",
+            "producer.override.sasl.oauthbearer.method": "oidc",
+            "producer.override.sasl.oauthbearer.token.endpoint.url": idp.url,
+            "producer.override.sasl.oauthbearer.client.id": idp.CLIENT,
+            "producer.override.sasl.oauthbearer.client.secret": secret,
+            "producer.override.sasl.oauthbearer.scope": "kafka"}
+
+
+def login(secure_kafka, mechanism, secret, idp=None):
+    """(bootstrap, settings) of a login: a SASL mechanism with `secret` as the password, `TLS`
+    with the client certificate named `secret`, or `OIDC` with `secret` as the client secret."""
     _, _, sasl, ssl, tls = secure_kafka
     if mechanism == "TLS":
         return ssl, tls_settings(tls, secret)
+    if mechanism == "OIDC":
+        return sasl, oidc_settings(idp, secret)
     user = PLAIN_USER if mechanism == "PLAIN" else SCRAM_USER
     return sasl, sasl_settings(mechanism, user, secret)
 
 
 @pytest.mark.parametrize("mechanism,password", [("PLAIN", PLAIN_PASSWORD), ("SCRAM-SHA-512", SCRAM_PASSWORD),
-                                                ("TLS", "client")])
+                                                ("TLS", "client"), ("OIDC", TokenEndpoint.SECRET)])
 def test_a_table_streams_through_a_secured_listener_and_replays_at_every_instant(env, registry, tmp_path, secure_kafka,
-                                                                                 mechanism, password):
+                                                                                 idp, mechanism, password):
     require_fixtures()
     plaintext = secure_kafka[1]
-    sasl, settings = login(secure_kafka, mechanism, password)
+    sasl, settings = login(secure_kafka, mechanism, password, idp)
     oracle = testkit.load_oracle(FIXTURE)
     table = testkit.extract(FIXTURE, tmp_path / "t")
     revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
@@ -164,13 +232,13 @@ def test_a_table_streams_through_a_secured_listener_and_replays_at_every_instant
     assert mechanism == "TLS" or password not in shown.stdout + shown.stderr
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512", "TLS"])
-def test_wrong_credentials_exit_1_naming_the_login_and_server(env, tmp_path, secure_kafka, mechanism):
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512", "TLS", "OIDC"])
+def test_wrong_credentials_exit_1_naming_the_login_and_server(env, tmp_path, secure_kafka, idp, mechanism):
     require_fixtures()
     table = testkit.extract(FIXTURE, tmp_path / "t")
     topic = "sasl-bad-" + uuid.uuid4().hex[:8]
     wrong = "wrong-" + uuid.uuid4().hex
-    sasl, settings = login(secure_kafka, mechanism, "stranger" if mechanism == "TLS" else wrong)
+    sasl, settings = login(secure_kafka, mechanism, "stranger" if mechanism == "TLS" else wrong, idp)
     secure_env = types.SimpleNamespace(bootstrap=sasl, registry=env.registry, offsets_topic="offsets-" + topic)
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env, **settings,
                                     **{"bootstrap.timeout.ms": "15000"})
@@ -179,9 +247,59 @@ def test_wrong_credentials_exit_1_naming_the_login_and_server(env, tmp_path, sec
     took = time.time() - t0
     assert r.returncode == 1, r.stderr[-3000:]
     assert took < 45, f"took {took:.0f} s"
-    assert "refused the connector's" in r.stderr and sasl in r.stderr, r.stderr[-3000:]
+    # (the broker refused the login; for OIDC the token endpoint refused the client first)
+    said = "no OAUTHBEARER token for" if mechanism == "OIDC" else "refused the connector's"
+    assert said in r.stderr and sasl in r.stderr, r.stderr[-3000:]
     if mechanism == "TLS":
         assert "SSL handshake" in r.stderr and "certificate" in r.stderr, r.stderr[-3000:]
+    elif mechanism == "OIDC":
+        assert "OAUTHBEARER" in r.stderr and "invalid_client" in r.stderr and idp.url in r.stderr, r.stderr[-3000:]
     else:
         assert mechanism in r.stderr and "authentication" in r.stderr.lower(), r.stderr[-3000:]
     assert wrong not in r.stderr
+
+
+def test_an_oauth_token_that_expires_during_a_run_is_refreshed(env, registry, tmp_path, secure_kafka, idp):
+    """Tokens live 10 s and the broker makes clients re-authenticate every 4 s: a connector running
+    for 2.5 lifetimes, its table growing meanwhile, keeps publishing (fresh tokens from the
+    endpoint, no restart) and replays to the oracle."""
+    require_fixtures()
+    plaintext = secure_kafka[1]
+    oracle = testkit.load_oracle(FIXTURE)
+    table = testkit.extract(FIXTURE, tmp_path / "t")
+    revealed = testkit.RevealedTable(table, oracle["timeline_layout_version"])
+    revealed.reveal_through(testkit.instant_order(oracle["instants"][0]))
+    topic = "oidc-" + uuid.uuid4().hex[:8]
+    sasl, settings = login(secure_kafka, "OIDC", TokenEndpoint.SECRET, idp)
+    secure_env = types.SimpleNamespace(bootstrap=sasl, registry=env.registry, offsets_topic="offsets-" + topic)
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env, **settings)
+    before = idp.issued
+    started = time.time()
+    proc = subprocess.Popen([str(testkit.BIN), "run", str(props)], stderr=subprocess.PIPE, text=True)
+    try:
+        for inst in oracle["instants"][1:]:
+            time.sleep(1.5)
+            revealed.reveal_through(testkit.instant_order(inst))
+        while time.time() - started < 2.5 * idp.life:
+            time.sleep(0.5)
+        last = oracle["instants"][-1]
+        reader = types.SimpleNamespace(bootstrap=plaintext)
+        deadline = time.time() + 60
+        while True:
+            replay = testkit.Replay(registry)
+            replay.apply(testkit.consume_all(reader, topic))
+            try:
+                testkit.compare(oracle, last["rows"], replay, "after token refreshes")
+                break
+            except AssertionError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(1)
+        assert proc.poll() is None, "the connector stopped"
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=60)[1]
+    took = time.time() - started
+    renewed = [t for t in idp.times[before:] if t > started + idp.life]
+    assert len(renewed) >= 2, f"{len(renewed)} tokens after the first lifetime in {took:.0f} s: not renewed\n{err[-3000:]}"
+    assert TokenEndpoint.SECRET not in err

@@ -45,7 +45,9 @@ pub(super) fn producer_config(
         pc.set(*k, *v);
     }
     for (k, v) in &cfg.kafka.producer_overrides {
-        pc.set(k, v);
+        if !super::oauth::served_here(&cfg.kafka.producer_overrides, k) {
+            pc.set(k, v);
+        }
     }
     if cfg.kafka.producer_overrides.iter().any(|(k, _)| k == "debug") {
         // rust-rdkafka caps librdkafka's log level by the `log` crate's, which is off here:
@@ -68,6 +70,7 @@ pub(super) fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
         .producer_overrides
         .iter()
         .filter(|(k, _)| is_client_security_key(k) || *k == "enable.sparse.connections")
+        .filter(|(k, _)| !super::oauth::served_here(&cfg.kafka.producer_overrides, k))
     {
         cc.set(k, v);
     }
@@ -84,6 +87,7 @@ fn is_client_security_key(k: &str) -> bool {
 /// values out of range), without creating a client: `validate` and `run` refuse them at start
 /// instead of failing when the first producer is created.
 pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
+    super::oauth::TokenSource::of(&cfg.kafka.producer_overrides)?;
     producer_config(cfg, &cfg.transactional_id(), &[])
         .create_native_config()
         .map(drop)

@@ -19,8 +19,9 @@ pub async fn write_offsets_records(
     records: Vec<(String, Option<Vec<u8>>)>,
 ) -> Result<(), SinkError> {
     let p: ThreadedProducer<QuietContext> = producer_config(cfg, transactional_id, &[])
-        .create_with_context(QuietContext::new(&cfg.name, "offsets writer"))
+        .create_with_context(QuietContext::new(cfg, "offsets writer"))
         .map_err(|e| SinkError::kafka("creating offsets producer", e))?;
+    super::oauth::seeded(p.client(), cfg)?;
     let timeout = txn_call_timeout(cfg);
     let topic = cfg.kafka.offsets_topic.clone();
     blocking(move || -> Result<(), SinkError> {
@@ -50,8 +51,9 @@ pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), 
     let mut attempt = 0;
     loop {
         let producer: ThreadedProducer<QuietContext> = pc
-            .create_with_context(QuietContext::new(&cfg.name, "fencing producer"))
+            .create_with_context(QuietContext::new(cfg, "fencing producer"))
             .map_err(|e| SinkError::kafka("creating fencing producer", e))?;
+        super::oauth::seeded(producer.client(), cfg)?;
         let init = move || {
             let res = producer.init_transactions(timeout);
             close_detached(producer);

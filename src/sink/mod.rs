@@ -10,6 +10,7 @@ mod client;
 mod cluster;
 mod error;
 mod fence;
+mod oauth;
 pub mod offsets;
 mod quiet;
 
@@ -139,10 +140,12 @@ impl TxnSink {
             topic: cfg.kafka.topic.clone(),
             trace: Default::default(),
             last_offsets: Default::default(),
+            tokens: oauth::TokenSource::of(&cfg.kafka.producer_overrides).unwrap_or(oauth::TokenSource::Unsecured),
         };
         let producer: ThreadedProducer<StatsContext> = pc
             .create_with_context(ctx)
             .map_err(|e| SinkError::kafka("creating producer", e))?;
+        oauth::seeded(producer.client(), cfg)?;
         let producer = Arc::new(producer);
         let timeout = txn_call_timeout(cfg);
         let p = producer.clone();

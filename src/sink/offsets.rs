@@ -49,8 +49,9 @@ pub fn read_records_matching(
         // the topic is small and read to its end: a fetch at the end must not wait the default
         // 500 ms for records that will not come (every start paid it on Kafka; noida answers at once)
         .set("fetch.wait.max.ms", "10")
-        .create_with_context(super::QuietContext::new(&connector.name, "offsets reader"))
+        .create_with_context(super::QuietContext::new(connector, "offsets reader"))
         .map_err(|e| SinkError::kafka("offsets consumer", e))?;
+    super::oauth::seeded(consumer.client(), connector)?;
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .map_err(|e| SinkError::kafka("offsets topic metadata", e))?;

@@ -82,16 +82,20 @@ pub struct QuietContext {
     connector: String,
     client: &'static str,
     throttle: Throttle,
+    tokens: super::oauth::TokenSource,
     /// The last authentication or TLS handshake failure librdkafka reported, if any.
     refused: Mutex<Option<String>>,
 }
 
 impl QuietContext {
-    pub fn new(connector: &str, client: &'static str) -> Self {
+    pub fn new(cfg: &crate::config::ConnectorConfig, client: &'static str) -> Self {
         Self {
-            connector: connector.to_string(),
+            connector: cfg.name.clone(),
             client,
             throttle: Throttle::default(),
+            // checked at start (`check_settings`)
+            tokens: super::oauth::TokenSource::of(&cfg.kafka.producer_overrides)
+                .unwrap_or(super::oauth::TokenSource::Unsecured),
             refused: Mutex::default(),
         }
     }
@@ -123,6 +127,15 @@ fn is_refusal(error: &KafkaError, reason: &str) -> bool {
 }
 
 impl ClientContext for QuietContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        Ok(self.tokens.token(config)?)
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         let eof = matches!(error, KafkaError::PartitionEOF(_))
             || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);

@@ -82,8 +82,9 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     };
     // a listener answers: now Kafka itself, with the connector's security settings
     let client: BaseProducer<super::QuietContext> = super::client_config(cfg)
-        .create_with_context(super::QuietContext::new(&cfg.name, "bootstrap probe"))
+        .create_with_context(super::QuietContext::new(cfg, "bootstrap probe"))
         .map_err(|e| SinkError::kafka("bootstrap probe client", e))?;
+    super::oauth::seeded(client.client(), cfg)?;
     // asked in short steps: a refused login or handshake fails at once, naming it, where
     // librdkafka would retry it until the deadline and then say only "transport failure"
     let res = tokio::task::spawn_blocking(move || loop {
@@ -145,8 +146,9 @@ fn login(cfg: &ConnectorConfig) -> String {
 pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: AdminClient<super::QuietContext> = super::client_config(cfg)
-        .create_with_context(super::QuietContext::new(&cfg.name, "admin"))
+        .create_with_context(super::QuietContext::new(cfg, "admin"))
         .map_err(|e| SinkError::kafka("admin client", e))?;
+    super::oauth::seeded(admin.inner(), cfg)?;
     let mut names = vec![cfg.kafka.topic.clone(), cfg.kafka.offsets_topic.clone()];
     if cfg.events.txn_metadata {
         names.push(cfg.transaction_topic());

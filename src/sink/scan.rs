@@ -55,9 +55,12 @@ fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, 
         cc.set(k, v);
     }
     // read_committed is what makes the audit exact
-    cc.set("isolation.level", "read_committed")
-        .create_with_context(super::QuietContext::new(&cfg.name, "verify reader"))
-        .map_err(|e| SinkError::kafka("verify consumer", e))
+    let c: BaseConsumer<super::QuietContext> = cc
+        .set("isolation.level", "read_committed")
+        .create_with_context(super::QuietContext::new(cfg, "verify reader"))
+        .map_err(|e| SinkError::kafka("verify consumer", e))?;
+    super::oauth::seeded(c.client(), cfg)?;
+    Ok(c)
 }
 
 /// The (low, high) watermarks of every partition of `topic` (an absent topic: none).

@@ -26,9 +26,20 @@ pub struct StatsContext {
     /// The open transaction's last acknowledged offset in each partition of the change topic
     /// (reset when one begins).
     pub(super) last_offsets: std::sync::Mutex<std::collections::HashMap<i32, i64>>,
+    /// Where its OAUTHBEARER tokens come from (see `oauth`).
+    pub(super) tokens: super::oauth::TokenSource,
 }
 
 impl ClientContext for StatsContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        config: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        Ok(self.tokens.token(config)?)
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.quiet.error(&self.connector, &self.client, &error, reason);
     }

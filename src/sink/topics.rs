@@ -11,8 +11,9 @@ use crate::config::ConnectorConfig;
 
 pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
     let admin: AdminClient<QuietContext> = client_config(cfg)
-        .create_with_context(QuietContext::new(&cfg.name, "admin"))
+        .create_with_context(QuietContext::new(cfg, "admin"))
         .map_err(|e| SinkError::kafka("admin client", e))?;
+    super::oauth::seeded(admin.inner(), cfg)?;
     let res = create_missing(&admin, cfg).await;
     super::client::close_detached(admin);
     res
