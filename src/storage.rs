@@ -389,7 +389,7 @@ pub fn is_transient_text(text: &str) -> bool {
     text.contains(TRANSIENT)
 }
 
-mod aws;
+pub mod aws;
 mod input;
 #[cfg(test)]
 mod tests;

@@ -131,9 +131,10 @@ def install_kafka():
     return LIBS
 
 
-def java_command(main, *args, heap="768m"):
+def java_command(main, *args, heap="768m", classpath=()):
+    cp = os.pathsep.join([str(LIBS / "*"), *map(str, classpath)])
     return ["java", f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={HOME / 'log4j2.yaml'}", "-cp", str(LIBS / "*"), main, *args]
+            f"-Dlog4j2.configurationFile={HOME / 'log4j2.yaml'}", "-cp", cp, main, *args]
 
 
 def kafka_config(port, controller_port, data, extra=None):
@@ -161,8 +162,10 @@ class Kafka:
 
     kind = "kafka"
 
-    def __init__(self, port=None, data=None, extra=None):
+    def __init__(self, port=None, data=None, extra=None, classpath=()):
+        """`classpath`: more directories or jars for the broker (a test's own callback handler)."""
         install_kafka()
+        self.classpath = list(classpath)
         self.port = port or free_port()
         self.controller_port = free_port()
         self.dir = Path(data or tempfile.mkdtemp(prefix="kafka-"))
@@ -181,7 +184,7 @@ class Kafka:
 
     def command(self):
         """The broker process's command line."""
-        return java_command("kafka.Kafka", str(self.config))
+        return java_command("kafka.Kafka", str(self.config), classpath=self.classpath)
 
     start_timeout = 90
 

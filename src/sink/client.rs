@@ -87,7 +87,7 @@ fn is_client_security_key(k: &str) -> bool {
 /// values out of range), without creating a client: `validate` and `run` refuse them at start
 /// instead of failing when the first producer is created.
 pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
-    super::oauth::TokenSource::of(&cfg.kafka.producer_overrides)?;
+    super::oauth::TokenSource::of_connector(cfg)?;
     producer_config(cfg, &cfg.transactional_id(), &[])
         .create_native_config()
         .map(drop)

@@ -10,6 +10,7 @@ mod client;
 mod cluster;
 mod error;
 mod fence;
+mod msk_iam;
 mod oauth;
 pub mod offsets;
 mod quiet;
@@ -140,7 +141,7 @@ impl TxnSink {
             topic: cfg.kafka.topic.clone(),
             trace: Default::default(),
             last_offsets: Default::default(),
-            tokens: oauth::TokenSource::of(&cfg.kafka.producer_overrides).unwrap_or(oauth::TokenSource::Unsecured),
+            tokens: oauth::TokenSource::of_connector(cfg).unwrap_or(oauth::TokenSource::Unsecured),
         };
         let producer: ThreadedProducer<StatsContext> = pc
             .create_with_context(ctx)

@@ -15,13 +15,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use rdkafka::client::OAuthToken;
 
-/// The `producer.override.*` keys this module serves in librdkafka's place under `oidc`.
-pub(super) const OIDC_KEYS: &[&str] = &[
+/// The `producer.override.*` keys this module serves in librdkafka's place under a method of
+/// its own (`oidc`, `aws_msk_iam`).
+pub(super) const SERVED_KEYS: &[&str] = &[
     "sasl.oauthbearer.method",
     "sasl.oauthbearer.client.id",
     "sasl.oauthbearer.client.secret",
     "sasl.oauthbearer.token.endpoint.url",
     "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.aws.region",
 ];
 
 /// Where a connector's OAUTHBEARER tokens come from.
@@ -34,6 +36,8 @@ pub enum TokenSource {
         secret: String,
         scope: Option<String>,
     },
+    /// `sasl.oauthbearer.method=aws_msk_iam`: AWS MSK IAM (see `msk_iam`).
+    MskIam(crate::storage::aws::AwsSigner),
     /// librdkafka's unsecured token from `sasl.oauthbearer.config`.
     Unsecured,
 }
@@ -45,6 +49,7 @@ impl std::fmt::Debug for TokenSource {
             TokenSource::Oidc { url, client_id, .. } => {
                 write!(f, "TokenSource::Oidc {{ url: {url}, client_id: {client_id} }}")
             }
+            TokenSource::MskIam(s) => write!(f, "TokenSource::MskIam {{ region: {} }}", s.region()),
             TokenSource::Unsecured => f.write_str("TokenSource::Unsecured"),
         }
     }
@@ -52,40 +57,63 @@ impl std::fmt::Debug for TokenSource {
 
 /// Whether `producer.override.<key>` is one this module serves (kept from librdkafka).
 pub(super) fn served_here(overrides: &BTreeMap<String, String>, key: &str) -> bool {
-    is_oidc(overrides) && OIDC_KEYS.contains(&key)
+    method(overrides).is_some() && SERVED_KEYS.contains(&key)
 }
 
-fn is_oidc(overrides: &BTreeMap<String, String>) -> bool {
-    overrides
-        .get("sasl.oauthbearer.method")
-        .is_some_and(|m| m.eq_ignore_ascii_case("oidc"))
+/// `sasl.oauthbearer.method` where it names one served here (`oidc`, `aws_msk_iam`).
+fn method(overrides: &BTreeMap<String, String>) -> Option<&'static str> {
+    let m = overrides.get("sasl.oauthbearer.method")?;
+    ["oidc", "aws_msk_iam"].into_iter().find(|k| m.eq_ignore_ascii_case(k))
 }
 
 impl TokenSource {
-    /// The connector's token source (`producer.override.*`); an `oidc` setting missing one of its
-    /// keys is named.
-    pub fn of(overrides: &BTreeMap<String, String>) -> Result<TokenSource, String> {
-        if !is_oidc(overrides) {
-            return Ok(TokenSource::Unsecured);
+    /// The token source of a connector's settings.
+    pub fn of_connector(cfg: &crate::config::ConnectorConfig) -> Result<TokenSource, String> {
+        Self::of(&cfg.kafka.producer_overrides, &cfg.kafka.bootstrap_servers)
+    }
+
+    /// The token source of `producer.override.*` settings for `bootstrap` servers; a setting
+    /// missing one of its keys is named.
+    pub fn of(overrides: &BTreeMap<String, String>, bootstrap: &str) -> Result<TokenSource, String> {
+        match method(overrides) {
+            None => Ok(TokenSource::Unsecured),
+            Some("aws_msk_iam") => {
+                let region = overrides
+                    .get("sasl.oauthbearer.aws.region")
+                    .cloned()
+                    .or_else(|| super::msk_iam::region_of(bootstrap))
+                    .or_else(|| std::env::var("AWS_REGION").ok())
+                    .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+                    .ok_or_else(|| {
+                        "producer.override.sasl.oauthbearer.method=aws_msk_iam needs the cluster's region: \
+                         producer.override.sasl.oauthbearer.aws.region (not found in bootstrap.servers, AWS_REGION \
+                         or AWS_DEFAULT_REGION)"
+                            .to_string()
+                    })?;
+                crate::storage::aws::AwsSigner::from_env(&region)
+                    .map(TokenSource::MskIam)
+                    .map_err(|e| format!("MSK IAM credentials for {region}: {e}"))
+            }
+            Some(_) => {
+                let need = |k: &str| {
+                    overrides.get(k).cloned().ok_or_else(|| {
+                        format!("producer.override.sasl.oauthbearer.method=oidc needs producer.override.{k}")
+                    })
+                };
+                let url = need("sasl.oauthbearer.token.endpoint.url")?;
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    return Err(format!(
+                        "producer.override.sasl.oauthbearer.token.endpoint.url `{url}` is not an http(s) URL"
+                    ));
+                }
+                Ok(TokenSource::Oidc {
+                    url,
+                    client_id: need("sasl.oauthbearer.client.id")?,
+                    secret: need("sasl.oauthbearer.client.secret")?,
+                    scope: overrides.get("sasl.oauthbearer.scope").cloned(),
+                })
+            }
         }
-        let need = |k: &str| {
-            overrides
-                .get(k)
-                .cloned()
-                .ok_or_else(|| format!("producer.override.sasl.oauthbearer.method=oidc needs producer.override.{k}"))
-        };
-        let url = need("sasl.oauthbearer.token.endpoint.url")?;
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(format!(
-                "producer.override.sasl.oauthbearer.token.endpoint.url `{url}` is not an http(s) URL"
-            ));
-        }
-        Ok(TokenSource::Oidc {
-            url,
-            client_id: need("sasl.oauthbearer.client.id")?,
-            secret: need("sasl.oauthbearer.client.secret")?,
-            scope: overrides.get("sasl.oauthbearer.scope").cloned(),
-        })
     }
 
     /// A token now. `config`: librdkafka's `sasl.oauthbearer.config` (the unsecured token's).
@@ -104,6 +132,13 @@ impl TokenSource {
                 std::thread::spawn(move || client_credentials(&url, &id, &secret, scope.as_deref()))
                     .join()
                     .map_err(|_| "the token request panicked".to_string())?
+            }
+            TokenSource::MskIam(signer) => {
+                // (the credential chain may fetch: off the caller's thread, as above)
+                let signer = signer.clone();
+                std::thread::spawn(move || super::msk_iam::token(&signer))
+                    .join()
+                    .map_err(|_| "the MSK IAM token panicked".to_string())?
             }
         }
     }
@@ -126,12 +161,13 @@ fn is_oauthbearer(overrides: &BTreeMap<String, String>) -> bool {
 /// threads poll every 100 ms); the others are short-lived and live on the first.
 pub(super) fn seed<C: rdkafka::client::ClientContext>(
     client: &rdkafka::client::Client<C>,
-    overrides: &BTreeMap<String, String>,
+    cfg: &crate::config::ConnectorConfig,
 ) -> Result<(), String> {
+    let overrides = &cfg.kafka.producer_overrides;
     if !is_oauthbearer(overrides) {
         return Ok(());
     }
-    let t = TokenSource::of(overrides)?.token(overrides.get("sasl.oauthbearer.config").map(String::as_str))?;
+    let t = TokenSource::of_connector(cfg)?.token(overrides.get("sasl.oauthbearer.config").map(String::as_str))?;
     let text = |s: String| std::ffi::CString::new(s).map_err(|_| "an OAUTHBEARER token with a NUL byte".to_string());
     let (token, principal) = (text(t.token)?, text(t.principal_name)?);
     let mut err = [0 as std::ffi::c_char; 512];
@@ -167,7 +203,7 @@ pub(super) fn seeded<C: rdkafka::client::ClientContext>(
     client: &rdkafka::client::Client<C>,
     cfg: &crate::config::ConnectorConfig,
 ) -> Result<(), super::SinkError> {
-    seed(client, &cfg.kafka.producer_overrides).map_err(|why| {
+    seed(client, cfg).map_err(|why| {
         super::SinkError::Authentication(format!(
             "no OAUTHBEARER token for bootstrap.servers {}: {why}",
             cfg.kafka.bootstrap_servers
@@ -307,10 +343,10 @@ mod tests {
         o.insert("sasl.oauthbearer.method".to_string(), "OIDC".to_string());
         o.insert("sasl.oauthbearer.token.endpoint.url".into(), "http://idp/token".into());
         o.insert("sasl.oauthbearer.client.id".into(), "lake".into());
-        let e = TokenSource::of(&o).unwrap_err();
+        let e = TokenSource::of(&o, "localhost:9092").unwrap_err();
         assert!(e.contains("sasl.oauthbearer.client.secret"), "{e}");
         o.insert("sasl.oauthbearer.client.secret".into(), "s3cret".into());
-        let s = TokenSource::of(&o).unwrap();
+        let s = TokenSource::of(&o, "localhost:9092").unwrap();
         assert!(!format!("{s:?}").contains("s3cret"));
         assert!(served_here(&o, "sasl.oauthbearer.client.secret"));
         assert!(!served_here(&o, "sasl.mechanism"));

@@ -94,8 +94,7 @@ impl QuietContext {
             client,
             throttle: Throttle::default(),
             // checked at start (`check_settings`)
-            tokens: super::oauth::TokenSource::of(&cfg.kafka.producer_overrides)
-                .unwrap_or(super::oauth::TokenSource::Unsecured),
+            tokens: super::oauth::TokenSource::of_connector(cfg).unwrap_or(super::oauth::TokenSource::Unsecured),
             refused: Mutex::default(),
         }
     }
