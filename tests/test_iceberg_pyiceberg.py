@@ -6,6 +6,7 @@ the current snapshot. The same table is then read through a REST catalog."""
 import json
 import os
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -156,14 +157,42 @@ def test_pyiceberg_history_replays_at_every_commit(env, registry, tmp_path):
 
 
 class RestCatalog(BaseHTTPRequestHandler):
-    """The two REST catalog calls the connector makes, answered from a sqlite SqlCatalog."""
+    """The two REST catalog calls the connector makes, answered from a sqlite SqlCatalog; a static
+    bearer token, or OAuth 2 client credentials at `/v1/oauth/tokens` (form fields, as Iceberg's
+    clients send them) for tokens that say they live `life` seconds but are refused after
+    `revoke_after` (a token revoked early: the client must fetch another on the 401)."""
 
     db = None
     token = "s3cr3t"
+    client, secret = "lake", "oauth-" + uuid.uuid4().hex
+    life, revoke_after = 2, 60
+    issued = []  # (token, time)
+    refused = 0  # GETs answered 401
+
+    def do_POST(self):
+        from urllib.parse import parse_qs
+        body = parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
+        one = {k: v[0] for k, v in body.items()}
+        if self.path != "/v1/oauth/tokens" or one.get("grant_type") != "client_credentials":
+            return self.reply(400, {"error": "invalid_request"})
+        if (one.get("client_id"), one.get("client_secret"), one.get("scope")) != (self.client, self.secret, "catalog"):
+            return self.reply(401, {"error": "invalid_client", "error_description": "unknown client or secret"})
+        t = "tok-" + uuid.uuid4().hex
+        RestCatalog.issued.append((t, time.time()))
+        self.reply(200, {"access_token": t, "token_type": "bearer", "expires_in": self.life,
+                         "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"})
+
+    def authorized(self):
+        auth = self.headers.get("Authorization", "")
+        if auth == f"Bearer {self.token}":
+            return True
+        now = time.time()
+        return any(auth == f"Bearer {t}" and now - at < min(self.life, self.revoke_after) for t, at in RestCatalog.issued)
 
     def do_GET(self):
         import sqlite3
-        if self.headers.get("Authorization") != f"Bearer {self.token}":
+        if not self.authorized():
+            RestCatalog.refused += 1
             return self.reply(401, {"error": {"message": "unauthorized"}})
         if self.path.startswith("/v1/config"):
             return self.reply(200, {"defaults": {}, "overrides": {"prefix": "wh1"}})
@@ -206,5 +235,43 @@ def rest_catalog_reads_the_same_table(env, registry, tmp_path, db, tbl):
         props.write_text(props.read_text().replace(RestCatalog.token, "wrong"))
         r = testkit.run_once(props, check=False)
         assert r.returncode == 1 and "401" in r.stderr and "wrong" not in r.stderr, r.stderr[-2000:]
+        rest_catalog_oauth2(env, registry, tmp_path, tbl, server.server_port)
     finally:
         server.shutdown()
+
+
+def rest_catalog_oauth2(env, registry, tmp_path, tbl, port):
+    """OAuth 2 client credentials (`catalog.credential`): tokens that live 2 s are renewed while the
+    connector polls every 200 ms for 8 s, and a token the catalog refuses before its time is
+    replaced on the 401; a wrong secret exits 1 naming the token endpoint, the secret never shown."""
+    def props_with(secret):
+        props, topic = ik.iceberg_props(tmp_path, env, None, **{
+            "catalog.type": "rest", "catalog.uri": f"http://127.0.0.1:{port}",
+            "catalog.credential": f"{RestCatalog.client}:{secret}", "table.identifier": "shop.orders",
+            "monitor-interval": "200ms"})
+        props.write_text(props.read_text().replace("key.fields=id\n", ""))
+        return props, topic
+    for life, revoke_after in ((2, 60), (30, 1)):
+        RestCatalog.life, RestCatalog.revoke_after, RestCatalog.issued, RestCatalog.refused = life, revoke_after, [], 0
+        props, topic = props_with(RestCatalog.secret)
+        proc = subprocess.Popen([str(testkit.BIN), "run", str(props)], stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(8)
+            assert proc.poll() is None, "the connector stopped"
+        finally:
+            proc.terminate()
+            err = proc.communicate(timeout=60)[1]
+        assert proc.returncode == 0, err[-3000:]
+        assert len(RestCatalog.issued) >= 3, f"life {life} s, refused after {revoke_after} s: {len(RestCatalog.issued)} tokens in 8 s\n{err[-2000:]}"
+        assert "HTTP 401" not in err and RestCatalog.secret not in err, err[-3000:]
+        # renewed before expiry: never refused; revoked early: refused, then replaced
+        assert (RestCatalog.refused == 0) == (revoke_after > life), f"{RestCatalog.refused} requests refused"
+
+        replay = testkit.Replay(registry)
+        replay.apply(testkit.consume_all(env, topic))
+        compare_now(tbl, replay, {"id", "cat", "amount", "ts", "day", "note"}, f"REST catalog with OAuth 2 (life {life} s)")
+    props, _ = props_with("wrong-secret")
+    r = testkit.run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"127.0.0.1:{port}/v1/oauth/tokens" in r.stderr and "invalid_client" in r.stderr, r.stderr[-2000:]
+    assert "wrong-secret" not in r.stderr

@@ -13,6 +13,9 @@ pub const ICEBERG_KEYS: &[&str] = &[
     "catalog.warehouse",
     "catalog.name",
     "catalog.token",
+    "catalog.credential",
+    "catalog.oauth2-server-uri",
+    "catalog.scope",
     "catalog.region",
     "catalog.glue.catalog-id",
     "table.identifier",
@@ -57,7 +60,13 @@ pub enum TableLocation {
     Rest {
         uri: String,
         warehouse: Option<String>,
+        /// A static bearer token (`catalog.token`).
         token: Option<String>,
+        /// OAuth 2 client credentials (`catalog.credential`: `<id>:<secret>` or `<secret>`), their
+        /// token endpoint and scope.
+        credential: Option<String>,
+        oauth2_server_uri: Option<String>,
+        scope: Option<String>,
         namespace: Vec<String>,
         table: String,
     },
@@ -189,10 +198,28 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
                 return Err(v.invalid("catalog.uri", format!("`{uri}` is not an http(s) URL")));
             }
             let (namespace, table) = identifier(v)?;
+            let (token, credential) = (v.get("catalog.token"), v.get("catalog.credential"));
+            if token.is_some() && credential.is_some() {
+                return Err(v.invalid(
+                    "catalog.credential",
+                    "set catalog.token (a static bearer token) or catalog.credential (OAuth 2 client credentials), not both"
+                        .to_string(),
+                ));
+            }
+            let oauth2_server_uri = v.get("catalog.oauth2-server-uri");
+            if let Some(u) = oauth2_server_uri
+                .as_ref()
+                .filter(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+            {
+                return Err(v.invalid("catalog.oauth2-server-uri", format!("`{u}` is not an http(s) URL")));
+            }
             Ok(TableLocation::Rest {
                 uri: uri.trim_end_matches('/').to_string(),
                 warehouse: v.get("catalog.warehouse"),
-                token: v.get("catalog.token"),
+                token,
+                credential,
+                oauth2_server_uri,
+                scope: v.get("catalog.scope"),
                 namespace,
                 table,
             })

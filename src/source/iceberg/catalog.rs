@@ -1,5 +1,6 @@
 //! Catalog lookups of a table's current metadata file: the SQL catalog (sqlite, the schema
-//! pyiceberg and Iceberg's JDBC catalog write), the REST catalog and AWS Glue. Their failures are
+//! pyiceberg and Iceberg's JDBC catalog write), AWS Glue, and the helpers the REST catalog
+//! ([`super::rest`]) shares. Their failures are
 //! [`SourceError::Catalog`], classified (unauthorized, not found, unavailable) by status and error
 //! type, never by message text.
 
@@ -44,67 +45,6 @@ pub fn sql_metadata_location(
         ))
     })?;
     local(&loc)
-}
-
-pub fn rest_metadata_location(loc: &TableLocation) -> Result<PathBuf, SourceError> {
-    let TableLocation::Rest {
-        uri,
-        warehouse,
-        token,
-        namespace,
-        table,
-    } = loc
-    else {
-        return Err(unreadable("not a REST catalog".into()));
-    };
-    let name = format!("REST catalog {uri}");
-    let client = http_client(&name)?;
-    let get = |url: String| -> Result<Value, SourceError> {
-        let mut req = client.get(&url);
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req.send().map_err(|e| unavailable(&name, format!("{url}: {e}")))?;
-        let status = resp.status().as_u16();
-        if !(200..300).contains(&status) {
-            let body = resp.text().unwrap_or_default();
-            let failure = match status {
-                401 | 403 => CatalogFailure::Unauthorized,
-                404 => CatalogFailure::NotFound,
-                408 | 429 | 500..=599 => CatalogFailure::Unavailable,
-                _ => CatalogFailure::Failed,
-            };
-            return Err(catalog_error(
-                &name,
-                failure,
-                format!("GET {url}: HTTP {status}: {}", excerpt(&body)),
-            ));
-        }
-        resp.json()
-            .map_err(|e| catalog_error(&name, CatalogFailure::Failed, format!("{url}: bad JSON: {e}")))
-    };
-    let mut config_url = format!("{uri}/v1/config");
-    if let Some(w) = warehouse {
-        config_url.push_str(&format!("?warehouse={}", encode(w)));
-    }
-    let config = get(config_url)?;
-    let prefix = config
-        .pointer("/overrides/prefix")
-        .or_else(|| config.pointer("/defaults/prefix"))
-        .and_then(Value::as_str)
-        .map(|p| format!("{}/", p.trim_matches('/')))
-        .unwrap_or_default();
-    // namespace levels are joined with the unit separator, URL-encoded
-    let ns = encode(&namespace.join("\u{1f}"));
-    let body = get(format!("{uri}/v1/{prefix}namespaces/{ns}/tables/{}", encode(table)))?;
-    let loc = body.get("metadata-location").and_then(Value::as_str).ok_or_else(|| {
-        catalog_error(
-            &name,
-            CatalogFailure::Failed,
-            format!("table {}.{table} has no metadata-location", namespace.join(".")),
-        )
-    })?;
-    local(loc)
 }
 
 /// AWS Glue Data Catalog: `GetTable`, SigV4-signed with the connector's AWS credentials (see
@@ -202,14 +142,14 @@ pub fn glue_metadata_location(storage: &Storage, loc: &TableLocation) -> Result<
     local(loc)
 }
 
-fn http_client(name: &str) -> Result<reqwest::blocking::Client, SourceError> {
+pub(super) fn http_client(name: &str) -> Result<reqwest::blocking::Client, SourceError> {
     reqwest::blocking::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()
         .map_err(|e| catalog_error(name, CatalogFailure::Failed, format!("HTTP client: {e}")))
 }
 
-fn catalog_error(catalog: &str, failure: CatalogFailure, message: String) -> SourceError {
+pub(super) fn catalog_error(catalog: &str, failure: CatalogFailure, message: String) -> SourceError {
     SourceError::Catalog {
         catalog: catalog.to_string(),
         failure,
@@ -217,16 +157,16 @@ fn catalog_error(catalog: &str, failure: CatalogFailure, message: String) -> Sou
     }
 }
 
-fn unavailable(catalog: &str, message: String) -> SourceError {
+pub(super) fn unavailable(catalog: &str, message: String) -> SourceError {
     catalog_error(catalog, CatalogFailure::Unavailable, message)
 }
 
-fn excerpt(body: &str) -> String {
+pub(super) fn excerpt(body: &str) -> String {
     body.chars().take(300).collect()
 }
 
 /// A path segment or query value: everything but RFC 3986's unreserved characters encoded.
-fn encode(s: &str) -> String {
+pub(super) fn encode(s: &str) -> String {
     const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
         .remove(b'-')
         .remove(b'_')

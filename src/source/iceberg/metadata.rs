@@ -201,7 +201,11 @@ fn metadata_version(name: &str) -> Option<u64> {
 }
 
 /// The current metadata file of a table.
-pub fn current_metadata_file(storage: &Storage, loc: &TableLocation) -> Result<PathBuf, SourceError> {
+pub fn current_metadata_file(
+    storage: &Storage,
+    loc: &TableLocation,
+    rest: &super::rest::RestSession,
+) -> Result<PathBuf, SourceError> {
     match loc {
         TableLocation::Path(p) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
         TableLocation::Path(p) => {
@@ -237,7 +241,7 @@ pub fn current_metadata_file(storage: &Storage, loc: &TableLocation) -> Result<P
             namespace,
             table,
         } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
-        TableLocation::Rest { .. } => super::catalog::rest_metadata_location(loc),
+        TableLocation::Rest { .. } => rest.metadata_location(loc),
         TableLocation::Glue { .. } => super::catalog::glue_metadata_location(storage, loc),
     }
 }

@@ -16,6 +16,7 @@ pub mod metadata;
 mod monitor;
 mod plan;
 pub mod reader;
+mod rest;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,8 @@ pub struct IcebergSource {
     connector: String,
     /// The connector's storage: every read of the table goes through it.
     storage: Storage,
+    /// The REST catalog's HTTP client and OAuth 2 token, kept between polls.
+    rest: rest::RestSession,
     /// Tasks divide the table by partition: splits never mix partitions, a diff is one split
     /// per partition.
     by_partition: bool,
@@ -61,7 +64,8 @@ impl IcebergSource {
         let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported {
             message: "not an Iceberg connector".into(),
         })?;
-        let file = metadata::current_metadata_file(&storage, &opts.location)?;
+        let rest = rest::RestSession::default();
+        let file = metadata::current_metadata_file(&storage, &opts.location, &rest)?;
         let md = metadata::TableMetadata::load(&storage, &file)?;
         let schema = md.schema_of(None)?;
         let key_fields = key::key_fields(&opts, schema, &file)?;
@@ -106,6 +110,7 @@ impl IcebergSource {
             manifests: ManifestCache::new(storage.clone()),
             currents: commits::CurrentCache::new(storage.clone()),
             storage,
+            rest,
             plans: Default::default(),
             threads: par::default_threads(),
             budget: cfg.read.memory_budget,
@@ -372,7 +377,7 @@ impl Source for IcebergSource {
     }
 
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
-        let file = metadata::current_metadata_file(&self.storage, &self.opts.location)?;
+        let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
         match id.parse::<i64>().ok().and_then(|s| md.snapshot(s)) {
             Some(s) => Ok(Position {
@@ -386,7 +391,7 @@ impl Source for IcebergSource {
     }
 
     fn describe(&self) -> Result<String, SourceError> {
-        let file = metadata::current_metadata_file(&self.storage, &self.opts.location)?;
+        let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
         Ok(format!(
             "Iceberg format v{} table at {}, {} snapshots, current {}, metadata {}",

@@ -112,7 +112,7 @@ fn parse_id(p: &Position) -> Result<i64, SourceError> {
 
 impl IcebergSource {
     pub(super) fn metadata(&self) -> Result<Arc<TableMetadata>, SourceError> {
-        let file = current_metadata_file(&self.storage, &self.opts.location)?;
+        let file = current_metadata_file(&self.storage, &self.opts.location, &self.rest)?;
         Ok(Arc::new(TableMetadata::load(&self.storage, &file)?))
     }
 

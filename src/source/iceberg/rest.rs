@@ -1,0 +1,247 @@
+//! The Iceberg REST catalog (per the REST catalog OpenAPI spec): `GET /v1/config` (the server's
+//! `prefix`), then `loadTable` for the table's `metadata-location`. Authentication is a static
+//! bearer token (`catalog.token`) or OAuth 2 client credentials (`catalog.credential` =
+//! `<client-id>:<secret>` or `<secret>`, `catalog.oauth2-server-uri` else the catalog's
+//! `/v1/oauth/tokens`, `catalog.scope` else `catalog`), posted as form fields as Iceberg's
+//! `OAuth2Util` and pyiceberg send them. A token is kept for the connector's polls
+//! ([`RestSession`]) and fetched anew at 80 % of its life (`expires_in`, else the JWT's `exp`,
+//! else an hour) or when the catalog answers 401 to it, once per request. One HTTP client serves
+//! every poll.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::catalog::{catalog_error, encode, excerpt, http_client, local, unavailable};
+use crate::config::TableLocation;
+use crate::source::{CatalogFailure, SourceError};
+
+/// What a connector keeps between polls of its REST catalog.
+#[derive(Default)]
+pub struct RestSession {
+    client: OnceLock<reqwest::blocking::Client>,
+    /// The OAuth 2 token and when to fetch the next one.
+    token: Mutex<Option<(String, Instant)>>,
+}
+
+/// A life of a token whose answer gives none.
+const DEFAULT_LIFE: Duration = Duration::from_secs(3600);
+
+/// How a connector authenticates to its REST catalog.
+enum Auth<'a> {
+    None,
+    Bearer(&'a str),
+    Client {
+        id: Option<&'a str>,
+        secret: &'a str,
+        server: String,
+        scope: &'a str,
+    },
+}
+
+impl RestSession {
+    fn client(&self, name: &str) -> Result<&reqwest::blocking::Client, SourceError> {
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        let c = http_client(name)?;
+        Ok(self.client.get_or_init(|| c))
+    }
+
+    /// The bearer token to send: the static one, or the OAuth 2 token kept (fetched when there is
+    /// none, when it is due, or when `stale`, the one the catalog just refused).
+    fn bearer(&self, name: &str, auth: &Auth<'_>, stale: Option<&str>) -> Result<Option<String>, SourceError> {
+        let (id, secret, server, scope) = match auth {
+            Auth::None => return Ok(None),
+            Auth::Bearer(t) => return Ok(Some(t.to_string())),
+            Auth::Client {
+                id,
+                secret,
+                server,
+                scope,
+            } => (*id, *secret, server, *scope),
+        };
+        let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((t, due)) = kept.as_ref() {
+            if Instant::now() < *due && Some(t.as_str()) != stale {
+                return Ok(Some(t.clone()));
+            }
+        }
+        let mut form = vec![
+            ("grant_type", "client_credentials"),
+            ("client_secret", secret),
+            ("scope", scope),
+        ];
+        if let Some(id) = id {
+            form.push(("client_id", id));
+        }
+        let resp = self
+            .client(name)?
+            .post(server)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(
+                form.iter()
+                    .map(|(k, v)| format!("{k}={}", encode(v)))
+                    .collect::<Vec<_>>()
+                    .join("&"),
+            )
+            .send()
+            .map_err(|e| unavailable(name, format!("token endpoint {server}: {e}")))?;
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().unwrap_or(Value::Null);
+        if !(200..300).contains(&status) {
+            // OAuth 2 errors (RFC 6749 §5.2): a refused client is 400 or 401
+            let failure = match status {
+                400 | 401 | 403 => CatalogFailure::Unauthorized,
+                408 | 429 | 500..=599 => CatalogFailure::Unavailable,
+                _ => CatalogFailure::Failed,
+            };
+            let why = ["error", "error_description"]
+                .iter()
+                .filter_map(|k| body.get(*k).and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(": ");
+            return Err(catalog_error(
+                name,
+                failure,
+                format!(
+                    "token endpoint {server} refused client {}: HTTP {status} ({why})",
+                    id.unwrap_or("(no id)")
+                ),
+            ));
+        }
+        let token = body
+            .get("access_token")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                catalog_error(
+                    name,
+                    CatalogFailure::Failed,
+                    format!("token endpoint {server}: no access_token"),
+                )
+            })?
+            .to_string();
+        let life = body
+            .get("expires_in")
+            .and_then(Value::as_u64)
+            .map(Duration::from_secs)
+            .or_else(|| jwt_life(&token))
+            .unwrap_or(DEFAULT_LIFE);
+        tracing::info!(catalog = name, endpoint = %server, expires_in_s = life.as_secs(), "REST catalog OAuth2 token obtained");
+        *kept = Some((token.clone(), Instant::now() + life.mul_f64(0.8)));
+        Ok(Some(token))
+    }
+
+    /// `GET url` as JSON, authenticated; a 401 to an OAuth 2 token fetches a new one and asks again.
+    fn get(&self, name: &str, auth: &Auth<'_>, url: &str) -> Result<Value, SourceError> {
+        let mut refused: Option<String> = None;
+        loop {
+            let bearer = self.bearer(name, auth, refused.as_deref())?;
+            let mut req = self.client(name)?.get(url);
+            if let Some(t) = &bearer {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().map_err(|e| unavailable(name, format!("{url}: {e}")))?;
+            let status = resp.status().as_u16();
+            if status == 401 && refused.is_none() && matches!(auth, Auth::Client { .. }) {
+                refused = bearer;
+                continue;
+            }
+            if !(200..300).contains(&status) {
+                let body = resp.text().unwrap_or_default();
+                let failure = match status {
+                    401 | 403 => CatalogFailure::Unauthorized,
+                    404 => CatalogFailure::NotFound,
+                    408 | 429 | 500..=599 => CatalogFailure::Unavailable,
+                    _ => CatalogFailure::Failed,
+                };
+                return Err(catalog_error(
+                    name,
+                    failure,
+                    format!("GET {url}: HTTP {status}: {}", excerpt(&body)),
+                ));
+            }
+            return resp
+                .json()
+                .map_err(|e| catalog_error(name, CatalogFailure::Failed, format!("{url}: bad JSON: {e}")));
+        }
+    }
+
+    /// The table's current metadata file, as the catalog names it.
+    pub fn metadata_location(&self, loc: &TableLocation) -> Result<PathBuf, SourceError> {
+        let TableLocation::Rest {
+            uri,
+            warehouse,
+            token,
+            credential,
+            oauth2_server_uri,
+            scope,
+            namespace,
+            table,
+        } = loc
+        else {
+            return Err(SourceError::Unreadable {
+                message: "not a REST catalog".into(),
+            });
+        };
+        let name = format!("REST catalog {uri}");
+        let auth = match (token, credential) {
+            (Some(t), _) => Auth::Bearer(t),
+            (None, Some(c)) => {
+                let (id, secret) = match c.split_once(':') {
+                    Some((id, secret)) => (Some(id), secret),
+                    None => (None, c.as_str()),
+                };
+                Auth::Client {
+                    id,
+                    secret,
+                    server: oauth2_server_uri
+                        .clone()
+                        .unwrap_or_else(|| format!("{uri}/v1/oauth/tokens")),
+                    scope: scope.as_deref().unwrap_or("catalog"),
+                }
+            }
+            (None, None) => Auth::None,
+        };
+        let mut config_url = format!("{uri}/v1/config");
+        if let Some(w) = warehouse {
+            config_url.push_str(&format!("?warehouse={}", encode(w)));
+        }
+        let config = self.get(&name, &auth, &config_url)?;
+        let prefix = config
+            .pointer("/overrides/prefix")
+            .or_else(|| config.pointer("/defaults/prefix"))
+            .and_then(Value::as_str)
+            .map(|p| format!("{}/", p.trim_matches('/')))
+            .unwrap_or_default();
+        // namespace levels are joined with the unit separator, URL-encoded
+        let ns = encode(&namespace.join("\u{1f}"));
+        let url = format!("{uri}/v1/{prefix}namespaces/{ns}/tables/{}", encode(table));
+        let body = self.get(&name, &auth, &url)?;
+        let loc = body.get("metadata-location").and_then(Value::as_str).ok_or_else(|| {
+            catalog_error(
+                &name,
+                CatalogFailure::Failed,
+                format!("table {}.{table} has no metadata-location", namespace.join(".")),
+            )
+        })?;
+        local(loc)
+    }
+}
+
+/// A JWT's remaining life from its `exp` (none where the token is not a JWT).
+fn jwt_life(token: &str) -> Option<Duration> {
+    use base64::Engine;
+    let claims = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims.trim_end_matches('='))
+        .ok()?;
+    let exp = serde_json::from_slice::<Value>(&bytes).ok()?.get("exp")?.as_u64()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    Some(Duration::from_secs(exp.saturating_sub(now)))
+}
