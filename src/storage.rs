@@ -41,6 +41,8 @@ struct StorageInner {
     stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
     /// AWS request signers by region (see `aws`): kept, so their credentials are too.
     signers: Mutex<HashMap<String, AwsSigner>>,
+    /// Credentials a catalog vended for the table (see `vended`): S3 clients sign with them.
+    vended: Mutex<Option<Arc<vended::VendedProvider>>>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -210,8 +212,26 @@ impl Storage {
                 options,
                 stores: Mutex::default(),
                 signers: Mutex::default(),
+                vended: Mutex::default(),
             }),
         }
+    }
+
+    /// Sign S3 requests with credentials a catalog vended (replacing any it vended before);
+    /// `renew` asks it for new ones should they expire during a read. Returns whether these are
+    /// the first (the S3 clients made before are dropped, to be made again with them).
+    pub fn use_vended(&self, v: &vended::Vended, renew: vended::Renew) -> bool {
+        {
+            // (released before the clients' lock: `store` takes the two the other way round)
+            let mut slot = self.inner.vended.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = slot.as_ref() {
+                p.replace(v, renew);
+                return false;
+            }
+            *slot = Some(Arc::new(vended::VendedProvider::new(v, renew)));
+        }
+        self.inner.stores.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        true
     }
 
     /// The store of a remote path and the object path inside it.
@@ -239,6 +259,10 @@ impl Storage {
                         }
                         if let Some(t) = &opts.s3_session_token {
                             b = b.with_token(t);
+                        }
+                        let vended = self.inner.vended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        if let Some(p) = vended {
+                            b = b.with_credentials(p);
                         }
                         b = b
                             .with_allow_http(opts.s3_allow_http)
@@ -393,3 +417,4 @@ pub mod aws;
 mod input;
 #[cfg(test)]
 mod tests;
+pub mod vended;

@@ -168,6 +168,8 @@ class RestCatalog(BaseHTTPRequestHandler):
     life, revoke_after = 2, 60
     issued = []  # (token, time)
     refused = 0  # GETs answered 401
+    vend = None  # the `config` a loadTable asking for vended credentials gets
+    pinned = None  # a metadata location to answer instead of the catalog's
 
     def do_POST(self):
         from urllib.parse import parse_qs
@@ -203,7 +205,10 @@ class RestCatalog(BaseHTTPRequestHandler):
                               (parts[4], parts[6])).fetchone()
             con.close()
             if row:
-                return self.reply(200, {"metadata-location": row[0], "metadata": {}})
+                body = {"metadata-location": self.pinned or row[0], "metadata": {}}
+                if self.vend and self.headers.get("X-Iceberg-Access-Delegation") == "vended-credentials":
+                    body["config"] = dict(self.vend)
+                return self.reply(200, body)
         return self.reply(404, {"error": {"message": "no such table"}})
 
     def reply(self, code, body):

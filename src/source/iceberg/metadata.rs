@@ -204,7 +204,7 @@ fn metadata_version(name: &str) -> Option<u64> {
 pub fn current_metadata_file(
     storage: &Storage,
     loc: &TableLocation,
-    rest: &super::rest::RestSession,
+    rest: &std::sync::Arc<super::rest::RestSession>,
 ) -> Result<PathBuf, SourceError> {
     match loc {
         TableLocation::Path(p) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
@@ -241,7 +241,7 @@ pub fn current_metadata_file(
             namespace,
             table,
         } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
-        TableLocation::Rest { .. } => rest.metadata_location(loc),
+        TableLocation::Rest { .. } => rest.metadata_location(storage, loc),
         TableLocation::Glue { .. } => super::catalog::glue_metadata_location(storage, loc),
     }
 }

@@ -50,7 +50,7 @@ pub struct IcebergSource {
     /// The connector's storage: every read of the table goes through it.
     storage: Storage,
     /// The REST catalog's HTTP client and OAuth 2 token, kept between polls.
-    rest: rest::RestSession,
+    rest: Arc<rest::RestSession>,
     /// Tasks divide the table by partition: splits never mix partitions, a diff is one split
     /// per partition.
     by_partition: bool,
@@ -64,7 +64,7 @@ impl IcebergSource {
         let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported {
             message: "not an Iceberg connector".into(),
         })?;
-        let rest = rest::RestSession::default();
+        let rest = Arc::new(rest::RestSession::default());
         let file = metadata::current_metadata_file(&storage, &opts.location, &rest)?;
         let md = metadata::TableMetadata::load(&storage, &file)?;
         let schema = md.schema_of(None)?;

@@ -6,10 +6,12 @@
 //! `OAuth2Util` and pyiceberg send them. A token is kept for the connector's polls
 //! ([`RestSession`]) and fetched anew at 80 % of its life (`expires_in`, else the JWT's `exp`,
 //! else an hour) or when the catalog answers 401 to it, once per request. One HTTP client serves
-//! every poll.
+//! every poll. `loadTable` asks for vended credentials (`X-Iceberg-Access-Delegation`); S3
+//! credentials in its answer (`storage-credentials` for the table's location, else `config`) are
+//! what the connector's storage reads the table with from then on (`storage::vended`).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,6 +19,8 @@ use serde_json::Value;
 use super::catalog::{catalog_error, encode, excerpt, http_client, local, unavailable};
 use crate::config::TableLocation;
 use crate::source::{CatalogFailure, SourceError};
+use crate::storage::vended::{Renew, Vended};
+use crate::storage::Storage;
 
 /// What a connector keeps between polls of its REST catalog.
 #[derive(Default)]
@@ -134,12 +138,16 @@ impl RestSession {
         Ok(Some(token))
     }
 
-    /// `GET url` as JSON, authenticated; a 401 to an OAuth 2 token fetches a new one and asks again.
-    fn get(&self, name: &str, auth: &Auth<'_>, url: &str) -> Result<Value, SourceError> {
+    /// `GET url` as JSON, authenticated, with `headers`; a 401 to an OAuth 2 token fetches a new
+    /// one and asks again.
+    fn get(&self, name: &str, auth: &Auth<'_>, url: &str, headers: &[(&str, &str)]) -> Result<Value, SourceError> {
         let mut refused: Option<String> = None;
         loop {
             let bearer = self.bearer(name, auth, refused.as_deref())?;
             let mut req = self.client(name)?.get(url);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
             if let Some(t) = &bearer {
                 req = req.bearer_auth(t);
             }
@@ -169,8 +177,32 @@ impl RestSession {
         }
     }
 
-    /// The table's current metadata file, as the catalog names it.
-    pub fn metadata_location(&self, loc: &TableLocation) -> Result<PathBuf, SourceError> {
+    /// The table's current metadata file, as the catalog names it; credentials it vends for the
+    /// table are handed to `storage` (with a way to renew them: asking again).
+    pub fn metadata_location(self: &Arc<Self>, storage: &Storage, loc: &TableLocation) -> Result<PathBuf, SourceError> {
+        let (name, body) = self.load_table(loc)?;
+        if let Some(v) = vended_of(&body) {
+            let (session, at) = (self.clone(), loc.clone());
+            let renew: Renew = Arc::new(move || {
+                let (name, body) = session.load_table(&at).map_err(std::io::Error::other)?;
+                vended_of(&body).ok_or_else(|| std::io::Error::other(format!("{name} vended no credentials this time")))
+            });
+            if storage.use_vended(&v, renew) {
+                tracing::info!(catalog = %name, expires = ?v.expires, "reading the table with storage credentials the catalog vended");
+            }
+        }
+        let location = body.get("metadata-location").and_then(Value::as_str).ok_or_else(|| {
+            catalog_error(
+                &name,
+                CatalogFailure::Failed,
+                "loadTable answered no metadata-location".into(),
+            )
+        })?;
+        local(location)
+    }
+
+    /// `loadTable` of the table (asking for vended credentials): the catalog's name and its answer.
+    fn load_table(&self, loc: &TableLocation) -> Result<(String, Value), SourceError> {
         let TableLocation::Rest {
             uri,
             warehouse,
@@ -209,7 +241,7 @@ impl RestSession {
         if let Some(w) = warehouse {
             config_url.push_str(&format!("?warehouse={}", encode(w)));
         }
-        let config = self.get(&name, &auth, &config_url)?;
+        let config = self.get(&name, &auth, &config_url, &[])?;
         let prefix = config
             .pointer("/overrides/prefix")
             .or_else(|| config.pointer("/defaults/prefix"))
@@ -219,16 +251,40 @@ impl RestSession {
         // namespace levels are joined with the unit separator, URL-encoded
         let ns = encode(&namespace.join("\u{1f}"));
         let url = format!("{uri}/v1/{prefix}namespaces/{ns}/tables/{}", encode(table));
-        let body = self.get(&name, &auth, &url)?;
-        let loc = body.get("metadata-location").and_then(Value::as_str).ok_or_else(|| {
-            catalog_error(
-                &name,
-                CatalogFailure::Failed,
-                format!("table {}.{table} has no metadata-location", namespace.join(".")),
-            )
-        })?;
-        local(loc)
+        let body = self.get(
+            &name,
+            &auth,
+            &url,
+            &[("X-Iceberg-Access-Delegation", "vended-credentials")],
+        )?;
+        Ok((name, body))
     }
+}
+
+/// S3 credentials a `loadTable` answer vends: the `storage-credentials` entry whose prefix is the
+/// longest one of the table's location, else the table `config`'s `s3.*` keys.
+fn vended_of(body: &Value) -> Option<Vended> {
+    let location = body.pointer("/metadata/location").and_then(Value::as_str).unwrap_or("");
+    let best = body
+        .get("storage-credentials")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c.get("prefix")?.as_str()?, c.get("config")?)))
+        .filter(|(prefix, _)| location.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, config)| config);
+    let config = best.or_else(|| body.get("config"))?;
+    let get = |k: &str| config.get(k).and_then(Value::as_str).map(str::to_string);
+    let expires = get("s3.session-token-expires-at-ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms));
+    Some(Vended {
+        key_id: get("s3.access-key-id")?,
+        secret: get("s3.secret-access-key")?,
+        token: get("s3.session-token"),
+        expires,
+    })
 }
 
 /// A JWT's remaining life from its `exp` (none where the token is not a JWT).
