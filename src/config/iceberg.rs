@@ -16,6 +16,9 @@ pub const ICEBERG_KEYS: &[&str] = &[
     "catalog.credential",
     "catalog.oauth2-server-uri",
     "catalog.scope",
+    "catalog.rest.sigv4-enabled",
+    "catalog.rest.signing-region",
+    "catalog.rest.signing-name",
     "catalog.region",
     "catalog.glue.catalog-id",
     "table.identifier",
@@ -67,6 +70,8 @@ pub enum TableLocation {
         credential: Option<String>,
         oauth2_server_uri: Option<String>,
         scope: Option<String>,
+        /// AWS SigV4-signed requests (`catalog.rest.sigv4-enabled`): (region, signing name).
+        sigv4: Option<(String, String)>,
         namespace: Vec<String>,
         table: String,
     },
@@ -213,6 +218,36 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
             {
                 return Err(v.invalid("catalog.oauth2-server-uri", format!("`{u}` is not an http(s) URL")));
             }
+            let sigv4 = match v.bool_or("catalog.rest.sigv4-enabled", false)? {
+                false => None,
+                true if token.is_some() || credential.is_some() => {
+                    return Err(v.invalid(
+                        "catalog.rest.sigv4-enabled",
+                        "SigV4-signed requests carry AWS credentials: unset catalog.token / catalog.credential"
+                            .to_string(),
+                    ))
+                }
+                true => {
+                    let region = v
+                        .get("catalog.rest.signing-region")
+                        .or_else(|| v.get("catalog.region"))
+                        .or_else(|| v.get("s3.region"))
+                        .or_else(|| std::env::var("AWS_REGION").ok())
+                        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+                        .ok_or_else(|| {
+                            v.invalid(
+                                "catalog.rest.signing-region",
+                                "required with catalog.rest.sigv4-enabled=true (or s3.region, or AWS_REGION)"
+                                    .to_string(),
+                            )
+                        })?;
+                    Some((
+                        region,
+                        v.get("catalog.rest.signing-name")
+                            .unwrap_or_else(|| "execute-api".into()),
+                    ))
+                }
+            };
             Ok(TableLocation::Rest {
                 uri: uri.trim_end_matches('/').to_string(),
                 warehouse: v.get("catalog.warehouse"),
@@ -220,6 +255,7 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
                 credential,
                 oauth2_server_uri,
                 scope: v.get("catalog.scope"),
+                sigv4,
                 namespace,
                 table,
             })

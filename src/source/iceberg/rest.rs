@@ -6,7 +6,9 @@
 //! `OAuth2Util` and pyiceberg send them. A token is kept for the connector's polls
 //! ([`RestSession`]) and fetched anew at 80 % of its life (`expires_in`, else the JWT's `exp`,
 //! else an hour) or when the catalog answers 401 to it, once per request. One HTTP client serves
-//! every poll. `loadTable` asks for vended credentials (`X-Iceberg-Access-Delegation`); S3
+//! every poll. With `catalog.rest.sigv4-enabled`, every request is AWS SigV4-signed instead
+//! (`catalog.rest.signing-name`, `catalog.rest.signing-region`; the connector's AWS credential
+//! chain, as for Glue): AWS Glue's and S3 Tables' Iceberg REST endpoints. `loadTable` asks for vended credentials (`X-Iceberg-Access-Delegation`); S3
 //! credentials in its answer (`storage-credentials` for the table's location, else `config`) are
 //! what the connector's storage reads the table with from then on (`storage::vended`).
 
@@ -37,6 +39,8 @@ const DEFAULT_LIFE: Duration = Duration::from_secs(3600);
 enum Auth<'a> {
     None,
     Bearer(&'a str),
+    /// AWS SigV4, for a service name.
+    SigV4(crate::storage::AwsSigner, &'a str),
     Client {
         id: Option<&'a str>,
         secret: &'a str,
@@ -58,7 +62,7 @@ impl RestSession {
     /// none, when it is due, or when `stale`, the one the catalog just refused).
     fn bearer(&self, name: &str, auth: &Auth<'_>, stale: Option<&str>) -> Result<Option<String>, SourceError> {
         let (id, secret, server, scope) = match auth {
-            Auth::None => return Ok(None),
+            Auth::None | Auth::SigV4(..) => return Ok(None),
             Auth::Bearer(t) => return Ok(Some(t.to_string())),
             Auth::Client {
                 id,
@@ -145,8 +149,21 @@ impl RestSession {
         loop {
             let bearer = self.bearer(name, auth, refused.as_deref())?;
             let mut req = self.client(name)?.get(url);
-            for (k, v) in headers {
-                req = req.header(*k, *v);
+            match auth {
+                // the given headers signed, with the signature's own
+                Auth::SigV4(signer, service) => {
+                    let signed = signer.sign(service, "GET", url, headers, b"").map_err(|e| {
+                        catalog_error(name, CatalogFailure::Unauthorized, format!("signing GET {url}: {e}"))
+                    })?;
+                    for (k, v) in signed {
+                        req = req.header(k, v);
+                    }
+                }
+                _ => {
+                    for (k, v) in headers {
+                        req = req.header(*k, *v);
+                    }
+                }
             }
             if let Some(t) = &bearer {
                 req = req.bearer_auth(t);
@@ -180,11 +197,11 @@ impl RestSession {
     /// The table's current metadata file, as the catalog names it; credentials it vends for the
     /// table are handed to `storage` (with a way to renew them: asking again).
     pub fn metadata_location(self: &Arc<Self>, storage: &Storage, loc: &TableLocation) -> Result<PathBuf, SourceError> {
-        let (name, body) = self.load_table(loc)?;
+        let (name, body) = self.load_table(storage, loc)?;
         if let Some(v) = vended_of(&body) {
-            let (session, at) = (self.clone(), loc.clone());
+            let (session, at, st) = (self.clone(), loc.clone(), storage.clone());
             let renew: Renew = Arc::new(move || {
-                let (name, body) = session.load_table(&at).map_err(std::io::Error::other)?;
+                let (name, body) = session.load_table(&st, &at).map_err(std::io::Error::other)?;
                 vended_of(&body).ok_or_else(|| std::io::Error::other(format!("{name} vended no credentials this time")))
             });
             if storage.use_vended(&v, renew) {
@@ -202,7 +219,7 @@ impl RestSession {
     }
 
     /// `loadTable` of the table (asking for vended credentials): the catalog's name and its answer.
-    fn load_table(&self, loc: &TableLocation) -> Result<(String, Value), SourceError> {
+    fn load_table(&self, storage: &Storage, loc: &TableLocation) -> Result<(String, Value), SourceError> {
         let TableLocation::Rest {
             uri,
             warehouse,
@@ -210,6 +227,7 @@ impl RestSession {
             credential,
             oauth2_server_uri,
             scope,
+            sigv4,
             namespace,
             table,
         } = loc
@@ -220,6 +238,16 @@ impl RestSession {
         };
         let name = format!("REST catalog {uri}");
         let auth = match (token, credential) {
+            _ if sigv4.is_some() => {
+                let (region, service) = sigv4
+                    .as_ref()
+                    .map(|(r, s)| (r.as_str(), s.as_str()))
+                    .unwrap_or_default();
+                let signer = storage
+                    .aws_signer(region)
+                    .map_err(|e| catalog_error(&name, CatalogFailure::Failed, format!("AWS credentials: {e}")))?;
+                Auth::SigV4(signer, service)
+            }
             (Some(t), _) => Auth::Bearer(t),
             (None, Some(c)) => {
                 let (id, secret) = match c.split_once(':') {
