@@ -202,6 +202,7 @@ def test_validate_online_reaches_kafka_and_the_registry_and_says_what_is_there(e
     out = before.stdout
     assert "table: Hudi COPY_ON_WRITE table version 6 (timeline layout 1), partitioned by [part], 2 completed write instants" in out, out
     assert "key: id, _hoodie_partition_path" in out
+    assert f"kafka: {env.bootstrap} accepted the connector's PLAINTEXT handshake" in out, out
     assert f"topic {topic}: absent (created at the first run)" in out
     assert "position: none stored" in out and f"registry: subject {topic}-value absent" in out, out
     testkit.run_once(props)

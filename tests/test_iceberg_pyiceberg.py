@@ -307,6 +307,10 @@ def rest_catalog_oauth2(env, registry, tmp_path, tbl, port):
         replay = testkit.Replay(registry)
         replay.apply(testkit.consume_all(env, topic))
         compare_now(tbl, replay, {"id", "cat", "amount", "ts", "day", "note"}, f"REST catalog with OAuth 2 (life {life} s)")
+    shown = subprocess.run([str(testkit.BIN), "validate", "--online", str(props)], capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0 and "an OAuth 2 token (client credentials): table found" in shown.stdout, shown.stdout
+    assert RestCatalog.secret not in shown.stdout + shown.stderr
     props, _ = props_with("wrong-secret")
     r = testkit.run_once(props, check=False)
     assert r.returncode == 1, r.stderr[-2000:]

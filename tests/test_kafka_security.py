@@ -226,9 +226,12 @@ def test_a_table_streams_through_a_secured_listener_and_replays_at_every_instant
         replay.apply(testkit.new_records(testkit.consume_all(reader, topic), seen))
         testkit.compare(oracle, inst["rows"], replay, f"{mechanism} step {step}")
     assert {e["op"] for e in replay.events} >= {"r", "u"}
-    # `validate` shows the settings with the secret masked
-    shown = subprocess.run([str(testkit.BIN), "validate", str(props)], capture_output=True, text=True, timeout=60)
+    # `validate --online` logs in as the connector does and says so; the settings are shown with the
+    # secret masked
+    shown = subprocess.run([str(testkit.BIN), "validate", "--online", str(props)], capture_output=True, text=True,
+                           timeout=60)
     assert shown.returncode == 0, shown.stderr[-2000:]
+    assert f"kafka: {sasl} accepted the connector's" in shown.stdout, shown.stdout
     assert mechanism == "TLS" or password not in shown.stdout + shown.stderr
 
 

@@ -122,6 +122,32 @@ pub struct IcebergOptions {
 }
 
 impl IcebergOptions {
+    /// Which catalog and how the connector authenticates to it (`validate --online`); `None` for
+    /// a table by path.
+    pub fn catalog_summary(&self) -> Option<String> {
+        let auth = match &self.location {
+            TableLocation::Path(_) => return None,
+            TableLocation::Sql { db, .. } => return Some(format!("sql {}", db.display())),
+            TableLocation::Glue { region, .. } => format!("Glue {region}, SigV4 with the connector's AWS credentials"),
+            TableLocation::Rest {
+                uri,
+                token,
+                credential,
+                sigv4,
+                ..
+            } => {
+                let how = match (token, credential, sigv4) {
+                    (_, _, Some((region, service))) => format!("SigV4 ({service}, {region})"),
+                    (Some(_), _, _) => "a static bearer token".to_string(),
+                    (_, Some(_), _) => "an OAuth 2 token (client credentials)".to_string(),
+                    _ => "no authentication".to_string(),
+                };
+                format!("REST {uri}, {how}")
+            }
+        };
+        Some(auth)
+    }
+
     /// A stable name of the table for offsets keys.
     pub fn table_id(&self) -> String {
         match &self.location {

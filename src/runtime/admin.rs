@@ -164,8 +164,15 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
             }
         ),
     ];
+    if let Some(catalog) = cfg.iceberg.as_ref().and_then(|i| i.catalog_summary()) {
+        lines.push(format!("catalog: {catalog}: table found"));
+    }
     crate::sink::reach(cfg).await?;
-    lines.push(format!("kafka: {} answers", cfg.kafka.bootstrap_servers));
+    lines.push(format!(
+        "kafka: {} accepted the connector's {}",
+        cfg.kafka.bootstrap_servers,
+        crate::sink::login(cfg)
+    ));
     lines.extend(crate::sink::describe_topics(cfg).await?);
     let c = cfg.clone();
     let stored = tokio::task::spawn_blocking(move || show_offsets(&c))

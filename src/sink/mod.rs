@@ -33,7 +33,7 @@ mod sent;
 mod stats;
 mod topics;
 
-pub use reach::{describe_topics, reach};
+pub use reach::{describe_topics, login, reach};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -128,7 +128,7 @@ enum Probe {
 }
 
 /// The login the connector's settings ask for, as an operator names it: `SASL_SSL / SCRAM-SHA-512`.
-fn login(cfg: &ConnectorConfig) -> String {
+pub fn login(cfg: &ConnectorConfig) -> String {
     let get = |k: &str| cfg.kafka.producer_overrides.get(k).cloned();
     let protocol = get("security.protocol").unwrap_or_else(|| "PLAINTEXT".into());
     match (
