@@ -25,14 +25,19 @@ pyiceberg = pytest.importorskip("pyiceberg")
 def make_table(tmp_path):
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
-    from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType, TimestamptzType
 
     db = tmp_path / "catalog.db"
     cat = SqlCatalog("default", uri=f"sqlite:///{db}", warehouse=f"file://{tmp_path}/warehouse")
     cat.create_namespace("shop")
-    schema = Schema(
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="cat"))
+    return db, cat, cat.create_table("shop.orders", schema=table_schema(), partition_spec=spec)
+
+
+def table_schema():
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType, TimestamptzType
+    return Schema(
         NestedField(1, "id", LongType(), required=True),
         NestedField(2, "cat", StringType(), required=False),
         NestedField(3, "amount", DecimalType(10, 2), required=False),
@@ -40,8 +45,6 @@ def make_table(tmp_path):
         NestedField(5, "day", DateType(), required=False),
         identifier_field_ids=[1],
     )
-    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="cat"))
-    return db, cat, cat.create_table("shop.orders", schema=schema, partition_spec=spec)
 
 
 def arrow_rows(tbl, rows):
