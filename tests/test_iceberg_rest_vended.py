@@ -5,7 +5,8 @@ table's files sit on a moto S3 that checks every request's SigV4 signature again
 (turned on once pyiceberg has written: pyarrow's S3 client does not pass moto's check, so writes
 happen with the check off and the catalog keeps the new snapshot hidden until it is back on).
 The catalog vends a second key and the first is deleted while the connector runs: it reads the
-next snapshot with the new key, no restart. A vended wrong secret fails naming the refusal."""
+next snapshot with the new key, no restart; vended keys that expire within the minute are renewed
+by asking the catalog again during reads. A vended wrong secret fails naming the refusal."""
 
 import json
 import os
@@ -81,8 +82,10 @@ def test_vended_credentials_read_the_table_and_are_replaced_while_running(env, r
         expected = table_now(tbl)
         auth(True)
         RestCatalog.db, RestCatalog.pinned, RestCatalog.issued = str(db), None, []
+        # each vended key says it expires 5 s after it was handed out: within the minute ahead in
+        # which the connector renews, so its reads also ask the catalog again (the renewal path)
         vend = lambda k: {"s3.access-key-id": k["AccessKeyId"], "s3.secret-access-key": k["SecretAccessKey"],
-                          "s3.session-token-expires-at-ms": str(int(time.time() * 1000) + 3_600_000)}
+                          "s3.session-token-expires-at-ms": str(int(time.time() * 1000) + 5_000)}
         RestCatalog.vend = vend(first)
         server = ThreadingHTTPServer(("127.0.0.1", 0), RestCatalog)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -135,6 +138,7 @@ def test_vended_credentials_read_the_table_and_are_replaced_while_running(env, r
             proc_c.terminate()
             err = proc_c.communicate(timeout=60)[1]
         assert "storage credentials the catalog vended" in err, err[-3000:]
+        assert "renewed before they expired" in err, err[-3000:]
         assert second["SecretAccessKey"] not in err, err[-3000:]
     finally:
         RestCatalog.vend = RestCatalog.pinned = None
