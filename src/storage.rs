@@ -217,6 +217,11 @@ impl Storage {
         }
     }
 
+    /// Whether S3 requests are signed with credentials a catalog vended.
+    pub fn has_vended(&self) -> bool {
+        self.inner.vended.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     /// Sign S3 requests with credentials a catalog vended (replacing any it vended before);
     /// `renew` asks it for new ones should they expire during a read. Returns whether these are
     /// the first (the S3 clients made before are dropped, to be made again with them).

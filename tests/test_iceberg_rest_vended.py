@@ -103,6 +103,10 @@ def test_vended_credentials_read_the_table_and_are_replaced_while_running(env, r
         assert r.returncode != 0 and "not-the-secret" not in r.stderr, r.stderr[-3000:]
         assert "SignatureDoesNotMatch" in r.stderr or "privileges" in r.stderr, r.stderr[-3000:]
         RestCatalog.vend = vend(first)
+        shown = subprocess.run([str(testkit.BIN), "validate", "--online", str(props)], capture_output=True, text=True,
+                               timeout=60, env=run_env)
+        assert shown.returncode == 0 and "read with storage credentials the catalog vended" in shown.stdout, \
+            shown.stdout + shown.stderr[-2000:]
         proc_c = subprocess.Popen([str(testkit.BIN), "run", str(props)], stderr=subprocess.PIPE, text=True, env=run_env)
         try:
             def caught_up(label):

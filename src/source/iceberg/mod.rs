@@ -394,12 +394,16 @@ impl Source for IcebergSource {
         let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
         Ok(format!(
-            "Iceberg format v{} table at {}, {} snapshots, current {}, metadata {}",
+            "Iceberg format v{} table at {}, {} snapshots, current {}, metadata {}{}",
             md.format_version,
             md.location,
             md.snapshots.len(),
             md.current_snapshot_id.map_or("none".to_string(), |s| s.to_string()),
-            file.display()
+            file.display(),
+            match self.storage.has_vended() {
+                true => ", read with storage credentials the catalog vended",
+                false => "",
+            }
         ))
     }
 
