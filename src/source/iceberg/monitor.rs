@@ -249,4 +249,16 @@ impl IcebergSource {
     }
 }
 
-pub(super) use super::plan::split_spec;
+/// A split of a unit's rows: the first task's file and offset name it.
+pub(super) fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
+    let first = tasks.first().map(|t| &t.0);
+    let name = first
+        .map(|r| r.file.path.rsplit('/').next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    let start = first.map(|r| r.start).unwrap_or(0);
+    SplitSpec {
+        id: format!("{i:05}:{name}@{start}"),
+        partition: first.map(|r| r.file.partition.clone()).unwrap_or_default(),
+        file_group: name,
+    }
+}

@@ -10,7 +10,7 @@ use super::metadata::{arrow_schema, Snapshot, TableMetadata};
 use super::monitor::{DiffPart, Plan, PlanKind, Task};
 use super::reader::FileRange;
 use super::IcebergSource;
-use crate::source::{Op, SourceError, SplitSpec};
+use crate::source::{Op, SourceError};
 
 /// Deletes indexed by the data file or partition they can apply to.
 struct DeleteIndex<'a> {
@@ -367,19 +367,6 @@ impl IcebergSource {
         }
         out.extend(open.into_iter().map(|b| b.1));
         out
-    }
-}
-
-pub(super) fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
-    let first = tasks.first().map(|t| &t.0);
-    let name = first
-        .map(|r| r.file.path.rsplit('/').next().unwrap_or_default().to_string())
-        .unwrap_or_default();
-    let start = first.map(|r| r.start).unwrap_or(0);
-    SplitSpec {
-        id: format!("{i:05}:{name}@{start}"),
-        partition: first.map(|r| r.file.partition.clone()).unwrap_or_default(),
-        file_group: name,
     }
 }
 
