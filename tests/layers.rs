@@ -52,6 +52,24 @@ fn named(rest: &str) -> Vec<String> {
     }
 }
 
+/// A file's lines of code (numbered from 0, leading blanks trimmed): comments left out, and
+/// nothing from its unit tests (`#[cfg(test)]` before `mod tests`) on.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = (0..lines.len())
+        .find(|&n| {
+            lines[n].trim_start().starts_with("#[cfg(test)]")
+                && lines.get(n + 1).is_some_and(|l| l.contains("mod tests"))
+        })
+        .unwrap_or(lines.len());
+    lines
+        .into_iter()
+        .take(end)
+        .map(str::trim_start)
+        .enumerate()
+        .filter(|(_, code)| !code.starts_with("//"))
+}
+
 #[test]
 fn imports_only_point_down() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -75,14 +93,7 @@ fn imports_only_point_down() {
         }
         checked += 1;
         let text = std::fs::read_to_string(&path).expect("readable");
-        for (n, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            if code.starts_with("//") {
-                continue;
-            }
-            if code.starts_with("#[cfg(test)]") && text.lines().nth(n + 1).is_some_and(|l| l.contains("mod tests")) {
-                break;
-            }
+        for (n, code) in code_lines(&text) {
             for (i, _) in code.match_indices("crate::") {
                 for name in named(&code[i + 7..]) {
                     match floor(&name) {
@@ -122,14 +133,7 @@ fn siblings_named(id: &str, text: &str, modules: &std::collections::HashSet<Stri
         p => format!("{p}/{name}"),
     };
     let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let code = line.trim_start();
-        if code.starts_with("//") {
-            continue;
-        }
-        if code.starts_with("#[cfg(test)]") && text.lines().nth(n + 1).is_some_and(|l| l.contains("mod tests")) {
-            break;
-        }
+    for (_, code) in code_lines(text) {
         let mut found = Vec::new();
         for (i, _) in code.match_indices("super::") {
             found.extend(named(&code[i + 7..]).into_iter().map(|m| sibling(&m)));

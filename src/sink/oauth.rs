@@ -144,6 +144,11 @@ impl TokenSource {
     }
 }
 
+/// A client context that holds its connector's token source (the one its refresh callback uses).
+pub(super) trait WithTokens {
+    fn tokens(&self) -> &TokenSource;
+}
+
 /// Whether the connector's clients log in with SASL/OAUTHBEARER.
 fn is_oauthbearer(overrides: &BTreeMap<String, String>) -> bool {
     ["sasl.mechanism", "sasl.mechanisms"]
@@ -159,7 +164,7 @@ fn is_oauthbearer(overrides: &BTreeMap<String, String>) -> bool {
 /// before its first poll has not served it yet, so such a client would wait for a token until
 /// its request timed out. Polled clients renew theirs from the refresh callback (the producers'
 /// threads poll every 100 ms); the others are short-lived and live on the first.
-pub(super) fn seed<C: rdkafka::client::ClientContext>(
+pub(super) fn seed<C: rdkafka::client::ClientContext + WithTokens>(
     client: &rdkafka::client::Client<C>,
     cfg: &crate::config::ConnectorConfig,
 ) -> Result<(), String> {
@@ -167,7 +172,11 @@ pub(super) fn seed<C: rdkafka::client::ClientContext>(
     if !is_oauthbearer(overrides) {
         return Ok(());
     }
-    let t = TokenSource::of_connector(cfg)?.token(overrides.get("sasl.oauthbearer.config").map(String::as_str))?;
+    // the client's own source (an MSK IAM one keeps its credential chain: not built again here)
+    let t = client
+        .context()
+        .tokens()
+        .token(overrides.get("sasl.oauthbearer.config").map(String::as_str))?;
     let text = |s: String| std::ffi::CString::new(s).map_err(|_| "an OAUTHBEARER token with a NUL byte".to_string());
     let (token, principal) = (text(t.token)?, text(t.principal_name)?);
     let mut err = [0 as std::ffi::c_char; 512];
@@ -199,7 +208,7 @@ pub(super) fn seed<C: rdkafka::client::ClientContext>(
 
 /// [`seed`] for one of the connector's clients: a token that cannot be had is an authentication
 /// failure naming the bootstrap servers (and, in `why`, the token endpoint and its answer).
-pub(super) fn seeded<C: rdkafka::client::ClientContext>(
+pub(super) fn seeded<C: rdkafka::client::ClientContext + WithTokens>(
     client: &rdkafka::client::Client<C>,
     cfg: &crate::config::ConnectorConfig,
 ) -> Result<(), super::SinkError> {

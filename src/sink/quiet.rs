@@ -125,6 +125,12 @@ fn is_refusal(error: &KafkaError, reason: &str) -> bool {
     .any(|s| reason.contains(s))
 }
 
+impl super::oauth::WithTokens for QuietContext {
+    fn tokens(&self) -> &super::oauth::TokenSource {
+        &self.tokens
+    }
+}
+
 impl ClientContext for QuietContext {
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 

@@ -30,6 +30,12 @@ pub struct StatsContext {
     pub(super) tokens: super::oauth::TokenSource,
 }
 
+impl super::oauth::WithTokens for StatsContext {
+    fn tokens(&self) -> &super::oauth::TokenSource {
+        &self.tokens
+    }
+}
+
 impl ClientContext for StatsContext {
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 

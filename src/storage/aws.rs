@@ -49,21 +49,15 @@ impl Storage {
             return Ok(s.clone());
         }
         let opts = &self.inner.options;
-        // the builder needs a bucket; the chain does not depend on it and nothing is fetched
-        let mut b = object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name("lakestream-credentials")
-            .with_region(region);
-        if let (Some(k), Some(sec)) = (&opts.s3_access_key_id, &opts.s3_secret_access_key) {
-            b = b.with_access_key_id(k).with_secret_access_key(sec);
-        }
-        if let Some(t) = &opts.s3_session_token {
-            b = b.with_token(t);
-        }
-        let s3 = b.build().map_err(other)?;
-        let signer = AwsSigner {
-            credentials: s3.credentials().clone(),
-            region: region.to_string(),
-        };
+        let signer = AwsSigner::chain(region, |mut b| {
+            if let (Some(k), Some(sec)) = (&opts.s3_access_key_id, &opts.s3_secret_access_key) {
+                b = b.with_access_key_id(k).with_secret_access_key(sec);
+            }
+            if let Some(t) = &opts.s3_session_token {
+                b = b.with_token(t);
+            }
+            b
+        })?;
         signers.insert(region.to_string(), signer.clone());
         Ok(signer)
     }
@@ -122,7 +116,8 @@ const QUERY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// `v` encoded as SigV4 encodes a query value.
+/// `v` encoded as SigV4 encodes a query value: everything but RFC 3986's unreserved characters
+/// (also what a URL path segment or form value needs: the REST catalog's requests use it).
 pub fn query_encode(v: &str) -> String {
     percent_encoding::utf8_percent_encode(v, QUERY).to_string()
 }
@@ -190,11 +185,20 @@ impl AwsSigner {
     /// `AWS_ACCESS_KEY_ID` family, web identity, the container endpoint, the instance profile),
     /// for AWS requests that are not the connector's storage (Kafka's MSK IAM login).
     pub fn from_env(region: &str) -> io::Result<AwsSigner> {
-        let s3 = object_store::aws::AmazonS3Builder::from_env()
+        Self::chain(region, |b| b)
+    }
+
+    /// A signer for `region` with object_store's credential chain: the environment's, with what
+    /// `keys` adds to the builder.
+    fn chain(
+        region: &str,
+        keys: impl FnOnce(object_store::aws::AmazonS3Builder) -> object_store::aws::AmazonS3Builder,
+    ) -> io::Result<AwsSigner> {
+        // the builder needs a bucket; the chain does not depend on it and nothing is fetched
+        let b = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name("lakestream-credentials")
-            .with_region(region)
-            .build()
-            .map_err(other)?;
+            .with_region(region);
+        let s3 = keys(b).build().map_err(other)?;
         Ok(AwsSigner {
             credentials: s3.credentials().clone(),
             region: region.to_string(),

@@ -165,16 +165,6 @@ pub(super) fn excerpt(body: &str) -> String {
     body.chars().take(300).collect()
 }
 
-/// A path segment or query value: everything but RFC 3986's unreserved characters encoded.
-pub(super) fn encode(s: &str) -> String {
-    const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'~');
-    percent_encoding::utf8_percent_encode(s, SET).to_string()
-}
-
 /// The storage path of a metadata location (`file:/x`, `file:///x`, `/x`, `s3://b/x`, ...).
 pub fn local(location: &str) -> Result<PathBuf, SourceError> {
     crate::storage::parse_location(location).map_err(|message| SourceError::Unsupported { message })

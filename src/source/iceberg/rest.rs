@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::catalog::{catalog_error, encode, excerpt, http_client, local, unavailable};
+use super::catalog::{catalog_error, excerpt, http_client, local, unavailable};
 use crate::config::TableLocation;
 use crate::source::{CatalogFailure, SourceError};
+use crate::storage::aws::query_encode as encode;
 use crate::storage::vended::{Renew, Vended};
 use crate::storage::Storage;
 
