@@ -3,7 +3,9 @@ mode, copy-on-write and merge-on-read, table versions 9 and 6 (`sparkkit`, `spar
 the oracle twice over. Revealed one instant at a time, the replayed topic equals Spark's table as
 of every instant (time travel), and the connector's events equal Spark's own CDC query key by key
 and instant by instant — read from the CDC log files where the connector finds them, and again
-through the diff (`read.cdc.from-log=false`). Skipped, with the reason, where Java, pyspark or the
+through the diff (`read.cdc.from-log=false`). Where Hudi 1.1.1's own CDC query fails (merge-on-read
+table version 6; a delta commit beside a pending compaction), the events of those instants equal
+Spark's snapshots before and after, diffed by key. Skipped, with the reason, where Java, pyspark or the
 jars are missing (`python tests/sparkkit.py install`)."""
 
 import json
@@ -90,24 +92,48 @@ def our_events(events):
     return out
 
 
+def snapshot_events(oracle):
+    """Spark's snapshots as of consecutive instants, diffed by key: {instant: {id: (op, before,
+    after)}}. The second oracle, for the instants where Hudi's own CDC query fails (Hudi 1.1.1 on
+    merge-on-read tables of version 6, and where a compaction is pending): every key whose row
+    Spark sees appear, vanish or change."""
+    out, prev = {}, None
+    for inst in oracle["instants"]:
+        cur = {r["id"]: data(r) for r in inst["rows"]}
+        if prev is not None:
+            ev = {k: ("d", prev[k], None) for k in prev.keys() - cur.keys()}
+            ev.update({k: ("c", None, cur[k]) for k in cur.keys() - prev.keys()})
+            ev.update({k: ("u", prev[k], cur[k]) for k in cur.keys() & prev.keys()
+                       if not testkit.same(prev[k], cur[k])})
+            out[inst["requested"]] = ev
+        prev = cur
+    return out
+
+
 def assert_same_events(oracle, got, label):
     """Ours equal Spark's CDC, instant by instant from the second on (the first is our full
-    scan); returns the instants Spark could not answer for."""
+    scan). Where Hudi's own CDC query failed on an instant, ours equal Spark's snapshots diffed by
+    key instead (`snapshot_events`); returns those instants."""
     spark, failed = spark_events(oracle)
+    diffed = snapshot_events(oracle) if failed else {}
     compared = 0
     for inst in oracle["instants"][1:]:
-        if inst["requested"] in failed:
-            continue
         compared += 1
-        want, have = spark.get(inst["requested"], {}), got.get(inst["requested"], {})
+        have = got.get(inst["requested"], {})
+        if inst["requested"] in failed:
+            want, which = diffed[inst["requested"]], "Spark's snapshots diffed"
+            # an update to the same values is an event Spark's snapshots cannot show
+            have = {k: h for k, h in have.items() if not (h[0] == "u" and testkit.same(h[1], h[2]))}
+        else:
+            want, which = spark.get(inst["requested"], {}), "Spark's CDC"
         assert have.keys() == want.keys(), (
             f"{label} {inst['action']} {inst['requested']}: keys only in ours {sorted(have.keys() - want.keys())[:5]}, "
-            f"only in Spark's CDC {sorted(want.keys() - have.keys())[:5]}")
+            f"only in {which} {sorted(want.keys() - have.keys())[:5]}")
         for k, w in want.items():
             h = have[k]
             assert h[0] == w[0] and testkit.same(h[1], w[1]) and testkit.same(h[2], w[2]), \
-                f"{label} {inst['requested']} {k}: ours {h}, Spark's {w}"
-    assert compared or failed, "nothing compared"
+                f"{label} {inst['requested']} {k}: ours {h}, {which} {w}"
+    assert compared, "nothing compared"
     return failed
 
 
@@ -134,9 +160,9 @@ def test_spark_written_hudi_replays_and_matches_sparks_cdc(env, registry, tmp_pa
     diffed = [registry.decode(v) for _, _, _, v in testkit.consume_all(env, topic2) if v is not None]
     assert_same_events(oracle, our_events(diffed), f"{name} (diff)")
     if failed:
-        first = next(iter(failed.values()))
-        pytest.xfail(f"replay equal to Spark at every instant and events equal Spark's CDC where it answered; Hudi "
-                     f"1.1.1's own CDC query failed on {len(failed)} of {len(oracle['instants'])} instants: {first}")
+        # Hudi's own CDC query failing is Hudi's bug, not ours: said, and checked the other way above
+        print(f"{name}: Hudi 1.1.1's own CDC query failed on {len(failed)} of {len(oracle['instants'])} instants "
+              f"({next(iter(failed.values()))[:200]}); those compared with Spark's snapshots diffed by key")
 
 
 # automatic cleaning (keeping 2 commits) on copy-on-write and on merge-on-read with compaction:
