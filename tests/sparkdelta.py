@@ -9,12 +9,14 @@ A scenario: {"name", "format": "delta", "seed", "rows", "versions", "partitioned
 Scenarios that differ only in their features write the same rows (the history depends on the
 seed alone), so a table without the change feed has its twin's `table_changes` as its oracle."""
 
+import datetime as dt
 import json
 from pathlib import Path
 
 from sparkkit import Dml
 
-COLUMNS = "id BIGINT NOT NULL, part STRING, name STRING, amount DOUBLE, day DATE"
+# `seen`: Spark writes a TIMESTAMP as INT96 (`spark.sql.parquet.outputTimestampType`), zone-less nanoseconds
+COLUMNS = "id BIGINT NOT NULL, part STRING, name STRING, amount DOUBLE, day DATE, seen TIMESTAMP"
 
 
 def properties(s):
@@ -37,7 +39,7 @@ def statements(s, t, rng):
     parts = " PARTITIONED BY (part)" if s.get("partitioned", True) else ""
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties(s).items())
     out = [f"CREATE TABLE {t} ({COLUMNS}) USING delta{parts} TBLPROPERTIES ({props})"]
-    dml = Dml(rng, t, ["id", "part", "name", "amount", "day"], s["rows"])
+    dml = Dml(rng, t, ["id", "part", "name", "amount", "day", "seen"], s["rows"])
     out.append(dml.first)
     kinds = ["update", "delete", "merge", "insert", "update", "optimize", "merge", "rename_column", "delete",
              "add_column", "merge", "update", "delete"]
@@ -60,6 +62,12 @@ def statements(s, t, rng):
     return out
 
 
+def instants(row):
+    """A row with its timestamps as the changelog's text (`testkit.norm`): Spark hands them out
+    as zone-less datetimes in the session's zone, UTC."""
+    return {k: v.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if isinstance(v, dt.datetime) else v for k, v in row.items()}
+
+
 def write(spark, s, path: Path, rng):
     t = f"delta.`{path}`"
     for sql in statements(s, t, rng):
@@ -74,7 +82,7 @@ def write(spark, s, path: Path, rng):
             df = df.select(df["_metadata.row_id"].alias("_row_id"),
                            df["_metadata.row_commit_version"].alias("_row_commit_version"), *df.columns)
         rows = df.collect()
-        versions[v] = [r.asDict() for r in rows]
+        versions[v] = [instants(r.asDict()) for r in rows]
     changes = None
     if s.get("cdf"):
         # version by version: one read across a dropped column fails (its schema is the end's)
@@ -87,7 +95,7 @@ def write(spark, s, path: Path, rng):
                 kind = d.pop("_change_type")
                 assert d.pop("_commit_version") == v
                 d.pop("_commit_timestamp", None)
-                changes.setdefault(v, []).append({"type": kind, "row": d})
+                changes.setdefault(v, []).append({"type": kind, "row": instants(d)})
     return {"operations": history, "versions": versions, "changes": changes,
             "protocol": protocol(path)}
 

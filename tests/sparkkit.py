@@ -31,7 +31,7 @@ JARS = [
     ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", "1.10.2"),
 ]
 # each writer's own version: a change to how its tables are written or oracles taken rewrites them
-WRITER_VERSION = {"hudi": 2, "delta": 5, "iceberg": 4}
+WRITER_VERSION = {"hudi": 2, "delta": 7, "iceberg": 4}
 
 
 def _pom():
@@ -131,6 +131,7 @@ class Dml:
         "day": lambda rng, i, gen: f"DATE'2024-01-01' + {rng.randrange(365)}",
         "due": lambda rng, i, gen: f"DATE'2024-01-01' + {rng.randrange(365)}",
         "note": lambda rng, i, gen: f"'x{rng.randrange(100)}'",
+        "seen": lambda rng, i, gen: "NULL" if rng.random() < 0.1 else f"timestamp_micros({1_700_000_000_000_000 + rng.randrange(10**13)})",
     }
 
     def __init__(self, rng, table, cols, rows):

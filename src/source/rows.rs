@@ -21,7 +21,7 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, S
     for f in target.fields() {
         let col = match batch.column_by_name(f.name()) {
             Some(c) if c.data_type() == f.data_type() => c.clone(),
-            Some(c) => arrow::compute::cast(c, f.data_type()).map_err(SourceError::arrow(format!(
+            Some(c) => cast(c, f.data_type()).map_err(SourceError::arrow(format!(
                 "casting column `{}` to {}",
                 f.name(),
                 f.data_type()
@@ -31,6 +31,23 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, S
         cols.push(col);
     }
     RecordBatch::try_new(target.clone(), cols).map_err(SourceError::arrow("conforming batch"))
+}
+
+/// A file's column as the table's type. A timestamp without a zone (Spark's INT96, read as
+/// nanoseconds) becomes a UTC one by its unit alone: its values are already UTC instants, and
+/// arrow's own cast would look the zone name up (it knows only offsets without `chrono-tz`).
+pub fn cast(c: &ArrayRef, to: &DataType) -> Result<ArrayRef, arrow_schema::ArrowError> {
+    match (c.data_type(), to) {
+        (DataType::Timestamp(_, None), DataType::Timestamp(unit, Some(tz)))
+            if matches!(tz.as_ref(), "UTC" | "Etc/UTC" | "Z" | "+00:00" | "+0000" | "utc") =>
+        {
+            let naive = arrow::compute::cast(c, &DataType::Timestamp(*unit, None))?;
+            // the same values with the zone attached (the data type's zone only labels them)
+            let data = naive.to_data().into_builder().data_type(to.clone()).build()?;
+            Ok(arrow_array::make_array(data))
+        }
+        _ => arrow::compute::cast(c, to),
+    }
 }
 
 /// The schema with every top-level field nullable (so columns missing from old files can be null).
@@ -295,6 +312,18 @@ pub fn multiset_diff(batches: &[RecordBatch], old: &[u32], new: &[u32]) -> Resul
 mod tests {
     use super::*;
     use arrow_array::Int64Array;
+
+    #[test]
+    fn zone_less_timestamps_become_utc_by_unit() {
+        use arrow_array::{TimestampMicrosecondArray, TimestampNanosecondArray};
+        use arrow_schema::TimeUnit;
+        let int96: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![Some(1_700_000_000_123_456_789), None]));
+        let to = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let got = cast(&int96, &to).unwrap();
+        assert_eq!(got.data_type(), &to);
+        let got = got.as_any().downcast_ref::<TimestampMicrosecondArray>().unwrap();
+        assert_eq!((got.value(0), got.is_null(1)), (1_700_000_000_123_456, true));
+    }
 
     fn batch(keys: &[&str], vals: &[i64], commit: &[&str]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

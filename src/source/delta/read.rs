@@ -172,7 +172,7 @@ impl Reader<'_> {
                         if c.data_type() == t.data_type() {
                             c.clone()
                         } else {
-                            arrow::compute::cast(c, t.data_type()).map_err(SourceError::arrow(format!(
+                            crate::source::rows::cast(c, t.data_type()).map_err(SourceError::arrow(format!(
                                 "{}: column `{}` ({} → {})",
                                 path.display(),
                                 t.name(),

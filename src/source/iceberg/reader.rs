@@ -33,7 +33,7 @@ pub fn conform_by_id(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBa
         };
         let col = match src {
             Some(i) if batch.column(i).data_type() == f.data_type() => batch.column(i).clone(),
-            Some(i) => arrow::compute::cast(batch.column(i), f.data_type()).map_err(SourceError::arrow(format!(
+            Some(i) => crate::source::rows::cast(batch.column(i), f.data_type()).map_err(SourceError::arrow(format!(
                 "column `{}` ({} → {})",
                 f.name(),
                 batch.column(i).data_type(),
