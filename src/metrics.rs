@@ -57,6 +57,16 @@ metric!(
     )
 );
 metric!(
+    STORAGE_REQUESTS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_storage_requests_total",
+        "Requests to the table's storage (local files counted alike), by op: list, get, ranged_get, head",
+        &["connector", "op"],
+        REGISTRY
+    )
+);
+metric!(
     BYTES_READ,
     IntCounterVec,
     register_int_counter_vec_with_registry!(

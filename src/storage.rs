@@ -43,6 +43,8 @@ struct StorageInner {
     signers: Mutex<HashMap<String, AwsSigner>>,
     /// Credentials a catalog vended for the table (see `vended`): S3 clients sign with them.
     vended: Mutex<Option<Arc<vended::VendedProvider>>>,
+    /// The connector's request counters.
+    requests: requests::Requests,
 }
 
 impl std::fmt::Debug for Storage {
@@ -207,14 +209,28 @@ pub struct Entry {
 
 impl Storage {
     pub fn new(options: StorageOptions) -> Self {
+        Self::with_requests(options, requests::Requests::default())
+    }
+
+    /// A connector's storage, its requests counted under its name.
+    pub fn counted(options: StorageOptions, connector: &str) -> Self {
+        Self::with_requests(options, requests::Requests::of_connector(connector))
+    }
+
+    fn with_requests(options: StorageOptions, requests: requests::Requests) -> Self {
         Storage {
             inner: Arc::new(StorageInner {
                 options,
                 stores: Mutex::default(),
                 signers: Mutex::default(),
                 vended: Mutex::default(),
+                requests,
             }),
         }
+    }
+
+    fn count(&self, op: Op) {
+        self.inner.requests.count(op, 1);
     }
 
     /// Whether S3 requests are signed with credentials a catalog vended.
@@ -295,6 +311,7 @@ impl Storage {
     }
 
     pub fn read(&self, p: &Path) -> io::Result<Bytes> {
+        self.count(Op::Get);
         if !is_remote(p) {
             return std::fs::read(p).map(Bytes::from);
         }
@@ -307,6 +324,7 @@ impl Storage {
     }
 
     pub fn read_range(&self, p: &Path, start: u64, len: u64) -> io::Result<Bytes> {
+        self.count(Op::RangedGet);
         if !is_remote(p) {
             use std::io::{Read, Seek, SeekFrom};
             let mut f = std::fs::File::open(p)?;
@@ -323,6 +341,7 @@ impl Storage {
     /// fetched whole.
     pub fn open_range(&self, p: &Path, start: u64, len: u64) -> io::Result<Box<dyn io::Read + Send>> {
         if !is_remote(p) {
+            self.count(Op::RangedGet);
             use std::io::{Read, Seek, SeekFrom};
             let mut f = std::fs::File::open(p)?;
             f.seek(SeekFrom::Start(start))?;
@@ -332,6 +351,7 @@ impl Storage {
     }
 
     pub fn size(&self, p: &Path) -> io::Result<u64> {
+        self.count(Op::Head);
         if !is_remote(p) {
             return std::fs::metadata(p).map(|m| m.len());
         }
@@ -348,58 +368,11 @@ impl Storage {
         self.size(p).is_ok() || self.list(p).is_ok_and(|l| !l.is_empty())
     }
 
-    /// The entries directly under `dir` (NotFound when a local directory does not exist; a remote
-    /// prefix without objects is empty).
-    pub fn list(&self, dir: &Path) -> io::Result<Vec<Entry>> {
-        if !is_remote(dir) {
-            let mut out = Vec::new();
-            for e in std::fs::read_dir(dir)? {
-                let e = e?;
-                let ft = e.file_type()?;
-                let size = if ft.is_file() {
-                    e.metadata().map(|m| m.len()).unwrap_or(0)
-                } else {
-                    0
-                };
-                out.push(Entry {
-                    name: e.file_name().to_string_lossy().into_owned(),
-                    path: e.path(),
-                    is_dir: ft.is_dir(),
-                    size,
-                });
-            }
-            return Ok(out);
-        }
-        let (st, key) = self.store(dir)?;
-        let prefix = if key.as_ref().is_empty() { None } else { Some(key) };
-        let listing = block_on(async move { st.list_with_delimiter(prefix.as_ref()).await }).map_err(map_err)?;
-        let mut out = Vec::new();
-        for d in listing.common_prefixes {
-            let name = d.filename().unwrap_or_default().to_string();
-            out.push(Entry {
-                path: dir.join(&name),
-                name,
-                is_dir: true,
-                size: 0,
-            });
-        }
-        for o in listing.objects {
-            let name = o.location.filename().unwrap_or_default().to_string();
-            out.push(Entry {
-                path: dir.join(&name),
-                name,
-                is_dir: false,
-                size: o.size,
-            });
-        }
-        Ok(out)
-    }
-
     /// Open a file to read Parquet from: a local file, or a remote object read in ranges.
     pub fn open(&self, p: &Path) -> io::Result<Input> {
         if is_remote(p) {
             let (st, key) = self.store(p)?;
-            input::RemoteFile::open(st, key).map(|r| Input::Remote(Arc::new(r)))
+            input::RemoteFile::open(st, key, self.inner.requests.clone()).map(|r| Input::Remote(Arc::new(r)))
         } else {
             std::fs::File::open(p).map(|f| Input::File(Arc::new(f)))
         }
@@ -408,6 +381,7 @@ impl Storage {
 
 pub use aws::{AwsSigner, SignError};
 pub use input::Input;
+pub use requests::Op;
 
 /// In the text of an error that passed through a format library (Parquet, Arrow), a storage
 /// failure that a later attempt can get past: the library keeps only the text.
@@ -420,6 +394,8 @@ pub fn is_transient_text(text: &str) -> bool {
 
 pub mod aws;
 mod input;
+mod listing;
+pub mod requests;
 #[cfg(test)]
 mod tests;
 pub mod vended;

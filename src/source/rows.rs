@@ -317,7 +317,10 @@ mod tests {
     fn zone_less_timestamps_become_utc_by_unit() {
         use arrow_array::{TimestampMicrosecondArray, TimestampNanosecondArray};
         use arrow_schema::TimeUnit;
-        let int96: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![Some(1_700_000_000_123_456_789), None]));
+        let int96: ArrayRef = Arc::new(TimestampNanosecondArray::from(vec![
+            Some(1_700_000_000_123_456_789),
+            None,
+        ]));
         let to = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
         let got = cast(&int96, &to).unwrap();
         assert_eq!(got.data_type(), &to);

@@ -21,6 +21,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use parquet::file::metadata::ParquetMetaData;
 
+use super::requests::{Op, Requests};
+
 /// The most a remote file fetches for one column chunk at a time.
 pub const WINDOW: u64 = 8 << 20;
 /// What opening a remote file fetches from its end.
@@ -70,6 +72,8 @@ pub struct RemoteFile {
     fetched: AtomicU64,
     requests: AtomicU64,
     peak: AtomicU64,
+    /// The connector's request counters.
+    counted: Requests,
 }
 
 impl Drop for RemoteFile {
@@ -121,7 +125,8 @@ impl Held {
 
 impl RemoteFile {
     /// Open `key`: its size and last bytes in one request.
-    pub(super) fn open(store: Arc<dyn ObjectStore>, key: ObjectPath) -> io::Result<RemoteFile> {
+    pub(super) fn open(store: Arc<dyn ObjectStore>, key: ObjectPath, counted: Requests) -> io::Result<RemoteFile> {
+        counted.count(Op::RangedGet, 1);
         let (st, k) = (store.clone(), key.clone());
         let got = super::block_on(async move {
             let r = st
@@ -142,6 +147,7 @@ impl RemoteFile {
             fetched: AtomicU64::new(tail.len() as u64),
             requests: AtomicU64::new(1),
             peak: AtomicU64::new(tail.len() as u64),
+            counted,
         };
         lock(&file.held).tail = Some((range.start, tail));
         Ok(file)
@@ -227,6 +233,7 @@ impl RemoteFile {
         let bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
         self.fetched.fetch_add(bytes, Ordering::Relaxed);
         self.requests.fetch_add(ranges.len() as u64, Ordering::Relaxed);
+        self.counted.count(Op::RangedGet, ranges.len() as u64);
         let (st, key) = (self.store.clone(), self.key.clone());
         super::block_on(async move { st.get_ranges(&key, &ranges).await })
             .map_err(super::map_err)

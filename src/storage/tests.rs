@@ -81,7 +81,9 @@ fn remote(bytes: Vec<u8>) -> super::Input {
     let key = object_store::path::Path::from("t/f.parquet");
     let (st, k) = (store.clone(), key.clone());
     super::block_on(async move { st.put(&k, bytes.into()).await }).unwrap();
-    super::Input::Remote(std::sync::Arc::new(super::input::RemoteFile::open(store, key).unwrap()))
+    super::Input::Remote(std::sync::Arc::new(
+        super::input::RemoteFile::open(store, key, Default::default()).unwrap(),
+    ))
 }
 
 fn read_all(input: &super::Input, columns: &[usize]) -> Vec<arrow_array::RecordBatch> {
@@ -134,4 +136,25 @@ fn transient_storage_failures_keep_their_class_through_the_format_libraries() {
     assert!(super::is_transient_text(&through.to_string()), "{through}");
     let corrupt = super::input::tag_transient(Error::new(ErrorKind::InvalidData, "bad magic"));
     assert!(!super::is_transient_text(&corrupt.to_string()));
+}
+
+#[test]
+fn a_listing_after_a_name_stops_at_the_first_unwanted_one_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in ["00000000000000000001.json", "00000000000000000002.json", "00000000000000000002.checkpoint.parquet"] {
+        std::fs::write(dir.path().join(n), b"{}").unwrap();
+    }
+    std::fs::write(dir.path().join("_last_checkpoint"), b"{}").unwrap();
+    std::fs::create_dir(dir.path().join("_sidecars")).unwrap();
+    let s = Storage::counted(StorageOptions::default(), "c-list-after");
+    let digits = |n: &str| n.starts_with(|c: char| c.is_ascii_digit());
+    let names: Vec<String> = s
+        .list_after(dir.path(), "00000000000000000002", digits)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["00000000000000000002.checkpoint.parquet", "00000000000000000002.json"]);
+    let lists = crate::metrics::STORAGE_REQUESTS.with_label_values(&["c-list-after", "list"]);
+    assert_eq!(lists.get(), 1);
 }

@@ -164,7 +164,7 @@ pub struct Checkpoint {
 }
 
 /// What `_delta_log/` holds.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Listing {
     pub commits: BTreeMap<u64, PathBuf>,
     /// Complete checkpoints by version (the first complete one found of each version).
@@ -242,6 +242,8 @@ pub struct DeltaLog {
     pub root: PathBuf,
     pub dir: PathBuf,
     storage: Storage,
+    /// The last listing, which [`DeltaLog::list_new`] extends.
+    last: std::sync::Arc<std::sync::Mutex<Option<Listing>>>,
 }
 
 impl DeltaLog {
@@ -250,15 +252,38 @@ impl DeltaLog {
             root: root.to_path_buf(),
             dir: root.join("_delta_log"),
             storage,
+            last: Default::default(),
         }
     }
 
+    /// The whole log directory.
     pub fn list(&self) -> Result<Listing, SourceError> {
         let entries = self.storage.list(&self.dir).map_err(SourceError::io(&self.dir))?;
-        Ok(parse_listing(
-            &self.dir,
-            entries.into_iter().filter(|e| !e.is_dir).map(|e| e.name),
-        ))
+        let l = parse_listing(&self.dir, entries.into_iter().filter(|e| !e.is_dir).map(|e| e.name));
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.clone());
+        Ok(l)
+    }
+
+    /// The last listing with what was written from its newest version on (that version's own
+    /// names included: a checkpoint of it may have come since), listed from there in one request
+    /// however long the log grew (issue 32). Only for telling whether there is anything new: a
+    /// file removed since the last whole listing (log cleanup) is still in it.
+    pub fn list_new(&self) -> Result<Listing, SourceError> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some((mut l, newest)) = last.and_then(|l| l.latest().map(|v| (l, v))) else {
+            return self.list();
+        };
+        let entries = self
+            .storage
+            .list_after(&self.dir, &format!("{newest:020}"), |n| version_of(n).is_some())
+            .map_err(SourceError::io(&self.dir))?;
+        let new = parse_listing(&self.dir, entries.into_iter().map(|e| e.name));
+        l.commits.extend(new.commits);
+        for (v, c) in new.checkpoints {
+            l.checkpoints.entry(v).or_insert(c);
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.clone());
+        Ok(l)
     }
 
     /// One commit's actions (`NotFound` when the file is gone: log cleanup).

@@ -173,6 +173,14 @@ impl Source for DeltaSource {
     }
 
     fn poll(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
+        // caught up and nothing new: the poll ends on one listing from the newest version on
+        if let Some(a) = after {
+            let newest = self.log.list_new()?.latest();
+            if newest.is_none_or(|n| parse_version(a).is_ok_and(|a| a >= n)) {
+                return Ok(Vec::new());
+            }
+        }
+        // new versions are planned from a whole listing (log cleanup shows there)
         let listing = self.log.list()?;
         self.pending(&listing, after)
     }

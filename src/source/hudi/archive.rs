@@ -75,16 +75,6 @@ fn v6_archive_files(table: &TableConfig) -> Vec<(u64, std::path::PathBuf)> {
     out
 }
 
-/// Changes whenever archival rewrites the archived timeline (cache key).
-pub fn fingerprint(table: &TableConfig) -> Option<String> {
-    if table.layout >= 2 {
-        return history_version(table).map(|v| v.to_string());
-    }
-    let files = v6_archive_files(table);
-    let size: u64 = files.iter().filter_map(|(_, p)| table.storage.size(p).ok()).sum();
-    (!files.is_empty()).then(|| format!("{}:{size}", files.len()))
-}
-
 /// Completed instants of the archived timeline, in no particular order.
 pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
     if table.layout < 2 {

@@ -29,7 +29,8 @@ use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, Tabl
 use crate::config::{ConnectorConfig, ReadConfig};
 use crate::storage::Storage;
 
-/// The archived timeline as last read: (its history version, its instants).
+/// The archived timeline as last read: (the oldest instant then on the active timeline, the
+/// archived instants).
 type ArchivedInstants = (Option<String>, Arc<Vec<Instant>>);
 
 pub struct HudiSource {
@@ -46,7 +47,7 @@ pub struct HudiSource {
     ownership: super::Ownership,
     /// The partition scheme follows only from the `auto` key carrying the partition path.
     ownership_from_key: bool,
-    /// Archived instants by history version.
+    /// Archived instants, by the active timeline's oldest instant when read.
     archived: std::sync::Mutex<Option<ArchivedInstants>>,
 }
 

@@ -25,13 +25,17 @@ impl HudiSource {
             .unwrap_or(0)
     }
 
-    /// The active timeline, with the archived one added (read again only when archival ran).
+    /// The active timeline, with the archived one added. Archival moves the oldest instants off
+    /// the active timeline, so the archive is read again only when the oldest active instant
+    /// changed: an idle poll is one listing of the timeline, whatever the table version (a
+    /// version-6 archive cost a listing and a HEAD per archive file, a version-8 one a GET of
+    /// `_version_`, every poll).
     pub(super) fn timeline(&self) -> Result<Timeline, SourceError> {
         let active = Timeline::load(&self.table)?;
-        let version = archive::fingerprint(&self.table);
-        let mut cache = self.archived.lock().expect("archive cache lock");
-        if cache.as_ref().map(|(v, _)| v) != Some(&version) {
-            *cache = Some((version, Arc::new(archive::load_archived(&self.table)?)));
+        let oldest = active.first_active().map(str::to_string);
+        let mut cache = self.archived.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.as_ref().map(|(v, _)| v) != Some(&oldest) {
+            *cache = Some((oldest, Arc::new(archive::load_archived(&self.table)?)));
         }
         let archived = cache.as_ref().map(|(_, a)| a.as_ref().clone()).unwrap_or_default();
         Ok(active.with_archived(archived))

@@ -244,6 +244,11 @@ impl Timeline {
         })
     }
 
+    /// The oldest instant's requested time (any state) on the timeline.
+    pub fn first_active(&self) -> Option<&str> {
+        self.first_active.as_deref()
+    }
+
     /// Add archived instants (those not also on the active timeline), keeping timeline order.
     pub fn with_archived(mut self, archived: Vec<Instant>) -> Self {
         if archived.is_empty() {

@@ -200,6 +200,45 @@ fn metadata_version(name: &str) -> Option<u64> {
     stem.split('-').next()?.parse().ok()
 }
 
+/// The newest metadata file of a table directory that held `last` at the last poll: for a
+/// Hadoop table's `v{N}.metadata.json`, HEADs of `v{N+1}`, `v{N+2}`… until one is missing (one
+/// request when nothing changed, no `version-hint.text` read); for other names, a listing.
+pub fn newer_in_dir(storage: &Storage, last: &Path) -> Result<PathBuf, SourceError> {
+    let name = last.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let (Some(dir), Some(rest)) = (last.parent(), name.strip_prefix('v')) else {
+        return newest_listed(storage, last.parent().unwrap_or(last));
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let (Ok(mut n), tail) = (digits.parse::<u64>(), &rest[digits.len()..]) else {
+        return newest_listed(storage, dir);
+    };
+    let mut newest = last.to_path_buf();
+    loop {
+        let next = dir.join(format!("v{}{tail}", n + 1));
+        match storage.size(&next) {
+            Ok(_) => (newest, n) = (next, n + 1),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(newest),
+            Err(e) => return Err(SourceError::Io { path: next, source: e }),
+        }
+    }
+}
+
+/// The metadata file with the highest version in `dir`.
+fn newest_listed(storage: &Storage, dir: &Path) -> Result<PathBuf, SourceError> {
+    let newest = storage
+        .list(dir)
+        .map_err(SourceError::io(dir))?
+        .into_iter()
+        .filter_map(|e| metadata_version(&e.name).map(|v| (v, e.path)))
+        .max_by_key(|(v, _)| *v);
+    newest.map(|(_, p)| p).ok_or_else(|| SourceError::Unreadable {
+        message: format!(
+            "{}: no Iceberg metadata (*.metadata.json or version-hint.text) found",
+            dir.display()
+        ),
+    })
+}
+
 /// The current metadata file of a table.
 pub fn current_metadata_file(
     storage: &Storage,
@@ -222,18 +261,7 @@ pub fn current_metadata_file(
                     return Ok(f);
                 }
             }
-            let newest = storage
-                .list(&dir)
-                .map_err(SourceError::io(&dir))?
-                .into_iter()
-                .filter_map(|e| metadata_version(&e.name).map(|v| (v, e.path)))
-                .max_by_key(|(v, _)| *v);
-            newest.map(|(_, p)| p).ok_or_else(|| SourceError::Unreadable {
-                message: format!(
-                    "{}: no Iceberg metadata (*.metadata.json or version-hint.text) found",
-                    dir.display()
-                ),
-            })
+            newest_listed(storage, &dir)
         }
         TableLocation::Sql {
             db,

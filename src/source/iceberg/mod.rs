@@ -49,6 +49,8 @@ pub struct IcebergSource {
     connector: String,
     /// The connector's storage: every read of the table goes through it.
     storage: Storage,
+    /// The metadata file read last, and what it holds (see `metadata`).
+    current: Mutex<Option<(std::path::PathBuf, Arc<metadata::TableMetadata>)>>,
     /// The REST catalog's HTTP client and OAuth 2 token, kept between polls.
     rest: Arc<rest::RestSession>,
     /// Tasks divide the table by partition: splits never mix partitions, a diff is one split
@@ -111,6 +113,7 @@ impl IcebergSource {
             currents: commits::CurrentCache::new(storage.clone()),
             storage,
             rest,
+            current: Default::default(),
             plans: Default::default(),
             threads: par::default_threads(),
             budget: cfg.read.memory_budget,

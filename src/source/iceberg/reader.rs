@@ -33,12 +33,14 @@ pub fn conform_by_id(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBa
         };
         let col = match src {
             Some(i) if batch.column(i).data_type() == f.data_type() => batch.column(i).clone(),
-            Some(i) => crate::source::rows::cast(batch.column(i), f.data_type()).map_err(SourceError::arrow(format!(
-                "column `{}` ({} → {})",
-                f.name(),
-                batch.column(i).data_type(),
-                f.data_type()
-            )))?,
+            Some(i) => {
+                crate::source::rows::cast(batch.column(i), f.data_type()).map_err(SourceError::arrow(format!(
+                    "column `{}` ({} → {})",
+                    f.name(),
+                    batch.column(i).data_type(),
+                    f.data_type()
+                )))?
+            }
             None => arrow_array::new_null_array(f.data_type(), batch.num_rows()),
         };
         cols.push(col);

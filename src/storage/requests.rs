@@ -1,0 +1,57 @@
+//! A connector's storage requests, counted by kind (`lakestream_storage_requests_total{connector,
+//! op}`): what a poll costs, shown (issue 32). Local files count the same way (a directory read
+//! is a list, a whole file a get, a size a head), so a test on local tables sees what the same
+//! poll asks of an object store. A remote listing counts one request per page of 1,000 names.
+
+use std::sync::Arc;
+
+use prometheus::IntCounter;
+
+/// Kinds of storage request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    List,
+    Get,
+    RangedGet,
+    Head,
+}
+
+const OPS: [Op; 4] = [Op::List, Op::Get, Op::RangedGet, Op::Head];
+
+impl Op {
+    pub fn label(self) -> &'static str {
+        match self {
+            Op::List => "list",
+            Op::Get => "get",
+            Op::RangedGet => "ranged_get",
+            Op::Head => "head",
+        }
+    }
+}
+
+/// One connector's request counters (none: requests are not counted, e.g. `validate`'s own
+/// reads or a unit test's).
+#[derive(Clone, Default)]
+pub struct Requests {
+    counters: Option<Arc<[IntCounter; 4]>>,
+}
+
+impl Requests {
+    pub fn of_connector(connector: &str) -> Self {
+        let c = |op: Op| crate::metrics::STORAGE_REQUESTS.with_label_values(&[connector, op.label()]);
+        Requests {
+            counters: Some(Arc::new(OPS.map(c))),
+        }
+    }
+
+    pub fn count(&self, op: Op, n: u64) {
+        if let Some(c) = &self.counters {
+            c[OPS.iter().position(|o| *o == op).unwrap_or(0)].inc_by(n);
+        }
+    }
+
+    /// A listing of `names` names: one request per page of 1,000.
+    pub fn listed(&self, names: usize) {
+        self.count(Op::List, 1 + names as u64 / 1000);
+    }
+}
