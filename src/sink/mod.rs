@@ -13,6 +13,7 @@ mod fence;
 mod msk_iam;
 mod oauth;
 pub mod offsets;
+mod polled;
 mod quiet;
 
 pub use client::check_settings;
@@ -39,7 +40,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use polled::Polled;
 
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
@@ -47,7 +50,7 @@ use crate::health::TaskHealthHandle;
 use crate::metrics;
 
 pub struct TxnSink {
-    producer: Arc<ThreadedProducer<StatsContext>>,
+    producer: Arc<Polled<StatsContext>>,
     topic: String,
     offsets_topic: String,
     offsets_key: String,
@@ -113,7 +116,7 @@ impl TxnSink {
     }
 
     /// The task's transactional producer, initialised.
-    async fn init_producer(cfg: &ConnectorConfig) -> Result<Arc<ThreadedProducer<StatsContext>>, SinkError> {
+    async fn init_producer(cfg: &ConnectorConfig) -> Result<Arc<Polled<StatsContext>>, SinkError> {
         let pc = producer_config(
             cfg,
             &cfg.transactional_id(),
@@ -143,11 +146,14 @@ impl TxnSink {
             last_offsets: Default::default(),
             tokens: oauth::TokenSource::of_connector(cfg).unwrap_or(oauth::TokenSource::Unsecured),
         };
-        let producer: ThreadedProducer<StatsContext> = pc
+        let producer: BaseProducer<StatsContext> = pc
             .create_with_context(ctx)
             .map_err(|e| SinkError::kafka("creating producer", e))?;
         oauth::seeded(producer.client(), cfg)?;
-        let producer = Arc::new(producer);
+        let producer = Arc::new(
+            Polled::new(producer)
+                .map_err(|e| SinkError::Fatal(format!("starting the producer's event thread: {e}")))?,
+        );
         let timeout = txn_call_timeout(cfg);
         let p = producer.clone();
         let started = Instant::now();

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
+
+use super::polled::Polled;
 
 use super::{SinkError, StatsContext};
 
@@ -61,7 +63,7 @@ pub(super) struct SentLog {
 impl SentLog {
     /// Ask for the change topic's partition ends on a thread of its own (one request a
     /// partition; the first transaction waits for them).
-    pub(super) fn start(producer: Arc<ThreadedProducer<StatsContext>>, topic: &str, timeout: Duration) -> Self {
+    pub(super) fn start(producer: Arc<Polled<StatsContext>>, topic: &str, timeout: Duration) -> Self {
         let t = topic.to_string();
         let pending = std::thread::spawn(move || {
             let ends = super::scan::watermarks_with(producer.client(), &t, timeout)?;

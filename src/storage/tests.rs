@@ -141,7 +141,11 @@ fn transient_storage_failures_keep_their_class_through_the_format_libraries() {
 #[test]
 fn a_listing_after_a_name_stops_at_the_first_unwanted_one_and_is_counted() {
     let dir = tempfile::tempdir().unwrap();
-    for n in ["00000000000000000001.json", "00000000000000000002.json", "00000000000000000002.checkpoint.parquet"] {
+    for n in [
+        "00000000000000000001.json",
+        "00000000000000000002.json",
+        "00000000000000000002.checkpoint.parquet",
+    ] {
         std::fs::write(dir.path().join(n), b"{}").unwrap();
     }
     std::fs::write(dir.path().join("_last_checkpoint"), b"{}").unwrap();
@@ -154,7 +158,10 @@ fn a_listing_after_a_name_stops_at_the_first_unwanted_one_and_is_counted() {
         .into_iter()
         .map(|e| e.name)
         .collect();
-    assert_eq!(names, ["00000000000000000002.checkpoint.parquet", "00000000000000000002.json"]);
+    assert_eq!(
+        names,
+        ["00000000000000000002.checkpoint.parquet", "00000000000000000002.json"]
+    );
     let lists = crate::metrics::STORAGE_REQUESTS.with_label_values(&["c-list-after", "list"]);
     assert_eq!(lists.get(), 1);
 }
