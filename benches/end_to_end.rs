@@ -116,6 +116,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
             health: lakestream::health::Health::new(),
             first_units: Default::default(),
             cluster: std::sync::Arc::new(lakestream::sink::Kafka),
+            polls: Default::default(),
         },
     ))
     .expect("run");

@@ -393,6 +393,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         }
     }
     let first_units = std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default());
+    let polls = std::sync::Arc::new(lakestream::runtime::polls::Polls::default());
     for cfg in cfgs {
         let opts = RunOptions {
             once,
@@ -400,6 +401,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
             health: health.clone(),
             first_units: first_units.clone(),
             cluster: std::sync::Arc::new(lakestream::sink::Kafka),
+            polls: polls.clone(),
         };
         set.spawn(async move {
             let name = cfg.name.clone();

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 pub mod admin;
 mod emit;
 mod outage;
+pub mod polls;
 mod progress;
 mod resume;
 pub mod state;
@@ -84,6 +85,8 @@ pub struct RunOptions {
     pub first_units: Arc<tasks::FirstUnits>,
     /// Where the connector writes: [`crate::sink::Kafka`] (tests put an in-memory one here).
     pub cluster: Arc<dyn Cluster>,
+    /// The process's poll threads, shared by its tasks.
+    pub polls: Arc<polls::Polls>,
 }
 
 struct Task {
@@ -306,10 +309,15 @@ impl Task {
             }
             let (src, issued) = (self.source.clone(), self.state.issued.clone());
             let in_flight = self.state.in_flight.clone();
-            let polled = tokio::task::spawn_blocking(move || match &in_flight {
-                // an interrupted unit is finished first, exactly as it was planned
-                Some(f) => src.unit_at(&f.unit, f.snapshot).map(|u| vec![u]),
-                None => src.poll(issued.as_ref()),
+            let polls = self.opts.polls.clone();
+            let polled = tokio::spawn(async move {
+                polls
+                    .run(move || match &in_flight {
+                        // an interrupted unit is finished first, exactly as it was planned
+                        Some(f) => src.unit_at(&f.unit, f.snapshot).map(|u| vec![u]),
+                        None => src.poll(issued.as_ref()),
+                    })
+                    .await
             });
             if std::mem::take(&mut self.first_record) {
                 // a task's record exists from its start: a later generation hands over from it

@@ -117,6 +117,7 @@ async fn run(cfg: &ConnectorConfig, cluster: &FakeCluster, shutdown: Option<watc
         health: Health::new(),
         first_units: Arc::new(FirstUnits::default()),
         cluster: Arc::new(cluster.clone()),
+        polls: Default::default(),
     };
     let runs = (0..cfg.runtime.tasks).map(|t| run_connector(cfg.for_task(t), opts.clone()));
     futures::future::join_all(runs)
@@ -301,6 +302,7 @@ async fn stops_on(faults: &[(usize, Fault)], says: &str) -> (FakeCluster, String
         health: Health::new(),
         first_units: Arc::new(FirstUnits::default()),
         cluster: Arc::new(cluster.clone()),
+        polls: Default::default(),
     };
     let err = run_connector(cfg.clone(), opts)
         .await
