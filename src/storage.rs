@@ -212,12 +212,8 @@ impl Storage {
         Self::with_requests(options, requests::Requests::default())
     }
 
-    /// A connector's storage, its requests counted under its name.
-    pub fn counted(options: StorageOptions, connector: &str) -> Self {
-        Self::with_requests(options, requests::Requests::of_connector(connector))
-    }
-
-    fn with_requests(options: StorageOptions, requests: requests::Requests) -> Self {
+    /// A connector's storage, its requests counted in `requests`.
+    pub fn with_requests(options: StorageOptions, requests: requests::Requests) -> Self {
         Storage {
             inner: Arc::new(StorageInner {
                 options,

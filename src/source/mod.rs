@@ -89,7 +89,10 @@ impl std::fmt::Display for CatalogFailure {
 /// opens it too, so a table that does not fit the settings fails there.
 pub fn open(cfg: &crate::config::ConnectorConfig) -> Result<std::sync::Arc<dyn Source>, SourceError> {
     // the connector's own storage handle: its `s3.*` settings and clients, used by every read
-    let storage = crate::storage::Storage::counted(cfg.storage.clone(), &cfg.name);
+    let requests = crate::storage::requests::Requests::new(|op| {
+        crate::metrics::STORAGE_REQUESTS.with_label_values(&[cfg.name.as_str(), op.label()])
+    });
+    let storage = crate::storage::Storage::with_requests(cfg.storage.clone(), requests);
     Ok(match cfg.kind {
         crate::config::ConnectorKind::Hudi => std::sync::Arc::new(hudi::HudiSource::open(cfg, storage)?),
         crate::config::ConnectorKind::Iceberg => std::sync::Arc::new(iceberg::IcebergSource::open(cfg, storage)?),

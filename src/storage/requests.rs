@@ -37,10 +37,11 @@ pub struct Requests {
 }
 
 impl Requests {
-    pub fn of_connector(connector: &str) -> Self {
-        let c = |op: Op| crate::metrics::STORAGE_REQUESTS.with_label_values(&[connector, op.label()]);
+    /// Counting into `counter(op)` for each kind (the connector's series of
+    /// `lakestream_storage_requests_total`, made where the connector is known).
+    pub fn new(counter: impl Fn(Op) -> IntCounter) -> Self {
         Requests {
-            counters: Some(Arc::new(OPS.map(c))),
+            counters: Some(Arc::new(OPS.map(counter))),
         }
     }
 

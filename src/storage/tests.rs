@@ -150,7 +150,13 @@ fn a_listing_after_a_name_stops_at_the_first_unwanted_one_and_is_counted() {
     }
     std::fs::write(dir.path().join("_last_checkpoint"), b"{}").unwrap();
     std::fs::create_dir(dir.path().join("_sidecars")).unwrap();
-    let s = Storage::counted(StorageOptions::default(), "c-list-after");
+    let lists = prometheus::IntCounter::new("lists", "lists").unwrap();
+    let counted = lists.clone();
+    let requests = super::requests::Requests::new(move |op| match op {
+        super::Op::List => counted.clone(),
+        _ => prometheus::IntCounter::new("other", "other").unwrap(),
+    });
+    let s = Storage::with_requests(StorageOptions::default(), requests);
     let digits = |n: &str| n.starts_with(|c: char| c.is_ascii_digit());
     let names: Vec<String> = s
         .list_after(dir.path(), "00000000000000000002", digits)
@@ -162,6 +168,5 @@ fn a_listing_after_a_name_stops_at_the_first_unwanted_one_and_is_counted() {
         names,
         ["00000000000000000002.checkpoint.parquet", "00000000000000000002.json"]
     );
-    let lists = crate::metrics::STORAGE_REQUESTS.with_label_values(&["c-list-after", "list"]);
     assert_eq!(lists.get(), 1);
 }
