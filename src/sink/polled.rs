@@ -2,9 +2,11 @@
 //! that sleeps until librdkafka has one. rust-rdkafka's `ThreadedProducer` wakes its thread every
 //! 100 ms to look for a stop flag: on an idle connector that was 85 % of its CPU (0.55 of 0.62 CPU
 //! seconds a minute, issue 32). Here the thread waits on the event queue for up to
-//! [`SAFETY_WAKE`] and is woken for stopping by `rd_kafka_yield`, which ends a wait in progress or,
-//! given before it, the next one (librdkafka keeps the yield on the queue). An event still wakes
-//! it at once: delivery reports are no later than before.
+//! [`SAFETY_WAKE`] and is asked to stop by `rd_kafka_yield` and a flag; it is not waited for. An
+//! event still wakes it at once: delivery reports are no later than before. (Serving the queue
+//! from a Tokio task woken through `rd_kafka_queue_io_event_enable` instead, which would save the
+//! thread, hung: a task producing into a full queue spins on its worker while delivery reports
+//! wait for a task on the same worker.)
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,11 +54,12 @@ impl<C: ProducerContext + 'static> Deref for Polled<C> {
 impl<C: ProducerContext + 'static> Drop for Polled<C> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // SAFETY: the client handle is alive (held by `self.producer`); yield only flags the
-        // client's event queue
+        // SAFETY: the client handle is alive (held by `self.producer` and the thread); yield
+        // only flags the client's event queue
         unsafe { rdkafka::bindings::rd_kafka_yield(self.producer.client().native_ptr()) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        // not joined: the yield does not always end the wait in progress (a stopping `run
+        // --once` waited 4.5 s for it), and nothing waits on the thread; it ends within
+        // SAFETY_WAKE, the last holder of the producer
+        drop(self.thread.take());
     }
 }
