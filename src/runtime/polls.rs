@@ -4,8 +4,6 @@
 //! independent; [`POLL_THREADS`] of them run at once, the rest wait their turn. Unit reads stay
 //! on the blocking pool: they are long, and a poll never waits for one.
 
-use std::sync::Arc;
-
 /// Polls running at once in one process.
 pub const POLL_THREADS: usize = 8;
 
@@ -30,7 +28,7 @@ impl Default for Polls {
 
 impl Polls {
     /// Run `f` on a poll thread; its result when done.
-    pub async fn run<T: Send + 'static>(self: &Arc<Self>, f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let h = match &self.rt {
             Some(rt) => rt.spawn_blocking(f),
             None => tokio::task::spawn_blocking(f),

@@ -11,7 +11,6 @@
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
@@ -22,7 +21,6 @@ const SAFETY_WAKE: Duration = Duration::from_secs(5);
 pub struct Polled<C: ProducerContext + 'static> {
     producer: Arc<BaseProducer<C>>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl<C: ProducerContext + 'static> Polled<C> {
@@ -30,16 +28,13 @@ impl<C: ProducerContext + 'static> Polled<C> {
         let producer = Arc::new(producer);
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (producer.clone(), stop.clone());
-        let thread = std::thread::Builder::new().name("kafka-events".into()).spawn(move || {
+        // not joined (see Drop): its handle is not kept
+        std::thread::Builder::new().name("kafka-events".into()).spawn(move || {
             while !s.load(Ordering::Acquire) {
                 p.poll(SAFETY_WAKE);
             }
         })?;
-        Ok(Polled {
-            producer,
-            stop,
-            thread: Some(thread),
-        })
+        Ok(Polled { producer, stop })
     }
 }
 
@@ -57,9 +52,8 @@ impl<C: ProducerContext + 'static> Drop for Polled<C> {
         // SAFETY: the client handle is alive (held by `self.producer` and the thread); yield
         // only flags the client's event queue
         unsafe { rdkafka::bindings::rd_kafka_yield(self.producer.client().native_ptr()) };
-        // not joined: the yield does not always end the wait in progress (a stopping `run
-        // --once` waited 4.5 s for it), and nothing waits on the thread; it ends within
-        // SAFETY_WAKE, the last holder of the producer
-        drop(self.thread.take());
+        // the thread is not joined: the yield does not always end the wait in progress (a
+        // stopping `run --once` waited 4.5 s for it), and nothing waits on the thread; it ends
+        // within SAFETY_WAKE, the last holder of the producer
     }
 }

@@ -47,7 +47,12 @@ impl Storage {
     /// first name `wanted` refuses: an object store lists in name order from `after` (S3's
     /// `start-after`), so the names before it and the pages after the last wanted one are never
     /// fetched. A poll of a log directory costs one request however long the log grew.
-    pub fn list_after(&self, dir: &Path, after: &str, wanted: impl Fn(&str) -> bool) -> io::Result<Vec<Entry>> {
+    pub fn list_after(
+        &self,
+        dir: &Path,
+        after: &str,
+        wanted: impl Fn(&str) -> bool + Send + 'static,
+    ) -> io::Result<Vec<Entry>> {
         if !is_remote(dir) {
             self.count(Op::List);
             let mut out = local_entries(dir, |n| n > after)?;
@@ -59,17 +64,17 @@ impl Storage {
         }
         let (st, key) = self.store(dir)?;
         let offset = ObjectPath::from(format!("{}/{after}", key.as_ref()));
-        let after_name = after.to_string();
         let objects = block_on(async move {
             use futures::StreamExt;
             let mut listed = st.list_with_offset(Some(&key), &offset);
             let mut out = Vec::new();
             while let Some(o) = listed.next().await {
                 let o = o?;
-                // a deeper object (`_sidecars/...`) or a refused name ends the listing
+                // a deeper object (`_sidecars/...`) or a refused name ends the listing, and with
+                // it the pages after it
                 let name = o.location.as_ref().strip_prefix(key.as_ref()).unwrap_or_default();
                 match name.strip_prefix('/').filter(|n| !n.contains('/')) {
-                    Some(n) if n > after_name.as_str() && n == o.location.filename().unwrap_or_default() => out.push(o),
+                    Some(n) if wanted(n) => out.push((n.to_string(), o.size)),
                     _ => break,
                 }
             }
@@ -79,8 +84,6 @@ impl Storage {
         self.inner.requests.listed(objects.len());
         Ok(objects
             .into_iter()
-            .map(|o| (o.location.filename().unwrap_or_default().to_string(), o.size))
-            .take_while(|(n, _)| wanted(n))
             .map(|(name, size)| Entry {
                 path: dir.join(&name),
                 name,
