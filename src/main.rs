@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use lakestream::config::{load_connector, ConnectorConfig};
 use lakestream::generate::{self, GenerateOptions};
 use lakestream::runtime::admin::show_offsets;
+use lakestream::runtime::placement::{pod_of, select_tasks, Rule};
 use lakestream::runtime::verify::VerifyOptions;
 use lakestream::runtime::{run_connector, RunOptions};
 
@@ -50,6 +51,12 @@ enum Command {
         /// Pods sharing the tasks (a StatefulSet's replicas).
         #[arg(long, env = "LAKESTREAM_REPLICAS")]
         replicas: Option<u32>,
+        /// The replicas share every connector's tasks (one StatefulSet for many connectors): task
+        /// t of connector c runs on one pod chosen by rendezvous hashing of (c, t) over the
+        /// replicas, not on pod t % R. A pod left without a task serves its health endpoints
+        /// and waits.
+        #[arg(long, env = "LAKESTREAM_POOL", requires = "replicas")]
+        pool: bool,
         /// Serve /metrics, /healthz and /ready on this port (overrides `metrics.port`).
         #[arg(long)]
         metrics_port: Option<u16>,
@@ -66,6 +73,16 @@ enum Command {
         /// connector's settings and print what is there.
         #[arg(long)]
         online: bool,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print which pod runs each task of the connectors (`pod connector task`, one line each)
+    /// under `run`'s rule for --replicas R (and --pool).
+    Assign {
+        #[arg(long)]
+        replicas: u32,
+        #[arg(long)]
+        pool: bool,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -242,6 +259,7 @@ fn main() -> ExitCode {
             once,
             task_id,
             replicas,
+            pool,
             metrics_port,
             files,
         } => {
@@ -249,12 +267,30 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let cfgs = select_tasks(cfgs, task_id, replicas);
-            if cfgs.is_empty() {
+            let rule = if pool { Rule::Pool } else { Rule::Modulo };
+            let mine = select_tasks(&cfgs, task_id, replicas, rule);
+            if mine.is_empty() && (once || !pool) {
                 eprintln!("error: no task to run: --task-id {task_id:?} with --replicas {replicas:?} selects none of the connectors' tasks");
                 return ExitCode::from(2);
             }
-            rt.block_on(run_all(cfgs, once, metrics_port))
+            if mine.is_empty() {
+                let tasks: u32 = cfgs.iter().map(|c| c.runtime.tasks).sum();
+                tracing::info!(pod = ?task_id, ?replicas, tasks, "this pod runs none of the pool's tasks: serving health and waiting");
+            }
+            rt.block_on(run_all(mine, once, metrics_port))
+        }
+        Command::Assign { replicas, pool, files } => {
+            let cfgs = match load_all(&files, 0) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let rule = if pool { Rule::Pool } else { Rule::Modulo };
+            for c in &cfgs {
+                for t in 0..c.runtime.tasks {
+                    println!("{} {} {t}", pod_of(rule, &c.name, t, replicas), c.name);
+                }
+            }
+            ExitCode::SUCCESS
         }
     }
 }
@@ -338,24 +374,6 @@ fn offsets_show(file: PathBuf, task_id: u32) -> ExitCode {
     }
 }
 
-/// The tasks this process runs: every task of each connector, or a pod's share of them.
-fn select_tasks(cfgs: Vec<ConnectorConfig>, ordinal: Option<u32>, replicas: Option<u32>) -> Vec<ConnectorConfig> {
-    let mut out = Vec::new();
-    for c in cfgs {
-        for t in 0..c.runtime.tasks {
-            let mine = match (ordinal, replicas) {
-                (None, _) => true,
-                (Some(k), Some(r)) if r > 0 => t % r == k,
-                (Some(k), _) => t == k,
-            };
-            if mine {
-                out.push(c.for_task(t));
-            }
-        }
-    }
-    out
-}
-
 async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u16>) -> ExitCode {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -407,6 +425,15 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
             let name = cfg.name.clone();
             (name, run_connector(cfg, opts).await)
         });
+    }
+    if set.is_empty() {
+        // a pool's pod without a task: up (its health endpoints answer) until asked to stop
+        let mut rx = rx.clone();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
     }
     let mut code = 0u8;
     while let Some(res) = set.join_next().await {

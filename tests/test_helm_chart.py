@@ -9,12 +9,15 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 import testkit
+from brokers import free_port
 
 CHART = testkit.REPO / "helm" / "lakestream"
 HELM = Path(os.environ.get("HELM_BIN", "/var/cache/lakestream-helm/layer/helm/helm"))
@@ -135,6 +138,135 @@ def test_one_statefulset_for_all_connectors_when_asked(helm, tmp_path):
     assert {"/etc/lakestream/connectors/orders.properties", "/etc/lakestream/connectors/events.properties"} <= set(c["args"])
     # one pod of every connector: the probes cover every task of the process
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/ready"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["LAKESTREAM_POOL"] == "true" and env["LAKESTREAM_REPLICAS"] == "1", env
+
+
+def pool(n, replicas=5):
+    """A pool of n connectors (Hudi, Delta and Iceberg by turns; every seventh with 2 tasks)."""
+    connectors = {}
+    for i in range(n):
+        props = {"name": f"table-{i:04d}", "topic": f"lake.t{i:04d}", "bootstrap.servers": "kafka:9092",
+                 "schema.registry.url": "http://registry:8081"}
+        kind = ("hudi", "delta", "iceberg")[i % 3]
+        if kind == "iceberg":
+            props.update({"connector.class": "iceberg", "catalog.type": "rest", "catalog.uri": "http://catalog:8181",
+                          "table.identifier": f"db.t{i:04d}"})
+        else:
+            props.update({"connector.class": kind, "table.path": f"s3://lake/t{i:04d}"})
+            if kind == "delta":
+                props["key.fields"] = "id"
+        if i % 7 == 0:
+            props["tasks.max"] = "2"
+        connectors[f"t{i:04d}"] = props
+    return {"connectors": connectors, "statefulSetPerConnector": False, "replicas": replicas}
+
+
+def placement(tmp_path, docs, replicas, label):
+    """`lakestream assign --pool` over the rendered files: {(connector, task): pod}."""
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
+    d = tmp_path / label
+    d.mkdir()
+    files = []
+    for name, body in cm["data"].items():
+        (d / name).write_text(body)
+        files.append(str(d / name))
+    r = subprocess.run([str(testkit.BIN), "assign", "--pool", "--replicas", str(replicas), *files],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for line in r.stdout.splitlines():
+        pod, name, task = line.split()
+        assert (name, task) not in out, f"{name} task {task} placed twice"
+        out[(name, task)] = int(pod)
+    return out
+
+
+def test_a_pool_of_1000_connectors_over_5_replicas(helm, tmp_path):
+    values = pool(1000)
+    text, docs = render(helm, tmp_path, values)
+    (sts,) = kinds(docs, "StatefulSet").values()
+    assert sts["spec"]["replicas"] == 5 and sts["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert len([a for a in c["args"] if a.endswith(".properties")]) == 1000
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["LAKESTREAM_POOL"] == "true" and env["LAKESTREAM_REPLICAS"] == "5", env
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
+    assert len(cm["data"]) == 1000 and len(json.dumps(cm)) < 1 << 20  # a ConfigMap holds at most 1 MiB
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(values))
+    r = subprocess.run([str(helm), "lint", "--strict", str(CHART), "-f", str(tmp_path / "pool.yaml")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "rendered.yaml").write_text(text)
+    kv = Path(sys.executable).parent / "kubernetes-validate"
+    r = subprocess.run([str(kv), "--strict", "-k", "1.30.0", str(tmp_path / "rendered.yaml")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # every task on exactly one pod, the pods evenly loaded
+    placed = placement(tmp_path, docs, 5, "five")
+    tasks = sum(int(p.get("tasks.max", "1")) for p in values["connectors"].values())
+    assert len(placed) == tasks == 1143, len(placed)
+    per_pod = [list(placed.values()).count(k) for k in range(5)]
+    assert all(abs(n - tasks / 5) <= 0.15 * tasks / 5 for n in per_pod), per_pod
+    # the files pass `validate`
+    d = tmp_path / "five"
+    r = subprocess.run([str(testkit.BIN), "validate", "--offline", *map(str, sorted(d.iterdir())[:30])], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_pool_moves_no_task_on_a_rolling_update_and_only_the_added_pods_tasks_on_a_scale(helm, tmp_path):
+    values = pool(300)
+    _, docs = render(helm, tmp_path, values)
+    before = placement(tmp_path, docs, 5, "before")
+    # a rolling update (new image, an edited connector, one more connector): every task stays on its pod
+    changed = json.loads(json.dumps(values))
+    changed["image"] = {"tag": "next"}
+    changed["connectors"]["t0001"]["read.commits.limit"] = "3"
+    changed["connectors"]["t9999"] = dict(changed["connectors"]["t0001"], name="table-new", topic="lake.new")
+    _, docs2 = render(helm, tmp_path, changed)
+    (old_sts,), (new_sts,) = kinds(docs, "StatefulSet").values(), kinds(docs2, "StatefulSet").values()
+    assert old_sts["spec"]["template"]["metadata"]["annotations"]["checksum/connectors"] != \
+        new_sts["spec"]["template"]["metadata"]["annotations"]["checksum/connectors"]
+    after = placement(tmp_path, docs2, 5, "after")
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert set(after) - set(before) == {("table-new", "0")}
+    # one pod more: only tasks moving onto it move; one fewer: only its tasks move
+    six = placement(tmp_path, docs, 6, "six")
+    moved = {k for k in before if six[k] != before[k]}
+    assert moved and all(six[k] == 5 for k in moved), sorted(moved)[:5]
+    assert 0.10 < len(moved) / len(before) < 0.25, len(moved)
+    four = placement(tmp_path, docs, 4, "four")
+    assert {k for k in before if four[k] != before[k]} == {k for k in before if before[k] == 4}
+
+
+def test_a_pool_pod_without_a_task_serves_health_and_stops_on_sigterm(tmp_path):
+    f = tmp_path / "one.properties"
+    f.write_text("name=lonely\nconnector.class=hudi\ntable.path=s3://lake/nowhere\ntopic=t\nbootstrap.servers=127.0.0.1:9\n"
+                 "schema.registry.url=http://127.0.0.1:9\n")
+    owner = subprocess.run([str(testkit.BIN), "assign", "--pool", "--replicas", "3", str(f)], capture_output=True, text=True)
+    assert owner.returncode == 0, owner.stderr
+    idle = next(k for k in range(3) if k != int(owner.stdout.split()[0]))
+    port = free_port()
+    p = subprocess.Popen([str(testkit.BIN), "run", "--pool", "--replicas", "3", "--task-id", str(idle),
+                          f"--metrics-port={port}", str(f)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert p.poll() is None, p.stderr.read()
+                assert time.time() < deadline, "no /healthz"
+                time.sleep(0.2)
+        p.send_signal(15)
+        assert p.wait(timeout=20) == 0
+        assert "runs none of the pool's tasks" in p.stderr.read()
+    finally:
+        p.kill()
+    # a run --once that would do nothing is refused, as without a pool
+    r = subprocess.run([str(testkit.BIN), "run", "--once", "--pool", "--replicas", "3", "--task-id", str(idle), str(f)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no task to run" in r.stderr, r.stderr
 
 
 def test_editing_one_connector_rolls_only_its_pods(helm, tmp_path):
@@ -166,6 +298,8 @@ def test_values_are_rendered_verbatim(helm, tmp_path):
     ("literal secret", {"producer.override.sasl.password": "hunter2"}, {}, "holds a literal secret"),
     ("literal registry credentials", {"schema.registry.basic.auth.user.info": "svc:pw"}, {}, "secretEnv"),
     ("more pods than tasks", {"tasks.max": "2"}, {"replicas": 3}, "replicas (3) > tasks.max (2)"),
+    ("more pool pods than tasks", {"tasks.max": "2"}, {"replicas": 3, "statefulSetPerConnector": False},
+     "replicas (3) > the pool's tasks (2"),
     ("unknown top-level value", {}, {"replica": 2}, "replica"),
 ])
 def test_a_setup_that_would_fail_after_install_fails_at_render(helm, tmp_path, case, props, top, message):

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 pub mod admin;
 mod emit;
 mod outage;
+pub mod placement;
 pub mod polls;
 mod progress;
 mod resume;

@@ -67,11 +67,16 @@ connector by default, else one for all. */}}
 {{- end -}}
 {{- range (include "lakestream.workloads" . | fromJsonArray) -}}
 {{- $w := . -}}
+{{- $all := 0 -}}
 {{- range $id, $props := $w.connectors -}}
 {{- $tasks := int (toString (default "1" (get $props "tasks.max"))) -}}
-{{- if gt (int $w.replicas) $tasks -}}
+{{- $all = add $all $tasks -}}
+{{- if and $.Values.statefulSetPerConnector (gt (int $w.replicas) $tasks) -}}
 {{- fail (printf "replicas (%d) > tasks.max (%d) of connector %s: pods beyond tasks.max would have no task and fail; raise tasks.max or lower replicas" (int $w.replicas) $tasks $id) -}}
 {{- end -}}
+{{- end -}}
+{{- if and (not $.Values.statefulSetPerConnector) (gt (int $w.replicas) (int $all)) -}}
+{{- fail (printf "replicas (%d) > the pool's tasks (%d, the sum of its connectors' tasks.max): pods beyond them would idle; lower replicas" (int $w.replicas) (int $all)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
