@@ -283,18 +283,21 @@ def test_editing_one_connector_rolls_only_its_pods(helm, tmp_path):
 
 def test_values_are_rendered_verbatim(helm, tmp_path):
     values = json.loads(json.dumps(MINIMAL))
-    values["connectors"]["orders"].update({"read.start-commit": "20261130084527933", "transaction.max.records": 100000,
-                                           "tombstones.on.delete": False, "tasks.max": 2})
+    values["connectors"]["orders"].update({"read.start-commit": "20261130084527933", "transaction.max.records": 1000000,
+                                           "tombstones.on.delete": False, "tasks.max": 2,
+                                           "read.memory.budget": 9007199254740991, "poll.max.records": 4294967297})
     _, docs = render(helm, tmp_path, values)
     body = kinds(docs, "ConfigMap")["rel-lakestream-orders-connectors"]["data"]["orders.properties"]
-    for line in ["read.start-commit=20261130084527933", "transaction.max.records=100000", "tombstones.on.delete=false", "tasks.max=2"]:
+    for line in ["read.start-commit=20261130084527933", "transaction.max.records=1000000", "tombstones.on.delete=false",
+                 "tasks.max=2", "read.memory.budget=9007199254740991", "poll.max.records=4294967297"]:
         assert line in body.splitlines(), body
 
 
 @pytest.mark.parametrize("case,props,top,message", [
     ("no connector", None, {}, "no connector"),
-    ("unquoted 17-digit number", {"read.start-commit": 20261130084527933}, {}, "read.start-commit"),
-    ("unquoted 7-digit number", {"transaction.max.records": 1000000}, {}, "transaction.max.records"),
+    ("unquoted 17-digit number", {"read.start-commit": 20261130084527933}, {}, "`read.start-commit` is a number of 2^53"),
+    ("unquoted 2^53 + 1 (a float: 2^53)", {"read.start-commit": 9007199254740993}, {}, "quote it (read.start-commit"),
+    ("a fraction", {"transaction.max.records": 0.5}, {}, "transaction.max.records"),
     ("literal secret", {"producer.override.sasl.password": "hunter2"}, {}, "holds a literal secret"),
     ("literal registry credentials", {"schema.registry.basic.auth.user.info": "svc:pw"}, {}, "secretEnv"),
     ("more pods than tasks", {"tasks.max": "2"}, {"replicas": 3}, "replicas (3) > tasks.max (2)"),

@@ -56,6 +56,9 @@ connector by default, else one for all. */}}
 {{- $secretWords := list "password" "secret" "jaas" "token" "credentials" "user.info" "key.pem" "keystore" -}}
 {{- range $id, $props := .Values.connectors -}}
 {{- range $k, $v := $props -}}
+{{- if and (kindIs "float64" $v) (ge $v 9007199254740992.0) -}}
+{{- fail (printf "connector %s: `%s` is a number of 2^53 (9007199254740992) or more: YAML hands it to Helm as a float, which holds whole numbers exactly only below 2^53 (2^53 + 1 arrives as 2^53); quote it (%s: \"...\")" $id $k $k) -}}
+{{- end -}}
 {{- if and (kindIs "string" $v) (not (contains "${env:" $v)) (not (contains "${file:" $v)) -}}
 {{- range $secretWords -}}
 {{- if contains . (lower $k) -}}
@@ -82,7 +85,8 @@ connector by default, else one for all. */}}
 {{- end -}}
 
 {{/* The .properties files of a workload's connectors (hashed into its pod template), values
-verbatim: strings as written, whole numbers without an exponent. */}}
+verbatim: strings as written, whole numbers (floats to Helm, exact up to 2^53: larger ones are
+refused above) without an exponent. */}}
 {{- define "lakestream.connectorFiles" -}}
 {{- range $file, $props := . }}
 {{ $file }}.properties: |
