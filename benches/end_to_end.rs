@@ -117,6 +117,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
             first_units: Default::default(),
             cluster: std::sync::Arc::new(lakestream::sink::Kafka),
             polls: Default::default(),
+            instance: lakestream::runtime::state::Holder::this_process(),
         },
     ))
     .expect("run");

@@ -7,7 +7,7 @@ A commit's time is taken when delta-rs returns from writing it (the commit is th
 reader); an event's when the consumer receives it. Each commit appends one row whose id names it.
 
 Usage: KAFKA_BOOTSTRAP=... SCHEMA_REGISTRY_URL=... bench_freshness.py [--idle 199] [--seconds 120]
-       [--every 2] [--interval 1s] [--dir /tmp/lakestream-freshness]
+       [--every 2] [--interval 1s] [--release 5s] [--dir /tmp/lakestream-freshness]
 Prints p50 / p99 / max latency, the process's CPU, threads and RSS."""
 
 import argparse
@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--every", type=float, default=2)
     ap.add_argument("--interval", default="1s")
     ap.add_argument("--dir", default="/tmp/lakestream-freshness")
+    ap.add_argument("--release", default="", help="idle.release for every connector (e.g. 5s); none by default")
     a = ap.parse_args()
     boot, reg = os.environ["KAFKA_BOOTSTRAP"], os.environ["SCHEMA_REGISTRY_URL"]
     work = Path(a.dir)
@@ -76,6 +77,8 @@ def main():
     props = work / f"props-{tag}"
     props.mkdir()
     common = f"bootstrap.servers={boot}\nschema.registry.url={reg}\nread.streaming.check-interval={a.interval}\n"
+    if a.release:
+        common += f"idle.release={a.release}\n"
     tables = idle_tables(work)
     kinds = sorted(tables)
     for i in range(a.idle):
@@ -136,7 +139,7 @@ def main():
     lat = sorted(received[k] - committed[k] for k in committed if k in received)
     missing = [k for k in committed if k not in received]
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else lat * 99
-    print(f"idle={a.idle} interval={a.interval} commits={len(committed)} seen={len(lat)} missing={len(missing)} "
+    print(f"idle={a.idle} interval={a.interval} release={a.release or 'off'} every={a.every}s commits={len(committed)} seen={len(lat)} missing={len(missing)} "
           f"p50={q[49]:.3f}s p99={q[98]:.3f}s max={lat[-1]:.3f}s cpu={(cpu1 - cpu0) / elapsed:.3f} cores "
           f"threads={threads} rss={rss} MiB")
     return 1 if missing else 0

@@ -412,6 +412,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     }
     let first_units = std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default());
     let polls = std::sync::Arc::new(lakestream::runtime::polls::Polls::default());
+    let instance = lakestream::runtime::state::Holder::this_process();
     for cfg in cfgs {
         let opts = RunOptions {
             once,
@@ -420,6 +421,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
             first_units: first_units.clone(),
             cluster: std::sync::Arc::new(lakestream::sink::Kafka),
             polls: polls.clone(),
+            instance: instance.clone(),
         };
         set.spawn(async move {
             let name = cfg.name.clone();

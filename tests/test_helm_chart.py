@@ -193,6 +193,8 @@ def test_a_pool_of_1000_connectors_over_5_replicas(helm, tmp_path):
     assert env["LAKESTREAM_POOL"] == "true" and env["LAKESTREAM_REPLICAS"] == "5", env
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
     assert len(cm["data"]) == 1000 and len(json.dumps(cm)) < 1 << 20  # a ConfigMap holds at most 1 MiB
+    # idle connectors of a pool release their producers unless they say otherwise
+    assert all("idle.release=60s" in body.splitlines() for body in cm["data"].values())
     (tmp_path / "pool.yaml").write_text(yaml.safe_dump(values))
     r = subprocess.run([str(helm), "lint", "--strict", str(CHART), "-f", str(tmp_path / "pool.yaml")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -210,6 +212,21 @@ def test_a_pool_of_1000_connectors_over_5_replicas(helm, tmp_path):
     d = tmp_path / "five"
     r = subprocess.run([str(testkit.BIN), "validate", "--offline", *map(str, sorted(d.iterdir())[:30])], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_pool_connector_keeps_its_own_idle_release_and_the_default_can_be_off(helm, tmp_path):
+    values = pool(3, replicas=2)
+    values["connectors"]["t0001"]["idle.release"] = "5m"
+    _, docs = render(helm, tmp_path, values)
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
+    assert "idle.release=5m" in cm["data"]["t0001.properties"].splitlines()
+    assert "idle.release=60s" in cm["data"]["t0002.properties"].splitlines()
+    _, docs = render(helm, tmp_path, {**values, "poolIdleRelease": ""})
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
+    assert "idle.release" not in cm["data"]["t0002.properties"]
+    # per-connector StatefulSets: the connector's own settings only
+    _, docs = render(helm, tmp_path, MINIMAL)
+    assert all("idle.release" not in b for d in docs if d["kind"] == "ConfigMap" for b in d.get("data", {}).values())
 
 
 def test_a_pool_moves_no_task_on_a_rolling_update_and_only_the_added_pods_tasks_on_a_scale(helm, tmp_path):

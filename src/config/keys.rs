@@ -76,6 +76,7 @@ pub const KEYS: &[(&str, &str, &str)] = &[
     ("errors.retry.delay.max.ms", "60000", "the longest wait between two retries of an outage (backoff doubles from 1 s)"),
     ("bootstrap.timeout.ms", "30000", "at start, how long `bootstrap.servers` may stay unreachable before the task fails naming the addresses and the cause (later outages are ridden out)"),
     ("transaction.timeout.ms", "60000", "producer `transaction.timeout.ms` (1000 to 900000: the broker's default `transaction.max.timeout.ms`)"),
+    ("idle.release", "(off)", "release the Kafka producer after this long with nothing to publish (`60s`): a caught-up task then holds no librdkafka threads or connections; work takes it back as a restart would (fenced, the position re-read), never from a newer instance of the task"),
     ("verify.interval", "(off)", "audit in the background of `lakestream run`: every this long (`24h`), compare the topic replayed by key with the table at the committed position (`lakestream verify`), exported as `lakestream_verify_*` metrics"),
     ("metrics.port", "(none)", "serve `/metrics`, `/healthz`, `/ready` on this port (CLI `--metrics-port` wins)"),
     ("topic.creation.default.partitions", "1", "partitions of the change topic when lakestream creates it"),

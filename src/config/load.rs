@@ -166,6 +166,10 @@ fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
             None => None,
             Some(_) => Some(v.duration_or("verify.interval", Duration::ZERO)?).filter(|d| !d.is_zero()),
         },
+        idle_release: match v.get("idle.release") {
+            None => None,
+            Some(_) => Some(v.duration_or("idle.release", Duration::ZERO)?).filter(|d| !d.is_zero()),
+        },
     })
 }
 

@@ -236,6 +236,8 @@ pub struct RuntimeConfig {
     pub metrics_port: Option<u16>,
     /// `verify.interval`: audit the topic against the table in the background (off: `None`).
     pub verify_interval: Option<std::time::Duration>,
+    /// `idle.release`: drop the producer after this long with nothing to publish (off: `None`).
+    pub idle_release: Option<std::time::Duration>,
 }
 
 impl fmt::Debug for ConnectorConfig {

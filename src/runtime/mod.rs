@@ -12,6 +12,7 @@ use tokio::sync::watch;
 pub mod admin;
 mod emit;
 mod outage;
+pub mod park;
 pub mod placement;
 pub mod polls;
 mod progress;
@@ -88,6 +89,16 @@ pub struct RunOptions {
     pub cluster: Arc<dyn Cluster>,
     /// The process's poll threads, shared by its tasks.
     pub polls: Arc<polls::Polls>,
+    /// This process as a holder of tasks (`idle.release`, see [`park`]).
+    pub instance: state::Holder,
+}
+
+/// How a run of a task ended without an error.
+pub(crate) enum Outcome {
+    /// Shut down, `--once` caught up, or the configured end reached.
+    Stopped,
+    /// Nothing to publish for `idle.release`: the producer is dropped (see [`park`]).
+    Parked(park::Parked),
 }
 
 struct Task {
@@ -108,6 +119,8 @@ struct Task {
     first_record: bool,
     /// An earlier run's failed transaction, looked for again once its changes are republished.
     watch: Option<resume::Watch>,
+    /// Since when polls have found nothing (`idle.release`).
+    idle_since: Option<Instant>,
     opts: RunOptions,
     health: TaskHealthHandle,
 }
@@ -131,12 +144,19 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
 
 /// One run of the task. `unsettled`: a transaction an earlier run left failed (resolved here
 /// before anything is emitted) and failed ones still watched; where this run leaves its own.
+/// `retaking`: the run takes back a producer this instance released or was fenced from (see
+/// [`park`]): the task's record must still let this instance hold it.
 async fn run_inner(
     mut cfg: ConnectorConfig,
     opts: RunOptions,
     health: TaskHealthHandle,
     unsettled: &mut resume::Unsettled,
-) -> Result<(), RuntimeError> {
+    retaking: bool,
+) -> Result<Outcome, RuntimeError> {
+    let release = cfg.runtime.idle_release.is_some();
+    if release && retaking {
+        park::check_before_taking(&opts, &cfg).await?;
+    }
     // one task: its transactional id does not depend on how tasks divide the table, so the
     // producer initialises first and one offsets read after it serves both the ownership and
     // the resume decision (each read is ~0.1 s of a start on Kafka); the table opens meanwhile
@@ -161,6 +181,19 @@ async fn run_inner(
         None => opts.cluster.start(&cfg, health.clone()).await?,
     };
     let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, &source, stable).await?;
+    if release {
+        if retaking {
+            // read under this instance's new producer: an instance that took the task meanwhile
+            // is on record now
+            park::check(
+                &cfg,
+                &opts.instance,
+                (!new_state).then_some(&state),
+                "found once the producer was taken back",
+            )?;
+        }
+        state.holder = Some(opts.instance.clone());
+    }
     if resume::kept_record_key(&cfg, &state.key, &source.info().key_fields) {
         // published before `key.partition-path=auto` keyed Hudi rows by partition too: the
         // connector keeps its key (a topic never mixes two); the README says how to switch
@@ -196,19 +229,22 @@ async fn run_inner(
         pending: Default::default(),
         read: (0, 0),
         // one task: committed while its first poll runs; tasks of a generation: before anything
-        // (a task waiting for task 0's first unit is on record meanwhile)
-        first_record: new_state && single,
+        // (a task waiting for task 0's first unit is on record meanwhile); with idle.release,
+        // every run: the record names its holder from the start
+        first_record: (new_state || release) && single,
         watch,
+        idle_since: None,
         opts,
         health,
     };
     // (a failed first commit leaves its transaction on record like any other)
-    let mut res = match new_state && !single {
+    let mut res = match (new_state || release) && !single {
         true => task.commit().await,
         false => Ok(()),
     };
+    let mut parked = false;
     if res.is_ok() {
-        res = task.run().await;
+        res = task.run().await.map(|p| parked = p);
     }
     if res.is_ok() && task.first_record {
         // stopped before its first poll
@@ -218,9 +254,17 @@ async fn run_inner(
         unsettled.trace = task.sink.unknown_outcome();
         unsettled.watched = task.watch.take().map(resume::Watch::into_sent).unwrap_or_default();
     }
+    if let (Ok(()), true, Some(issued)) = (&res, parked, task.committed.issued.clone()) {
+        tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, position = %issued.instant,
+            "idle: producer released (idle.release); polling the table without it");
+        return Ok(Outcome::Parked(park::Parked {
+            source: task.source.clone(),
+            issued,
+        }));
+    }
     tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
         "task stopped");
-    res
+    res.map(|()| Outcome::Stopped)
 }
 
 /// The connector's encoder of `table`'s rows, as its settings shape the events.
@@ -257,11 +301,12 @@ impl Task {
     /// position: when a commit's outcome is ambiguous (its response lost, the broker stalled) the
     /// transaction may have committed after all. The error goes to `ride_out`, which re-reads the
     /// position from the offsets topic under a new producer (measured: replaying from memory
-    /// duplicated a split once in 25 broker stalls).
-    async fn run(&mut self) -> Result<(), RuntimeError> {
+    /// duplicated a split once in 25 broker stalls). `true`: idle for `idle.release`, nothing
+    /// open: the run ends for the producer to be released.
+    async fn run(&mut self) -> Result<bool, RuntimeError> {
         loop {
             match self.cycle().await {
-                Ok(Flow::Stop) => return Ok(()),
+                Ok(Flow::Stop) => return Ok(false),
                 Ok(Flow::Continue) => {}
                 Err(e) => {
                     let _ = self.sink.abort().await;
@@ -269,7 +314,10 @@ impl Task {
                 }
             }
             if self.stopping() {
-                return Ok(());
+                return Ok(false);
+            }
+            if self.may_park() {
+                return Ok(true);
             }
             let mut sd = self.opts.shutdown.clone();
             tokio::select! {
@@ -281,6 +329,23 @@ impl Task {
 
     fn stopping(&self) -> bool {
         *self.opts.shutdown.borrow()
+    }
+
+    /// Idle for `idle.release` with everything committed, no unit or handoff under way and no
+    /// earlier failure watched: nothing the producer still has to do.
+    fn may_park(&self) -> bool {
+        let idle = match (self.cfg.runtime.idle_release, self.idle_since) {
+            (Some(after), Some(since)) => since.elapsed() >= after,
+            _ => false,
+        };
+        idle && !self.opts.once
+            && !self.first_record
+            && self.state.issued.is_some()
+            && self.state.in_flight.is_none()
+            && self.state.handoff.is_none()
+            && self.watch.is_none()
+            && self.state == self.committed
+            && self.sink.txn_records() == 0
     }
 
     fn end_reached(&self) -> bool {
@@ -343,10 +408,12 @@ impl Task {
                 .set(units.len() as f64);
             self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
             if units.is_empty() {
+                self.idle_since.get_or_insert_with(Instant::now);
                 self.update_lag();
                 self.flush().await?;
                 return Ok(if self.opts.once { Flow::Stop } else { Flow::Continue });
             }
+            self.idle_since = None;
             for unit in units {
                 if self.stopping() {
                     self.flush().await?;

@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{run_inner, RunOptions, RuntimeError};
+use super::{park, run_inner, Outcome, RunOptions, RuntimeError};
 use crate::config::ConnectorConfig;
+use crate::error::ErrorKind;
 use crate::health::TaskHealthHandle;
 use crate::metrics;
 
@@ -31,15 +32,36 @@ pub(super) async fn ride_out(
     opts.cluster.reach(cfg).await?;
     // a transaction that failed, for the next attempt to resolve, and failed ones still watched
     let mut unsettled = super::resume::Unsettled::default();
+    // the next run takes back a producer this instance released or was fenced from (`park`)
+    let mut retaking = false;
     loop {
         let attempt = Instant::now();
-        let err = match run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unsettled).await {
-            Ok(()) => return Ok(()),
+        let run = run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unsettled, retaking).await;
+        retaking = false;
+        let err = match run {
+            Ok(Outcome::Stopped) => return Ok(()),
+            Ok(Outcome::Parked(parked)) => {
+                if !park::wait_for_work(cfg, opts, health, parked).await {
+                    return Ok(());
+                }
+                tracing::info!(connector = %name, task = cfg.runtime.task_id, "work: taking the producer back");
+                (retaking, outage) = (true, None);
+                continue;
+            }
             Err(e) => e,
         };
         metrics::ERRORS
             .with_label_values(&[name.as_str(), err.kind().as_str()])
             .inc();
+        let release = cfg.runtime.idle_release.is_some();
+        if release
+            && err.kind() == ErrorKind::Fenced
+            && !*opts.shutdown.borrow()
+            && park::retake_after_fence(cfg, opts).await?
+        {
+            retaking = true;
+            continue;
+        }
         if !err.is_transient() || *opts.shutdown.borrow() {
             return Err(err);
         }

@@ -89,6 +89,16 @@ pub struct Offsets {
     /// The fields the published events are keyed by (records of older builds: none stored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<String>,
+    /// The instance running the task, recorded with `idle.release` (see `park`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+}
+
+/// An instance of a task: a process's random id and start time (see `park`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub instance: String,
+    pub started_ms: i64,
 }
 
 impl Offsets {
@@ -353,6 +363,10 @@ mod tests {
             first: None,
             ownership: Ownership::Partition,
             key: vec!["id".into()],
+            holder: Some(Holder {
+                instance: "0123456789abcdef".into(),
+                started_ms: 5,
+            }),
         };
         let s = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<Offsets>(&s).unwrap(), o);

@@ -43,7 +43,15 @@ connector by default, else one for all. */}}
 {{- $out = append $out (dict "id" $id "name" $name "connectors" (dict $id $props) "replicas" (default $tasks $root.Values.replicas)) -}}
 {{- end -}}
 {{- else -}}
-{{- $out = append $out (dict "id" "all" "name" (include "lakestream.fullname" .) "connectors" .Values.connectors "replicas" (default 1 .Values.replicas)) -}}
+{{- $pool := dict -}}
+{{- range $id, $props := .Values.connectors -}}
+{{- $p := deepCopy $props -}}
+{{- if and $root.Values.poolIdleRelease (not (hasKey $p "idle.release")) -}}
+{{- $_ := set $p "idle.release" $root.Values.poolIdleRelease -}}
+{{- end -}}
+{{- $_ := set $pool $id $p -}}
+{{- end -}}
+{{- $out = append $out (dict "id" "all" "name" (include "lakestream.fullname" .) "connectors" $pool "replicas" (default 1 .Values.replicas)) -}}
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}

@@ -118,6 +118,7 @@ async fn run(cfg: &ConnectorConfig, cluster: &FakeCluster, shutdown: Option<watc
         first_units: Arc::new(FirstUnits::default()),
         cluster: Arc::new(cluster.clone()),
         polls: Default::default(),
+        instance: crate::runtime::state::Holder::this_process(),
     };
     let runs = (0..cfg.runtime.tasks).map(|t| run_connector(cfg.for_task(t), opts.clone()));
     futures::future::join_all(runs)
@@ -303,6 +304,7 @@ async fn stops_on(faults: &[(usize, Fault)], says: &str) -> (FakeCluster, String
         first_units: Arc::new(FirstUnits::default()),
         cluster: Arc::new(cluster.clone()),
         polls: Default::default(),
+        instance: crate::runtime::state::Holder::this_process(),
     };
     let err = run_connector(cfg.clone(), opts)
         .await
