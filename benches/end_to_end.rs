@@ -118,6 +118,7 @@ fn run_case(label: &str, table: &Path, extra: &str) {
             cluster: std::sync::Arc::new(lakestream::sink::Kafka),
             polls: Default::default(),
             instance: lakestream::runtime::state::Holder::this_process(),
+            memory: Default::default(),
         },
     ))
     .expect("run");

@@ -81,6 +81,25 @@ impl ErrorKind {
     }
 }
 
+/// The value of a joined Tokio task. A task that panicked is a bug, not an input error: its own
+/// panic resumes here, payload and message intact (an `expect` would replace them with its own);
+/// a task cancelled by the runtime's shutdown panics saying so.
+pub trait Joined<T> {
+    fn joined(self) -> T;
+}
+
+impl<T> Joined<T> for Result<T, tokio::task::JoinError> {
+    fn joined(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => match e.try_into_panic() {
+                Ok(payload) => std::panic::resume_unwind(payload),
+                Err(e) => panic!("a task was cancelled by the runtime's shutdown: {e}"),
+            },
+        }
+    }
+}
+
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -60,6 +60,11 @@ enum Command {
         /// Serve /metrics, /healthz and /ready on this port (overrides `metrics.port`).
         #[arg(long)]
         metrics_port: Option<u16>,
+        /// One memory budget for every connector of the process (`512MiB`): each unit read takes
+        /// a share of it (at most its connector's read.memory.budget, at most half while other
+        /// tasks run) and gives it back when done. Unset: each connector its own budget.
+        #[arg(long, env = "LAKESTREAM_MEMORY_BUDGET", value_parser = memory_budget)]
+        memory_budget: Option<usize>,
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -261,6 +266,7 @@ fn main() -> ExitCode {
             replicas,
             pool,
             metrics_port,
+            memory_budget,
             files,
         } => {
             let cfgs = match load_all(&files, 0) {
@@ -277,7 +283,7 @@ fn main() -> ExitCode {
                 let tasks: u32 = cfgs.iter().map(|c| c.runtime.tasks).sum();
                 tracing::info!(pod = ?task_id, ?replicas, tasks, "this pod runs none of the pool's tasks: serving health and waiting");
             }
-            rt.block_on(run_all(mine, once, metrics_port))
+            rt.block_on(run_all(mine, once, metrics_port, memory_budget))
         }
         Command::Assign { replicas, pool, files } => {
             let cfgs = match load_all(&files, 0) {
@@ -374,7 +380,14 @@ fn offsets_show(file: PathBuf, task_id: u32) -> ExitCode {
     }
 }
 
-async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u16>) -> ExitCode {
+/// `--memory-budget`: a size (`512MiB`, bytes).
+fn memory_budget(s: &str) -> Result<usize, String> {
+    lakestream::config::parse_size(s)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("`{s}` is not a size (bytes, or with KiB/MiB/GiB)"))
+}
+
+async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u16>, memory: Option<usize>) -> ExitCode {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -413,6 +426,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     let first_units = std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default());
     let polls = std::sync::Arc::new(lakestream::runtime::polls::Polls::default());
     let instance = lakestream::runtime::state::Holder::this_process();
+    let memory = lakestream::runtime::memory::MemoryShares::new(memory, cfgs.len());
     for cfg in cfgs {
         let opts = RunOptions {
             once,
@@ -422,6 +436,7 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
             cluster: std::sync::Arc::new(lakestream::sink::Kafka),
             polls: polls.clone(),
             instance: instance.clone(),
+            memory: memory.clone(),
         };
         set.spawn(async move {
             let name = cfg.name.clone();

@@ -362,6 +362,16 @@ metric!(
     )
 );
 metric!(
+    MEMORY_SHARE,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_memory_share_bytes",
+        "The memory budget of the unit a task reads or read last: read.memory.budget, or its share of run --memory-budget",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
+metric!(
     ERRORS,
     IntCounterVec,
     register_int_counter_vec_with_registry!(

@@ -8,6 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::error::Joined;
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -196,7 +197,7 @@ where
             .expect("storage runtime")
     });
     // spawned, then awaited from any thread (async or not): never nests runtimes
-    futures::executor::block_on(rt.spawn(f)).expect("storage task panicked")
+    futures::executor::block_on(rt.spawn(f)).joined()
 }
 
 #[derive(Debug, Clone)]

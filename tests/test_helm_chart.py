@@ -191,6 +191,7 @@ def test_a_pool_of_1000_connectors_over_5_replicas(helm, tmp_path):
     assert len([a for a in c["args"] if a.endswith(".properties")]) == 1000
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["LAKESTREAM_POOL"] == "true" and env["LAKESTREAM_REPLICAS"] == "5", env
+    assert env["LAKESTREAM_MEMORY_BUDGET"] == "384MiB", env
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
     assert len(cm["data"]) == 1000 and len(json.dumps(cm)) < 1 << 20  # a ConfigMap holds at most 1 MiB
     # idle connectors of a pool release their producers unless they say otherwise

@@ -14,6 +14,7 @@ use super::state::{FirstUnit, InFlight, RowOwner, SplitProgress};
 use super::{metrics, now_ms, RuntimeError, Task};
 use crate::changelog::transaction::Markers;
 use crate::changelog::{KafkaRecord, SplitEncoder};
+use crate::error::Joined;
 use crate::source::{ChangeRow, Op, Ownership, Resume, SourceError, SplitChanges, Unit};
 
 /// What one unit's emission carries from chunk to chunk.
@@ -93,10 +94,21 @@ impl Task {
             });
         }
         let progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
-        let (resume, read) = self.plan_read(unit, resumed.as_ref(), &progress);
+        let (mut resume, read) = self.plan_read(unit, resumed.as_ref(), &progress);
+        // the unit's share of the process's memory budget, held while it is read
+        let share = self.opts.memory.take(self.cfg.read.memory_budget);
+        resume.budget = share.bytes();
+        if let Some(bytes) = share.bytes() {
+            tracing::info!(connector = %name, instant = %unit.position.instant, share_bytes = bytes,
+                process_held_bytes = self.opts.memory.held(), "unit memory share (run --memory-budget)");
+        }
+        metrics::MEMORY_SHARE
+            .with_label_values(&[name.as_str(), &self.cfg.runtime.task_id.to_string()])
+            .set(share.bytes().unwrap_or(self.cfg.read.memory_budget) as f64);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
         let (src, total) = (self.source.clone(), read.splits.len());
         let reader = tokio::task::spawn_blocking(move || {
+            let _share = share;
             src.read_unit(&read, &resume, &mut |sc| {
                 tx.blocking_send(sc).map_err(|_| SourceError::Stopped)
             })
@@ -137,7 +149,7 @@ impl Task {
         drop(rx); // a reader blocked on a full channel must see the end
         reader
             .await
-            .expect("reader panicked")
+            .joined()
             .or_else(|err| if self.stopping() { Ok(()) } else { Err(err) })?;
         if self.stopping() && e.finished < e.total {
             return self.commit().await;
@@ -186,7 +198,14 @@ impl Task {
             read.splits
                 .retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
         }
-        (Resume { done, buckets }, read)
+        (
+            Resume {
+                done,
+                buckets,
+                budget: None,
+            },
+            read,
+        )
     }
 
     /// One chunk: filter, encode, produce, checkpoint.

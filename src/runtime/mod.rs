@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 pub mod admin;
 mod emit;
+pub mod memory;
 mod outage;
 pub mod park;
 pub mod placement;
@@ -25,6 +26,7 @@ use self::state::{FirstUnit, InFlight, Offsets};
 use crate::changelog::{ChangelogEncoder, ChangelogError};
 use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
 use crate::error::ErrorKind;
+use crate::error::Joined;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
 use crate::sink::{Cluster, ReadTo, Sink, SinkError};
@@ -91,6 +93,8 @@ pub struct RunOptions {
     pub polls: Arc<polls::Polls>,
     /// This process as a holder of tasks (`idle.release`, see [`park`]).
     pub instance: state::Holder,
+    /// The process's memory budget, shared by its tasks' units (`run --memory-budget`).
+    pub memory: Arc<memory::MemoryShares>,
 }
 
 /// How a run of a task ended without an error.
@@ -286,7 +290,7 @@ pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn S
     let c = cfg.clone();
     tokio::task::spawn_blocking(move || crate::source::open(&c))
         .await
-        .expect("open panicked")
+        .joined()
 }
 
 fn now_ms() -> i64 {
@@ -389,7 +393,7 @@ impl Task {
                 // a task's record exists from its start: a later generation hands over from it
                 self.commit().await?;
             }
-            let units = polled.await.expect("poll panicked")?;
+            let units = polled.await.joined()?;
             if fresh && self.cfg.runtime.task_id == 0 {
                 self.opts.first_units.publish(
                     &self.cfg,

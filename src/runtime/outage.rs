@@ -32,12 +32,14 @@ pub(super) async fn ride_out(
     opts.cluster.reach(cfg).await?;
     // a transaction that failed, for the next attempt to resolve, and failed ones still watched
     let mut unsettled = super::resume::Unsettled::default();
-    // the next run takes back a producer this instance released or was fenced from (`park`)
+    // with idle.release, every run after this instance's first takes back a producer it released,
+    // was fenced from or lost in an outage: its record must still let it hold the task (`park`)
+    let release = cfg.runtime.idle_release.is_some();
     let mut retaking = false;
     loop {
         let attempt = Instant::now();
         let run = run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unsettled, retaking).await;
-        retaking = false;
+        retaking = release;
         let err = match run {
             Ok(Outcome::Stopped) => return Ok(()),
             Ok(Outcome::Parked(parked)) => {
@@ -45,7 +47,7 @@ pub(super) async fn ride_out(
                     return Ok(());
                 }
                 tracing::info!(connector = %name, task = cfg.runtime.task_id, "work: taking the producer back");
-                (retaking, outage) = (true, None);
+                outage = None;
                 continue;
             }
             Err(e) => e,
@@ -53,13 +55,11 @@ pub(super) async fn ride_out(
         metrics::ERRORS
             .with_label_values(&[name.as_str(), err.kind().as_str()])
             .inc();
-        let release = cfg.runtime.idle_release.is_some();
         if release
             && err.kind() == ErrorKind::Fenced
             && !*opts.shutdown.borrow()
-            && park::retake_after_fence(cfg, opts).await?
+            && park::retake_after_fence(cfg, opts).await
         {
-            retaking = true;
             continue;
         }
         if !err.is_transient() || *opts.shutdown.borrow() {

@@ -9,7 +9,9 @@
 //! records its instance (a random id and its process's start time) in its offsets record from
 //! its start ([`Holder`], committed before its first poll), and:
 //! * a parked task reads its record before taking the producer back, and again once its
-//!   producer is initialised: written by another instance → it stops, fenced (exit 1);
+//!   producer is initialised (so does every later run of the instance, after an outage too):
+//!   written by a newer instance, or naming none (an older build, `offsets set`) → it stops,
+//!   fenced (exit 1);
 //! * a task fenced while the record names itself or an instance older than itself (an older
 //!   instance took the producer in the moment between its check and its init) waits a second,
 //!   reads again, and takes the producer back if that still holds; the older one then meets the
@@ -128,14 +130,22 @@ pub async fn wait_for_work(
 }
 
 /// After a fence: whether this instance takes the producer back (the record still names it or
-/// an older instance, a second later), `false` to stop as fenced.
-pub async fn retake_after_fence(cfg: &ConnectorConfig, opts: &RunOptions) -> Result<bool, RuntimeError> {
+/// an older instance, a second later), `false` to stop as fenced (also when the record cannot be
+/// read: stopping is what a fence meant before `idle.release`).
+pub async fn retake_after_fence(cfg: &ConnectorConfig, opts: &RunOptions) -> bool {
     let mut sd = opts.shutdown.clone();
     tokio::select! {
         _ = tokio::time::sleep(RETAKE_AFTER) => {}
-        _ = sd.changed() => return Ok(false),
+        _ = sd.changed() => return false,
     }
-    let record = own_record(opts, cfg).await?;
+    let record = match own_record(opts, cfg).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(connector = %cfg.name, task = cfg.runtime.task_id, error = %e,
+                "fenced, and the offsets record cannot be read to tell by whom: stopping");
+            return false;
+        }
+    };
     let retake = record
         .as_ref()
         .and_then(|o| o.holder.as_ref())
@@ -144,7 +154,7 @@ pub async fn retake_after_fence(cfg: &ConnectorConfig, opts: &RunOptions) -> Res
         tracing::warn!(connector = %cfg.name, task = cfg.runtime.task_id,
             "fenced by an older instance of this task taking its producer back: taking it back (the older one stops)");
     }
-    Ok(retake)
+    retake
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 //! independent; [`POLL_THREADS`] of them run at once, the rest wait their turn. Unit reads stay
 //! on the blocking pool: they are long, and a poll never waits for one.
 
+use crate::error::Joined;
+
 /// Polls running at once in one process.
 pub const POLL_THREADS: usize = 8;
 
@@ -33,7 +35,7 @@ impl Polls {
             Some(rt) => rt.spawn_blocking(f),
             None => tokio::task::spawn_blocking(f),
         };
-        h.await.expect("poll panicked")
+        h.await.joined()
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
+use crate::error::Joined;
 use crate::sink::{Cluster, SentRecords, TxnTrace};
 use crate::source::{Position, Source};
 
@@ -38,7 +39,7 @@ pub(super) async fn resolve_unknown_outcome(
         Ok((position, change))
     })
     .await
-    .expect("outcome check panicked")?;
+    .joined()?;
     let at = |r: Option<(&str, i32, i64)>| r.map_or("none".to_string(), |(t, p, o)| format!("{t}/{p}@{o}"));
     let position_at = at(trace.position.map(|(p, o)| (cfg.kafka.offsets_topic.as_str(), p, o)));
     let change_at = at(trace.change.as_ref().map(|(t, p, o)| (t.as_str(), *p, *o)));
@@ -161,7 +162,7 @@ async fn find_sent(
     let (cl, c, s) = (cluster.clone(), cfg.clone(), sent.clone());
     Ok(tokio::task::spawn_blocking(move || cl.find_sent(&c, &s))
         .await
-        .expect("record search panicked")?)
+        .joined()?)
 }
 
 /// `topic/partition@offset` of the first few of `at`, and how many more.

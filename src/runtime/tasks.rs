@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::state::{read_offsets_matching, FirstUnit, Handoff, InFlight, Offsets, OldTask};
 use super::RuntimeError;
 use crate::config::ConnectorConfig;
+use crate::error::Joined;
 use crate::sink::{Cluster, ReadTo};
 use crate::source::{Ownership, Position, Source};
 
@@ -312,7 +313,7 @@ pub(crate) async fn read_offsets(
     let t = std::time::Instant::now();
     let r = tokio::task::spawn_blocking(move || read_generations(cl.as_ref(), &c, to))
         .await
-        .expect("offsets reader panicked");
+        .joined();
     tracing::debug!(ms = t.elapsed().as_millis() as u64, ?to, "offsets read");
     r
 }
@@ -380,7 +381,7 @@ pub(crate) async fn resume_state(
     let (src, cfg) = (source.clone(), cfg.clone());
     let state = tokio::task::spawn_blocking(move || initial(&cfg, &src, &all, shape, i, epoch))
         .await
-        .expect("handoff panicked")?;
+        .joined()?;
     Ok((state, true))
 }
 

@@ -46,6 +46,7 @@ use polled::Polled;
 
 use crate::changelog::KafkaRecord;
 use crate::config::ConnectorConfig;
+use crate::error::Joined;
 use crate::health::TaskHealthHandle;
 use crate::metrics;
 
@@ -74,7 +75,7 @@ pub struct TxnSink {
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.expect("blocking task panicked")
+    tokio::task::spawn_blocking(f).await.joined()
 }
 
 /// A stopping task does not wait for its producer's polling thread: its transactions are

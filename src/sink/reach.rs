@@ -11,6 +11,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 
 use super::SinkError;
 use crate::config::ConnectorConfig;
+use crate::error::Joined;
 
 /// `host:port` of each bootstrap address (a `PROTOCOL://` prefix dropped).
 fn addresses(bootstrap: &str) -> Vec<String> {
@@ -102,7 +103,7 @@ pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
         }
     })
     .await
-    .expect("metadata probe panicked");
+    .joined();
     res.map_err(|p| match p {
         Probe::Refused(why) => SinkError::Authentication(format!(
             "bootstrap.servers {} refused the connector's {}: {why}. Check sasl.username / sasl.password, \

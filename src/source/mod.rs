@@ -7,6 +7,7 @@
 //! the records it already committed.
 
 pub mod buckets;
+pub mod budget;
 pub mod delta;
 pub mod hudi;
 pub mod iceberg;
@@ -348,6 +349,9 @@ pub struct Resume {
     pub done: HashSet<String>,
     /// The key buckets the unit was first read with (`None`: choose by `read.memory.budget`).
     pub buckets: Option<u32>,
+    /// The unit's share of the process's memory budget (`run --memory-budget`; `None`: the
+    /// connector's `read.memory.budget`). See [`budget::Budget`].
+    pub budget: Option<usize>,
 }
 
 /// Every row of `batches`, in order, as an `op` change with only an after image (a full scan,

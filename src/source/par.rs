@@ -1,9 +1,12 @@
 //! Ordered parallel reading: splits are read by a few threads, results handed on in split order,
-//! at most `window` results ahead of the consumer (bounded memory).
+//! at most `window` results ahead of the consumer (bounded memory). The window's lock is
+//! `parking_lot`'s, like every lock of the crate: no poisoning to handle (see CONTRIBUTING).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Condvar, Mutex};
+use std::sync::mpsc;
+
+use parking_lot::{Condvar, Mutex};
 
 use super::SourceError;
 
@@ -59,9 +62,9 @@ pub fn ordered_window<R: Send>(
                     return;
                 }
                 {
-                    let mut e = emitted.lock().expect("lock");
+                    let mut e = emitted.lock();
                     while i >= *e + window && !stop.load(Ordering::SeqCst) {
-                        e = moved.wait(e).expect("lock");
+                        moved.wait(&mut e);
                     }
                 }
                 if stop.load(Ordering::SeqCst) || tx.send((i, read(i))).is_err() {
@@ -79,7 +82,7 @@ pub fn ordered_window<R: Send>(
                 while let Some(r) = pending.remove(&want) {
                     sink(r?)?;
                     want += 1;
-                    *emitted.lock().expect("lock") = want;
+                    *emitted.lock() = want;
                     moved.notify_all();
                 }
             }
@@ -137,7 +140,7 @@ pub fn ordered_streams<R: Send>(
                 if i >= n || stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let Some(tx) = senders[i].lock().expect("lock").take() else {
+                let Some(tx) = senders[i].lock().take() else {
                     return;
                 };
                 let res = produce(i, &mut |part| {

@@ -119,6 +119,7 @@ async fn run(cfg: &ConnectorConfig, cluster: &FakeCluster, shutdown: Option<watc
         cluster: Arc::new(cluster.clone()),
         polls: Default::default(),
         instance: crate::runtime::state::Holder::this_process(),
+        memory: Default::default(),
     };
     let runs = (0..cfg.runtime.tasks).map(|t| run_connector(cfg.for_task(t), opts.clone()));
     futures::future::join_all(runs)
@@ -305,6 +306,7 @@ async fn stops_on(faults: &[(usize, Fault)], says: &str) -> (FakeCluster, String
         cluster: Arc::new(cluster.clone()),
         polls: Default::default(),
         instance: crate::runtime::state::Holder::this_process(),
+        memory: Default::default(),
     };
     let err = run_connector(cfg.clone(), opts)
         .await

@@ -33,7 +33,7 @@ impl DeltaSource {
             return Ok(None);
         }
         let files: Vec<&FileAction> = part.old.iter().chain(&part.new).collect();
-        let limit = self.budget / 2 / LINEAGE_ROW_BYTES;
+        let limit = self.budget.get() / 2 / LINEAGE_ROW_BYTES;
         let (mut lineages, mut rows, mut over) = (Vec::with_capacity(files.len()), 0usize, false);
         let read = |i: usize| self.lineage_of(plan, files[i]);
         let pass = par::ordered(files.len(), self.threads, &read, &mut |l: Lineage| {

@@ -20,7 +20,9 @@ pub mod schema;
 mod units;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use self::log::{Commit, DeltaLog};
 use self::plan::{parse_version, Meta, Plan, PlanKind};
@@ -38,7 +40,8 @@ pub struct DeltaSource {
     commits: Mutex<HashMap<u64, Arc<Commit>>>,
     metas: Mutex<BTreeMap<u64, Arc<Meta>>>,
     threads: usize,
-    budget: usize,
+    /// The unit being read's memory budget (`read.memory.budget`, or its share of the process's).
+    budget: crate::source::budget::Budget,
     /// `read.change.detection=narrow`: a diff beyond the budget decides its changed keys first.
     narrow: bool,
     spill_dir: std::path::PathBuf,
@@ -87,7 +90,7 @@ impl DeltaSource {
             commits: Default::default(),
             metas: Default::default(),
             threads: par::default_threads(),
-            budget: cfg.read.memory_budget,
+            budget: crate::source::budget::Budget::new(cfg.read.memory_budget),
             narrow: cfg.read.narrow_changes,
             spill_dir: cfg.read.spill_dir.clone(),
             connector: cfg.name.clone(),
@@ -132,7 +135,7 @@ impl DeltaSource {
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
         let v = parse_version(&unit.position)?;
-        if let Some(p) = self.plans.lock().expect("plans lock").get(&(v, unit.snapshot)) {
+        if let Some(p) = self.plans.lock().get(&(v, unit.snapshot)) {
             return Ok(p.clone());
         }
         let listing = self.log.list()?;
@@ -140,7 +143,6 @@ impl DeltaSource {
         self.unit(&listing, v, unit.snapshot, marker)?;
         self.plans
             .lock()
-            .expect("plans lock")
             .get(&(v, unit.snapshot))
             .cloned()
             .ok_or_else(|| SourceError::Unreadable {
@@ -196,6 +198,7 @@ impl Source for DeltaSource {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
+        self.budget.for_unit(resume.budget);
         if unit.splits.is_empty() {
             return Ok(());
         }

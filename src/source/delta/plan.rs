@@ -161,14 +161,14 @@ impl DeltaSource {
 
     /// A commit's actions (cached: the planner and the metadata replay both read it).
     pub(super) fn commit(&self, listing: &Listing, v: u64) -> Result<Arc<Commit>, SourceError> {
-        if let Some(c) = self.commits.lock().expect("commits lock").get(&v) {
+        if let Some(c) = self.commits.lock().get(&v) {
             return Ok(c.clone());
         }
         if !listing.commits.contains_key(&v) {
             return Err(missing_commit(&self.log, v, listing));
         }
         let c = Arc::new(self.log.commit(v)?);
-        let mut cache = self.commits.lock().expect("commits lock");
+        let mut cache = self.commits.lock();
         if cache.len() >= 256 {
             cache.clear();
         }
@@ -179,12 +179,10 @@ impl DeltaSource {
     /// The table's definition at version `v`: from the one at `v - 1` and `v`'s commit when
     /// known, else replayed from the log.
     pub(super) fn meta_at(&self, listing: &Listing, v: u64) -> Result<Arc<Meta>, SourceError> {
-        if let Some(m) = self.metas.lock().expect("metas lock").get(&v) {
+        if let Some(m) = self.metas.lock().get(&v) {
             return Ok(m.clone());
         }
-        let prev = v
-            .checked_sub(1)
-            .and_then(|p| self.metas.lock().expect("metas lock").get(&p).cloned());
+        let prev = v.checked_sub(1).and_then(|p| self.metas.lock().get(&p).cloned());
         let meta = match prev {
             Some(prev) if listing.commits.contains_key(&v) => {
                 let c = self.commit(listing, v)?;
@@ -201,7 +199,7 @@ impl DeltaSource {
                 Arc::new(self.meta_of(&state, v)?)
             }
         };
-        let mut metas = self.metas.lock().expect("metas lock");
+        let mut metas = self.metas.lock();
         if metas.len() >= 1024 {
             let keep: BTreeMap<u64, Arc<Meta>> = metas.split_off(&v.saturating_sub(16));
             *metas = keep;
@@ -269,7 +267,7 @@ impl DeltaSource {
             splits,
             skipped,
         };
-        let mut plans = self.plans.lock().expect("plans lock");
+        let mut plans = self.plans.lock();
         if plans.len() > 64 {
             plans.clear();
         }

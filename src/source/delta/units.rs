@@ -151,7 +151,7 @@ impl DeltaSource {
     ) -> Result<(), SourceError> {
         // one bucket count for the whole version: part of every part's row order
         let estimated = parts.iter().map(DiffPart::bytes).sum::<u64>() * DECODED_PER_FILE_BYTE;
-        let (buckets, narrow) = plan_diff(resume.buckets, estimated, self.budget, self.narrow);
+        let (buckets, narrow) = plan_diff(resume.buckets, estimated, self.budget.get(), self.narrow);
         // a keyless table whose files all have row tracking: keyed by row id (see `lineage`)
         let lineage = self.info.keyless() && plan.meta.lineage.is_some() && parts.iter().all(DiffPart::has_lineage);
         let (schema, keys, keyless) = match lineage {
@@ -171,7 +171,7 @@ impl DeltaSource {
             keys,
             keyless,
             threads: self.threads,
-            budget: self.budget,
+            budget: self.budget.get(),
             // keyed by row id, the lineage pass below is the narrow path; where it declines (its
             // columns beyond half the budget) deciding changed row ids by hashing whole rows first
             // read everything twice: 7.7 s and 415 MiB against 4.1 s and 254 MiB in key buckets
@@ -234,7 +234,7 @@ impl DeltaSource {
             })
             .collect::<Result<_, _>>()?;
         // held at once: about (threads × (queue depth + 1) + 1) chunks, half the budget
-        let chunk_bytes = (self.budget / (self.threads * 8).max(1)).clamp(1 << 20, 64 << 20);
+        let chunk_bytes = (self.budget.get() / (self.threads * 8).max(1)).clamp(1 << 20, 64 << 20);
         let produce = |k: usize, send: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>| {
             let (split, f) = todo[k];
             let deleted = self.deleted(f)?;

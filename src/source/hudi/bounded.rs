@@ -130,7 +130,7 @@ impl HudiSource {
         for sp in &r.unit.splits {
             bytes += self.split_file_bytes(r, sp)?;
         }
-        Ok(buckets_for(bytes * DECODED_PER_FILE_BYTE, self.spill.budget))
+        Ok(buckets_for(bytes * DECODED_PER_FILE_BYTE, self.budget.get()))
     }
 
     /// A change unit diffed in `buckets` key buckets on disk (see [`crate::source::buckets`]):
@@ -147,14 +147,14 @@ impl HudiSource {
             return Ok(());
         };
         let (keys, order) = self.key_columns(&target)?;
-        tracing::info!(connector = %self.connector, instant = %unit.position.instant, buckets, budget = self.spill.budget,
+        tracing::info!(connector = %self.connector, instant = %unit.position.instant, buckets, budget = self.budget.get(),
             "change unit larger than read.memory.budget: diffing in key buckets on disk");
         let mut writer = BucketWriter::new(
             &self.spill.dir,
             target.clone(),
             keys.clone(),
             buckets,
-            self.spill.budget,
+            self.budget.get(),
         )?;
         let reads = self.spill_sides(r, &target, &mut writer)?;
         let buckets = writer.finish()?;

@@ -163,7 +163,7 @@ impl HudiSource {
             largest = largest.max(bytes);
         }
         // one group per reading thread and one being emitted, each with the diff's indexes
-        Ok(buckets_for((self.threads as u64 + 1) * largest, self.spill.budget) == 1)
+        Ok(buckets_for((self.threads as u64 + 1) * largest, self.budget.get()) == 1)
     }
 
     /// The bytes of a split's files on both sides of the unit (from the listing: no request).

@@ -111,7 +111,7 @@ pub fn list_partition(storage: &Storage, table: &Path, partition: &str) -> Resul
 pub struct Listings {
     storage: Storage,
     table: PathBuf,
-    map: std::sync::Mutex<BTreeMap<String, Arc<PartitionFiles>>>,
+    map: parking_lot::Mutex<BTreeMap<String, Arc<PartitionFiles>>>,
 }
 
 impl Listings {
@@ -124,14 +124,11 @@ impl Listings {
     }
 
     pub fn partition(&self, partition: &str) -> Result<Arc<PartitionFiles>, SourceError> {
-        if let Some(f) = self.map.lock().expect("listings lock").get(partition) {
+        if let Some(f) = self.map.lock().get(partition) {
             return Ok(f.clone());
         }
         let f = Arc::new(list_partition(&self.storage, &self.table, partition)?);
-        self.map
-            .lock()
-            .expect("listings lock")
-            .insert(partition.into(), f.clone());
+        self.map.lock().insert(partition.into(), f.clone());
         Ok(f)
     }
 }

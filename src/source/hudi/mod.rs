@@ -41,6 +41,8 @@ pub struct HudiSource {
     read: ReadConfig,
     merge: MergeConfig,
     spill: slice::SpillConfig,
+    /// The unit being read's memory budget (`read.memory.budget`, or its share of the process's).
+    budget: crate::source::budget::Budget,
     connector: String,
     /// Threads reading the splits of a full scan.
     threads: usize,
@@ -105,6 +107,7 @@ impl HudiSource {
                 dir: cfg.read.spill_dir.clone(),
                 connector: cfg.name.clone(),
             },
+            budget: crate::source::budget::Budget::new(cfg.read.memory_budget),
             connector: cfg.name.clone(),
             threads: super::par::default_threads(),
             archived: Default::default(),
@@ -184,6 +187,7 @@ impl Source for HudiSource {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
+        self.budget.for_unit(resume.budget);
         self.read(unit, resume, emit).map_err(|e| self.explain_gone(e, unit))
     }
 

@@ -68,7 +68,7 @@ impl HudiSource {
         let mut split_keys = Vec::with_capacity(r.unit.splits.len());
         // the keys may take a quarter of the budget; beyond it the unit takes the full diff,
         // which spills to key buckets (bounded whatever the change)
-        let limit = self.spill.budget / 4;
+        let limit = self.budget.get() / 4;
         // file groups on several threads; their keys merged in split order
         let per_split = |s: usize| self.split_candidates(r, &r.unit.splits[s]);
         crate::source::par::ordered(r.unit.splits.len(), self.threads, &per_split, &mut |found| {

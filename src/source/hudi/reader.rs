@@ -11,7 +11,7 @@ use arrow_schema::SchemaRef;
 use super::files::Listings;
 use super::merge::SliceMerge;
 use super::selection::KeyFilter;
-use super::slice::{FileCache, SliceReader};
+use super::slice::{self, FileCache, SliceReader};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};
 
@@ -25,7 +25,10 @@ impl HudiSource {
     pub(super) fn slice_reader<'a>(&'a self, timeline: &'a Timeline, cache: &'a FileCache) -> SliceReader<'a> {
         SliceReader {
             keys: None,
-            spill: self.spill.clone(),
+            spill: slice::SpillConfig {
+                budget: self.budget.get(),
+                ..self.spill.clone()
+            },
             table: &self.table,
             timeline,
             merge: &self.merge,
@@ -202,7 +205,7 @@ impl HudiSource {
         }
         let buckets = match (resume.buckets, &candidates) {
             (Some(b), _) => b.max(1),
-            (None, Some(c)) => buckets_for(c.restricted_bytes(), self.spill.budget),
+            (None, Some(c)) => buckets_for(c.restricted_bytes(), self.budget.get()),
             (None, None) => self.change_buckets(&r)?,
         };
         if let Some(cdc) = cdc {
@@ -224,7 +227,7 @@ impl HudiSource {
                 return self.read_bucketed(&r, done, buckets, emit);
             }
             tracing::info!(connector = %self.connector, instant = %unit.position.instant, groups = groups.len(),
-                budget = self.spill.budget, "change unit larger than read.memory.budget: diffed partition by partition in memory");
+                budget = self.budget.get(), "change unit larger than read.memory.budget: diffed partition by partition in memory");
         }
         self.read_diffed(&r, &groups, done, emit)
     }

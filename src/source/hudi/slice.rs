@@ -7,7 +7,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
@@ -162,7 +164,7 @@ impl FileCache {
         keys: &super::selection::KeyFilter,
         virtual_keys: Option<(&[String], &str)>,
     ) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
-        if let Some(v) = self.base.lock().expect("cache lock").get(path) {
+        if let Some(v) = self.base.lock().get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
         }
         let s = super::selection::open_base_selected(storage, path, keys, virtual_keys)?;
@@ -171,12 +173,12 @@ impl FileCache {
         }
         let batches = s.reader.collect::<Result<Vec<_>, _>>().map_err(reading(path))?;
         let v = Arc::new((s.schema, batches, s.size));
-        self.base.lock().expect("cache lock").insert(path.into(), v.clone());
+        self.base.lock().insert(path.into(), v.clone());
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
     pub(super) fn base(&self, storage: &Storage, path: &Path) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
-        if let Some(v) = self.base.lock().expect("cache lock").get(path) {
+        if let Some(v) = self.base.lock().get(path) {
             return Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2));
         }
         if self.stream_base {
@@ -184,7 +186,7 @@ impl FileCache {
             return Ok((schema, BaseBatches::Stream(reader, path.into()), size));
         }
         let v = Arc::new(read_base(storage, path, self.only.as_deref())?);
-        self.base.lock().expect("cache lock").insert(path.into(), v.clone());
+        self.base.lock().insert(path.into(), v.clone());
         Ok((v.0.clone(), BaseBatches::Cached(v.clone(), 0), v.2))
     }
 
@@ -196,7 +198,7 @@ impl FileCache {
         listed: u64,
         connector: &str,
     ) -> Result<CachedLog, SourceError> {
-        if let Some(v) = self.logs.lock().expect("cache lock").get(path) {
+        if let Some(v) = self.logs.lock().get(path) {
             return Ok(v.clone());
         }
         let size = match listed {
@@ -205,7 +207,7 @@ impl FileCache {
         };
         let v = Arc::new((log::read_blocks_of(storage, path, size, connector)?, size));
         if !self.single_pass {
-            self.logs.lock().expect("cache lock").insert(path.into(), v.clone());
+            self.logs.lock().insert(path.into(), v.clone());
         }
         Ok(v)
     }

@@ -27,7 +27,7 @@ impl IcebergSource {
     pub(super) fn changed_positions(&self, plan: &Plan, part: &DiffPart) -> Result<Option<Positions>, SourceError> {
         let tasks: Vec<&Task> = part.old.iter().chain(&part.new).collect();
         let rows: i64 = tasks.iter().map(|(r, _)| r.file.record_count).sum();
-        if rows.max(0) as usize * LINEAGE_ROW_BYTES > self.budget / 2 {
+        if rows.max(0) as usize * LINEAGE_ROW_BYTES > self.budget.get() / 2 {
             tracing::debug!(connector = %self.connector, snapshot = plan.snapshot.snapshot_id, rows,
                 "row lineage of the rewritten files would take more than half of read.memory.budget: reading them whole");
             return Ok(None);

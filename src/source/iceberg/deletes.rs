@@ -3,7 +3,9 @@
 //! sequence-number rules, and the live-row mask they leave.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{Schema, SchemaRef};
@@ -121,7 +123,7 @@ impl DeleteReader {
 
     /// The data files a position-delete file names, with their deleted positions.
     pub fn position_file(&self, d: &DataFile) -> Result<Arc<HashMap<String, RoaringTreemap>>, SourceError> {
-        if let Some(hit) = self.positions.lock().expect("lock").get(&d.path) {
+        if let Some(hit) = self.positions.lock().get(&d.path) {
             return Ok(hit.clone());
         }
         let path = local(&d.path)?;
@@ -160,13 +162,13 @@ impl DeleteReader {
             }
         }
         let out = Arc::new(out);
-        self.positions.lock().expect("lock").insert(d.path.clone(), out.clone());
+        self.positions.lock().insert(d.path.clone(), out.clone());
         Ok(out)
     }
 
     fn equality_set(&self, d: &DataFile, target: &SchemaRef) -> Result<Arc<EqualitySet>, SourceError> {
         let cache_key = (d.path.clone(), d.equality_ids.clone());
-        if let Some(hit) = self.equality.lock().expect("lock").get(&cache_key) {
+        if let Some(hit) = self.equality.lock().get(&cache_key) {
             return Ok(hit.clone());
         }
         let path = local(&d.path)?;
@@ -203,7 +205,7 @@ impl DeleteReader {
             }
         }
         let set = Arc::new(EqualitySet { keys, schema, rows });
-        self.equality.lock().expect("lock").insert(cache_key, set.clone());
+        self.equality.lock().insert(cache_key, set.clone());
         Ok(set)
     }
 }

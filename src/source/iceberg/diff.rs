@@ -97,7 +97,7 @@ impl IcebergSource {
             keys,
             keyless,
             threads: self.threads,
-            budget: self.budget,
+            budget: self.budget.get(),
             narrow,
             spill_dir: &self.spill_dir,
             connector: &self.connector,

@@ -2,7 +2,9 @@
 //! Both are immutable once written, so parsed ones are cached by path.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use apache_avro::types::Value;
 
@@ -164,7 +166,7 @@ impl ManifestCache {
                     .collect(),
             ));
         };
-        if let Some(hit) = self.lists.lock().expect("cache lock").get(list) {
+        if let Some(hit) = self.lists.lock().get(list) {
             return Ok(hit.clone());
         }
         let (rows, _) = records(&self.storage, list)?;
@@ -181,13 +183,13 @@ impl ManifestCache {
             });
         }
         let out = Arc::new(out);
-        self.lists.lock().expect("cache lock").insert(list.clone(), out.clone());
+        self.lists.lock().insert(list.clone(), out.clone());
         Ok(out)
     }
 
     /// The entries of one manifest, inheritance applied.
     pub fn entries(&self, m: &ManifestFile) -> Result<Arc<Vec<Entry>>, SourceError> {
-        if let Some(hit) = self.manifests.lock().expect("cache lock").get(&m.path) {
+        if let Some(hit) = self.manifests.lock().get(&m.path) {
             return Ok(hit.clone());
         }
         let (rows, meta) = records(&self.storage, &m.path)?;
@@ -263,10 +265,7 @@ impl ManifestCache {
             });
         }
         let out = Arc::new(out);
-        self.manifests
-            .lock()
-            .expect("cache lock")
-            .insert(m.path.clone(), out.clone());
+        self.manifests.lock().insert(m.path.clone(), out.clone());
         Ok(out)
     }
 }

@@ -203,7 +203,7 @@ fn metadata_version(name: &str) -> Option<u64> {
 /// The newest metadata file of a table directory that held `last` at the last poll: for a
 /// Hadoop table's `v{N}.metadata.json`, HEADs of `v{N+1}`, `v{N+2}`… until one is missing (one
 /// request when nothing changed, no `version-hint.text` read); for other names, a listing.
-pub fn newer_in_dir(storage: &Storage, last: &Path) -> Result<PathBuf, SourceError> {
+fn newer_in_dir(storage: &Storage, last: &Path) -> Result<PathBuf, SourceError> {
     let name = last.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let (Some(dir), Some(rest)) = (last.parent(), name.strip_prefix('v')) else {
         return newest_listed(storage, last.parent().unwrap_or(last));
@@ -239,15 +239,18 @@ fn newest_listed(storage: &Storage, dir: &Path) -> Result<PathBuf, SourceError> 
     })
 }
 
-/// The current metadata file of a table.
+/// The current metadata file of a table. `last`: the file this source read at its last poll (a
+/// table directory is then probed from it, see [`newer_in_dir`]).
 pub fn current_metadata_file(
     storage: &Storage,
     loc: &TableLocation,
     rest: &std::sync::Arc<super::rest::RestSession>,
+    last: Option<&Path>,
 ) -> Result<PathBuf, SourceError> {
-    match loc {
-        TableLocation::Path(p) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
-        TableLocation::Path(p) => {
+    match (loc, last) {
+        (TableLocation::Path(p), _) if p.to_string_lossy().ends_with(".metadata.json") => Ok(p.clone()),
+        (TableLocation::Path(_), Some(last)) => newer_in_dir(storage, last),
+        (TableLocation::Path(p), None) => {
             let dir = if p.ends_with("metadata") {
                 p.clone()
             } else {
@@ -263,14 +266,17 @@ pub fn current_metadata_file(
             }
             newest_listed(storage, &dir)
         }
-        TableLocation::Sql {
-            db,
-            catalog,
-            namespace,
-            table,
-        } => super::catalog::sql_metadata_location(db, catalog, namespace, table),
-        TableLocation::Rest { .. } => rest.metadata_location(storage, loc),
-        TableLocation::Glue { .. } => super::catalog::glue_metadata_location(storage, loc),
+        (
+            TableLocation::Sql {
+                db,
+                catalog,
+                namespace,
+                table,
+            },
+            _,
+        ) => super::catalog::sql_metadata_location(db, catalog, namespace, table),
+        (TableLocation::Rest { .. }, _) => rest.metadata_location(storage, loc),
+        (TableLocation::Glue { .. }, _) => super::catalog::glue_metadata_location(storage, loc),
     }
 }
 

@@ -19,7 +19,9 @@ pub mod reader;
 mod rest;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use arrow_array::RecordBatch;
 
@@ -41,8 +43,9 @@ pub struct IcebergSource {
     /// Plans of the units handed out, by (snapshot id, full scan).
     plans: Mutex<HashMap<(i64, bool), Arc<Plan>>>,
     threads: usize,
-    /// `read.memory.budget` / `read.spill.dir`: a diff beyond the budget goes to key buckets.
-    budget: usize,
+    /// The unit being read's memory budget (`read.memory.budget`, or its share of the process's):
+    /// a diff beyond it goes to key buckets (in `read.spill.dir`).
+    budget: crate::source::budget::Budget,
     /// `read.change.detection=narrow`: a diff beyond the budget decides its changed keys first.
     narrow: bool,
     spill_dir: std::path::PathBuf,
@@ -67,7 +70,7 @@ impl IcebergSource {
             message: "not an Iceberg connector".into(),
         })?;
         let rest = Arc::new(rest::RestSession::default());
-        let file = metadata::current_metadata_file(&storage, &opts.location, &rest)?;
+        let file = metadata::current_metadata_file(&storage, &opts.location, &rest, None)?;
         let md = metadata::TableMetadata::load(&storage, &file)?;
         let schema = md.schema_of(None)?;
         let key_fields = key::key_fields(&opts, schema, &file)?;
@@ -116,7 +119,7 @@ impl IcebergSource {
             current: Default::default(),
             plans: Default::default(),
             threads: par::default_threads(),
-            budget: cfg.read.memory_budget,
+            budget: crate::source::budget::Budget::new(cfg.read.memory_budget),
             narrow: cfg.read.narrow_changes,
             spill_dir: cfg.read.spill_dir.clone(),
             connector: cfg.name.clone(),
@@ -132,7 +135,7 @@ impl IcebergSource {
                 unit.position.instant
             ),
         })?;
-        if let Some(p) = self.plans.lock().expect("plans lock").get(&(id, unit.snapshot)) {
+        if let Some(p) = self.plans.lock().get(&(id, unit.snapshot)) {
             return Ok(p.clone());
         }
         let md = self.metadata()?;
@@ -140,7 +143,6 @@ impl IcebergSource {
         Ok(self
             .plans
             .lock()
-            .expect("plans lock")
             .get(&(id, unit.snapshot))
             .cloned()
             .expect("planned above"))
@@ -193,7 +195,7 @@ impl IcebergSource {
                 // part of every part's row order and stored once per unit
                 let bytes: i64 = parts.iter().map(DiffPart::bytes).sum();
                 let estimated = bytes.max(0) as u64 * DECODED_PER_FILE_BYTE;
-                let how = plan_diff(resume.buckets, estimated, self.budget, self.narrow);
+                let how = plan_diff(resume.buckets, estimated, self.budget.get(), self.narrow);
                 for split in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
                     let part = parts.iter().find(|p| split.partition == p.partition).ok_or_else(|| {
                         SourceError::Unreadable {
@@ -342,6 +344,7 @@ impl Source for IcebergSource {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
+        self.budget.for_unit(resume.budget);
         self.read(unit, resume, emit).map_err(|e| {
             gone_hint(e, unit, || {
                 let id = unit.position.instant.parse::<i64>().ok()?;
@@ -380,7 +383,7 @@ impl Source for IcebergSource {
     }
 
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
-        let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest)?;
+        let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest, None)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
         match id.parse::<i64>().ok().and_then(|s| md.snapshot(s)) {
             Some(s) => Ok(Position {
@@ -394,7 +397,7 @@ impl Source for IcebergSource {
     }
 
     fn describe(&self) -> Result<String, SourceError> {
-        let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest)?;
+        let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest, None)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
         Ok(format!(
             "Iceberg format v{} table at {}, {} snapshots, current {}, metadata {}{}",

@@ -10,11 +10,10 @@ use arrow_schema::SchemaRef;
 use super::commits::Commits;
 use super::deletes::DeleteReader;
 use super::manifest::Entry;
-use super::metadata::{arrow_schema, current_metadata_file, newer_in_dir, Snapshot, TableMetadata};
+use super::metadata::{arrow_schema, current_metadata_file, Snapshot, TableMetadata};
 use super::reader::FileRange;
 use super::IcebergSource;
 use crate::config::StartingStrategy;
-use crate::config::TableLocation;
 use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
 
 /// A file range to read with the delete files that apply to it.
@@ -116,18 +115,18 @@ impl IcebergSource {
     /// file), so the one read last is kept and read again only when the catalog or directory
     /// names another: an idle poll fetches no metadata (issue 32).
     pub(super) fn metadata(&self) -> Result<Arc<TableMetadata>, SourceError> {
-        let last = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let file = match (&self.opts.location, &last) {
-            (TableLocation::Path(p), Some((f, _))) if !p.to_string_lossy().ends_with(".metadata.json") => {
-                newer_in_dir(&self.storage, f)?
-            }
-            _ => current_metadata_file(&self.storage, &self.opts.location, &self.rest)?,
-        };
+        let last = self.current.lock().clone();
+        let file = current_metadata_file(
+            &self.storage,
+            &self.opts.location,
+            &self.rest,
+            last.as_ref().map(|(f, _)| f.as_path()),
+        )?;
         if let Some((_, md)) = last.filter(|(f, _)| *f == file) {
             return Ok(md);
         }
         let md = Arc::new(TableMetadata::load(&self.storage, &file)?);
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((file, md.clone()));
+        *self.current.lock() = Some((file, md.clone()));
         Ok(md)
     }
 
@@ -255,7 +254,7 @@ impl IcebergSource {
             splits,
             skipped,
         };
-        let mut plans = self.plans.lock().expect("plans lock");
+        let mut plans = self.plans.lock();
         if plans.len() > 64 {
             plans.clear();
         }

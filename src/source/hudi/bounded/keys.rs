@@ -3,8 +3,8 @@
 //! 64-bit key hashes (8 bytes a row; beyond the budget spilled to hash-partitioned runs on disk,
 //! each sorted alone), then confirms the candidates by their exact key.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 
@@ -204,20 +204,20 @@ impl HudiSource {
             "full scan: key pre-pass (a key held by two rows is emitted once)");
         let runs = Mutex::new(HashRuns::new(
             &self.spill.dir,
-            (self.spill.budget / 32).clamp(4, 1 << 20),
+            (self.budget.get() / 32).clamp(4, 1 << 20),
         ));
         self.key_pass(r, &|_, _, b, keys, _| {
             let text = KeyText::new(b, keys)?;
             let hashes: Vec<u64> = (0..b.num_rows()).map(|r| text.hash(r)).collect();
-            let mut runs = runs.lock().expect("hash runs lock");
+            let mut runs = runs.lock();
             hashes.into_iter().try_for_each(|h| runs.push(h))
         })?;
-        let runs = runs.into_inner().expect("hash runs lock");
+        let runs = runs.into_inner();
         if runs.spilled() {
             metrics::SPILLED_BYTES
                 .with_label_values(&[&self.connector])
                 .inc_by(runs.total * 8);
-            tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.spill.budget,
+            tracing::info!(connector = %self.connector, rows = runs.total, runs = HASH_RUNS, budget = self.budget.get(),
                 "full scan: the table's keys exceed read.memory.budget; key hashes spilled to runs on disk");
         }
         let keys = runs.total;
@@ -238,7 +238,6 @@ impl HudiSource {
                 if candidates.contains(&text.hash(r)) {
                     let commit = commits.and_then(|c| c.is_valid(r).then(|| c.value(r).to_string()));
                     seen.lock()
-                        .expect("seen lock")
                         .entry(text.bytes(r))
                         .or_default()
                         .push((commit, s, seq + r as u64));
@@ -246,7 +245,7 @@ impl HudiSource {
             }
             Ok(())
         })?;
-        let seen = seen.into_inner().expect("seen lock");
+        let seen = seen.into_inner();
         let winners: HashMap<Vec<u8>, (usize, u64)> = seen
             .into_iter()
             .filter(|(_, v)| v.len() > 1)
