@@ -29,10 +29,16 @@ def write(table, ids, mode="append", v="a"):
                               mode=mode)
 
 
-def props_for(env, tmp_path, table, name):
-    return testkit.connector_props(tmp_path, name, table, name, env, **{
+def started(env, tmp_path):
+    """A three-row Delta table and a connector on it (fast polls, `idle.release=1s`), running:
+    (table, topic, properties, process, its log)."""
+    table, name = tmp_path / "t", f"release-{os.urandom(3).hex()}"
+    write(table, [1, 2, 3])
+    props = testkit.connector_props(tmp_path, name, table, name, env, **{
         "connector.class": "delta", "key.fields": "id", "starting-version": "earliest",
         "read.streaming.check-interval": "300ms", "idle.release": "1s"})
+    proc = testkit.start(props)
+    return table, name, props, proc, testkit.LogTail(proc)
 
 
 def replay(env, registry, topic):
@@ -59,11 +65,7 @@ def wait_until(cond, timeout=30, what=""):
 
 
 def test_an_idle_connector_holds_no_producer_and_takes_it_back_exactly_once(env, registry, tmp_path):
-    table, name = tmp_path / "t", f"release-{os.urandom(3).hex()}"
-    write(table, [1, 2, 3])
-    props = props_for(env, tmp_path, table, name)
-    proc = testkit.start(props)
-    log = testkit.LogTail(proc)
+    table, name, props, proc, log = started(env, tmp_path)
     try:
         for round_ in range(1, 4):
             assert log.wait("producer released", count=round_, timeout=60), log.text()[-3000:]
@@ -93,11 +95,7 @@ def test_an_idle_connector_holds_no_producer_and_takes_it_back_exactly_once(env,
 
 
 def test_a_newer_instance_keeps_the_task_and_the_parked_older_one_stops_fenced(env, registry, tmp_path):
-    table, name = tmp_path / "t", f"release-{os.urandom(3).hex()}"
-    write(table, [1, 2, 3])
-    props = props_for(env, tmp_path, table, name)
-    older = testkit.start(props)
-    old_log = testkit.LogTail(older)
+    table, name, props, older, old_log = started(env, tmp_path)
     newer = None
     try:
         assert old_log.wait("producer released", timeout=60), old_log.text()[-3000:]
