@@ -229,6 +229,16 @@ metric!(
         REGISTRY
     )
 );
+metric!(
+    TASK_PARKED,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_task_parked",
+        "1 while a task holds no Kafka producer (idle.release: idle, polling the table without it), 0 otherwise",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
 metric!(TASK_STATE, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_task_state", "1 for the task's current state (running, recovering, failed, stopped; as /connectors/<name>/status), 0 for the others", &["connector", "task", "state"], REGISTRY));
 metric!(

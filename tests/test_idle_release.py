@@ -10,6 +10,8 @@ import pyarrow as pa
 import pytest
 
 import testkit
+from brokers import free_port
+from test_metrics import scrape, value
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -29,7 +31,7 @@ def write(table, ids, mode="append", v="a"):
                               mode=mode)
 
 
-def started(env, tmp_path):
+def started(env, tmp_path, *args):
     """A three-row Delta table and a connector on it (fast polls, `idle.release=1s`), running:
     (table, topic, properties, process, its log)."""
     table, name = tmp_path / "t", f"release-{os.urandom(3).hex()}"
@@ -37,7 +39,7 @@ def started(env, tmp_path):
     props = testkit.connector_props(tmp_path, name, table, name, env, **{
         "connector.class": "delta", "key.fields": "id", "starting-version": "earliest",
         "read.streaming.check-interval": "300ms", "idle.release": "1s"})
-    proc = testkit.start(props)
+    proc = testkit.start(props, *args)
     return table, name, props, proc, testkit.LogTail(proc)
 
 
@@ -65,7 +67,8 @@ def wait_until(cond, timeout=30, what=""):
 
 
 def test_an_idle_connector_holds_no_producer_and_takes_it_back_exactly_once(env, registry, tmp_path):
-    table, name, props, proc, log = started(env, tmp_path)
+    port = free_port()
+    table, name, props, proc, log = started(env, tmp_path, "--metrics-port", str(port))
     try:
         for round_ in range(1, 4):
             assert log.wait("producer released", count=round_, timeout=60), log.text()[-3000:]
@@ -74,6 +77,9 @@ def test_an_idle_connector_holds_no_producer_and_takes_it_back_exactly_once(env,
             time.sleep(1.0)
             assert not rdkafka_threads(proc.pid), rdkafka_threads(proc.pid)
             assert log.count("taking the producer back") == round_ - 1
+            if round_ == 1:
+                assert value(scrape(port, "lakestream_task_parked"),
+                             f'lakestream_task_parked{{connector="{name}",task="0"}}') == 1
             if round_ == 1:
                 write(table, [4, 5])
             elif round_ == 2:

@@ -139,6 +139,7 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
     let task = cfg.runtime.task_id.to_string();
     metrics::init_task(&name, &task);
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(1.0);
+    metrics::TASK_PARKED.with_label_values(&[&name, &task]).set(0.0);
     let health = opts.health.task(&cfg.name, cfg.runtime.task_id, cfg.stall_limit());
     let res = outage::ride_out(&cfg, &opts, &health).await;
     metrics::TASK_RUNNING.with_label_values(&[&name, &task]).set(0.0);
@@ -333,23 +334,6 @@ impl Task {
 
     fn stopping(&self) -> bool {
         *self.opts.shutdown.borrow()
-    }
-
-    /// Idle for `idle.release` with everything committed, no unit or handoff under way and no
-    /// earlier failure watched: nothing the producer still has to do.
-    fn may_park(&self) -> bool {
-        let idle = match (self.cfg.runtime.idle_release, self.idle_since) {
-            (Some(after), Some(since)) => since.elapsed() >= after,
-            _ => false,
-        };
-        idle && !self.opts.once
-            && !self.first_record
-            && self.state.issued.is_some()
-            && self.state.in_flight.is_none()
-            && self.state.handoff.is_none()
-            && self.watch.is_none()
-            && self.state == self.committed
-            && self.sink.txn_records() == 0
     }
 
     fn end_reached(&self) -> bool {

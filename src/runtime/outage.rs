@@ -43,7 +43,11 @@ pub(super) async fn ride_out(
         let err = match run {
             Ok(Outcome::Stopped) => return Ok(()),
             Ok(Outcome::Parked(parked)) => {
-                if !park::wait_for_work(cfg, opts, health, parked).await {
+                let gauge = metrics::TASK_PARKED.with_label_values(&[name.as_str(), &cfg.runtime.task_id.to_string()]);
+                gauge.set(1.0);
+                let work = park::wait_for_work(cfg, opts, health, parked).await;
+                gauge.set(0.0);
+                if !work {
                     return Ok(());
                 }
                 tracing::info!(connector = %name, task = cfg.runtime.task_id, "work: taking the producer back");

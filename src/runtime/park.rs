@@ -69,6 +69,25 @@ async fn own_record(opts: &RunOptions, cfg: &ConnectorConfig) -> Result<Option<O
         .max_by_key(|o| o.epoch))
 }
 
+impl super::Task {
+    /// Idle for `idle.release` with everything committed, no unit or handoff under way and no
+    /// earlier failure watched: nothing the producer still has to do.
+    pub(super) fn may_park(&self) -> bool {
+        let idle = match (self.cfg.runtime.idle_release, self.idle_since) {
+            (Some(after), Some(since)) => since.elapsed() >= after,
+            _ => false,
+        };
+        idle && !self.opts.once
+            && !self.first_record
+            && self.state.issued.is_some()
+            && self.state.in_flight.is_none()
+            && self.state.handoff.is_none()
+            && self.watch.is_none()
+            && self.state == self.committed
+            && self.sink.txn_records() == 0
+    }
+}
+
 /// The error of a task whose record another instance holds.
 fn taken_over(cfg: &ConnectorConfig, by: Option<&Holder>, when: &str) -> RuntimeError {
     let by = by.map_or(
