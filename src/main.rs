@@ -273,7 +273,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let rule = if pool { Rule::Pool } else { Rule::Modulo };
+            let rule = Rule::of(pool);
             let mine = select_tasks(&cfgs, task_id, replicas, rule);
             if mine.is_empty() && (once || !pool) {
                 eprintln!("error: no task to run: --task-id {task_id:?} with --replicas {replicas:?} selects none of the connectors' tasks");
@@ -290,7 +290,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let rule = if pool { Rule::Pool } else { Rule::Modulo };
+            let rule = Rule::of(pool);
             for c in &cfgs {
                 for t in 0..c.runtime.tasks {
                     println!("{} {} {t}", pod_of(rule, &c.name, t, replicas), c.name);

@@ -24,6 +24,17 @@ pub enum Rule {
     Pool,
 }
 
+impl Rule {
+    /// `--pool`: [`Rule::Pool`], else [`Rule::Modulo`].
+    pub fn of(pool: bool) -> Rule {
+        if pool {
+            Rule::Pool
+        } else {
+            Rule::Modulo
+        }
+    }
+}
+
 /// The pod (of `replicas`) that runs task `task` of connector `name` under `rule`.
 pub fn pod_of(rule: Rule, name: &str, task: u32, replicas: u32) -> u32 {
     let replicas = replicas.max(1);

@@ -40,6 +40,8 @@ pub struct HudiSource {
     /// `skip_merge`, `read.cdc.from-log`).
     read: ReadConfig,
     merge: MergeConfig,
+    /// Where and how readers spill; its `budget` is not read (each reader takes `budget`'s, the
+    /// unit's: see `slice_reader`).
     spill: slice::SpillConfig,
     /// The unit being read's memory budget (`read.memory.budget`, or its share of the process's).
     budget: crate::source::budget::Budget,
