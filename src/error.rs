@@ -143,24 +143,21 @@ mod tests {
                 ErrorKind::Unavailable,
             ),
             (
-                io(std::io::ErrorKind::Other, "503 Service Unavailable SlowDown").into(),
+                io(std::io::ErrorKind::ResourceBusy, "throttled").into(),
                 ErrorKind::Unavailable,
             ),
             (io(std::io::ErrorKind::NotFound, "gone").into(), ErrorKind::Data),
             (
-                SourceError::Parquet {
-                    path: "f".into(),
-                    source: parquet::errors::ParquetError::General(format!("eof ({})", crate::storage::TRANSIENT)),
-                }
+                // a storage failure inside the reader, in its source chain
+                SourceError::parquet("f")(parquet::errors::ParquetError::External(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "reset",
+                ))))
                 .into(),
                 ErrorKind::Unavailable,
             ),
             (
-                SourceError::Parquet {
-                    path: "f".into(),
-                    source: parquet::errors::ParquetError::General("bad magic".into()),
-                }
-                .into(),
+                SourceError::parquet("f")(parquet::errors::ParquetError::General("bad magic".into())).into(),
                 ErrorKind::Data,
             ),
             (

@@ -15,7 +15,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 /// Object-store settings (`s3.*` connector keys; unset ones come from the usual environment
 /// variables and credential chain of each store).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageOptions {
     pub s3_endpoint: Option<String>,
     pub s3_region: Option<String>,
@@ -24,6 +24,23 @@ pub struct StorageOptions {
     pub s3_session_token: Option<String>,
     pub s3_path_style: bool,
     pub s3_allow_http: bool,
+    /// Retries of one request by the client, before the failure reaches the reader.
+    pub s3_max_retries: usize,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        StorageOptions {
+            s3_endpoint: None,
+            s3_region: None,
+            s3_access_key_id: None,
+            s3_secret_access_key: None,
+            s3_session_token: None,
+            s3_path_style: false,
+            s3_allow_http: false,
+            s3_max_retries: object_store::RetryConfig::default().max_retries,
+        }
+    }
 }
 
 /// One connector's storage: its object-store settings (`s3.*`) and the clients built from them,
@@ -95,92 +112,7 @@ fn other(e: impl std::fmt::Display) -> io::Error {
 }
 
 fn map_err(e: object_store::Error) -> io::Error {
-    match e {
-        object_store::Error::NotFound { .. } => io::Error::new(io::ErrorKind::NotFound, e.to_string()),
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
-            io::Error::new(io::ErrorKind::PermissionDenied, e.to_string())
-        }
-        other_err => other(other_err),
-    }
-}
-
-/// What kind of storage failure an error is, for messages and for the runtime's choice between
-/// stopping and riding it out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoClass {
-    NotFound,
-    PermissionDenied,
-    /// The store refused the rate of requests (HTTP 429/503 SlowDown) beyond its client's retries.
-    Throttled,
-    /// The store could not be reached or the connection broke.
-    Unreachable,
-    /// The bytes are not what the format says (truncated, damaged).
-    Corrupt,
-    Other,
-}
-
-impl IoClass {
-    pub fn of(e: &io::Error) -> IoClass {
-        use io::ErrorKind as K;
-        match e.kind() {
-            K::NotFound => return IoClass::NotFound,
-            K::PermissionDenied => return IoClass::PermissionDenied,
-            K::InvalidData | K::UnexpectedEof => return IoClass::Corrupt,
-            K::TimedOut
-            | K::ConnectionRefused
-            | K::ConnectionReset
-            | K::ConnectionAborted
-            | K::NotConnected
-            | K::BrokenPipe
-            | K::HostUnreachable
-            | K::NetworkUnreachable
-            | K::NetworkDown => return IoClass::Unreachable,
-            _ => {}
-        }
-        // object-store errors arrive as text (after the client's own retries)
-        let text = e.to_string();
-        let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
-        if has(&[
-            "429",
-            "Too Many Requests",
-            "SlowDown",
-            "503 Service Unavailable",
-            "Throttl",
-            "RequestLimitExceeded",
-        ]) {
-            IoClass::Throttled
-        } else if has(&[
-            "error sending request",
-            "connection refused",
-            "Connection refused",
-            "timed out",
-            "dns error",
-            "connection reset",
-        ]) {
-            IoClass::Unreachable
-        } else {
-            IoClass::Other
-        }
-    }
-
-    /// A failure that a later attempt can get past (the store is busy or out of reach now).
-    pub fn is_transient(self) -> bool {
-        matches!(self, IoClass::Throttled | IoClass::Unreachable)
-    }
-
-    /// What the failure is and what to do about it, for the error message.
-    pub fn describe(self) -> &'static str {
-        match self {
-            IoClass::NotFound => "not found",
-            IoClass::PermissionDenied => "permission denied (check the credentials, role or ACL lakestream reads with)",
-            IoClass::Throttled => {
-                "throttled by the store beyond its client's retries (retried from the committed position)"
-            }
-            IoClass::Unreachable => "storage unreachable (retried from the committed position)",
-            IoClass::Corrupt => "corrupt or truncated",
-            IoClass::Other => "I/O error",
-        }
-    }
+    class::io_error(e)
 }
 
 fn block_on<F>(f: F) -> F::Output
@@ -283,6 +215,11 @@ impl Storage {
                             b = b.with_credentials(p);
                         }
                         b = b
+                            .with_http_connector(class::Classifying)
+                            .with_retry(object_store::RetryConfig {
+                                max_retries: opts.s3_max_retries,
+                                ..Default::default()
+                            })
                             .with_allow_http(opts.s3_allow_http)
                             .with_virtual_hosted_style_request(!opts.s3_path_style);
                         Arc::new(b.build().map_err(other)?)
@@ -290,12 +227,14 @@ impl Storage {
                     "gs" => Arc::new(
                         object_store::gcp::GoogleCloudStorageBuilder::from_env()
                             .with_bucket_name(bucket)
+                            .with_http_connector(class::Classifying)
                             .build()
                             .map_err(other)?,
                     ),
                     _ => Arc::new(
                         object_store::azure::MicrosoftAzureBuilder::from_env()
                             .with_url(format!("{scheme}://{bucket}"))
+                            .with_http_connector(class::Classifying)
                             .build()
                             .map_err(other)?,
                     ),
@@ -377,19 +316,12 @@ impl Storage {
 }
 
 pub use aws::{AwsSigner, SignError};
+pub use class::{take_noted, IoClass, StoreAnswered};
 pub use input::Input;
 pub use requests::Op;
 
-/// In the text of an error that passed through a format library (Parquet, Arrow), a storage
-/// failure that a later attempt can get past: the library keeps only the text.
-pub const TRANSIENT: &str = "transient storage failure";
-
-/// Whether an error's text carries [`TRANSIENT`].
-pub fn is_transient_text(text: &str) -> bool {
-    text.contains(TRANSIENT)
-}
-
 pub mod aws;
+mod class;
 mod input;
 mod listing;
 pub mod requests;

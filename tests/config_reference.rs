@@ -14,13 +14,17 @@ fn cell(text: &str) -> String {
 }
 
 fn table() -> String {
-    let mut out = String::from("| key | default | meaning |\n|---|---|---|\n");
-    for (key, default, meaning) in KEYS {
+    let mut out = String::from("| key | default | formats | meaning |\n|---|---|---|---|\n");
+    for (key, default, meaning, formats) in KEYS {
         let default = match default.starts_with('(') {
             true => cell(default),
             false => format!("`{}`", cell(default)),
         };
-        out.push_str(&format!("| `{key}` | {default} | {} |\n", cell(meaning)));
+        out.push_str(&format!(
+            "| `{key}` | {default} | {} | {} |\n",
+            formats.names(),
+            cell(meaning)
+        ));
     }
     out
 }

@@ -237,7 +237,7 @@ def test_a_pool_moves_no_task_on_a_rolling_update_and_only_the_added_pods_tasks_
     # a rolling update (new image, an edited connector, one more connector): every task stays on its pod
     changed = json.loads(json.dumps(values))
     changed["image"] = {"tag": "next"}
-    changed["connectors"]["t0001"]["read.commits.limit"] = "3"
+    changed["connectors"]["t0001"]["transaction.max.records"] = "5000"
     changed["connectors"]["t9999"] = dict(changed["connectors"]["t0001"], name="table-new", topic="lake.new")
     _, docs2 = render(helm, tmp_path, changed)
     (old_sts,), (new_sts,) = kinds(docs, "StatefulSet").values(), kinds(docs2, "StatefulSet").values()

@@ -3,6 +3,7 @@ and a second instance of the same connector fencing the first."""
 
 import random
 import signal
+import subprocess
 import time
 import uuid
 
@@ -107,22 +108,54 @@ def test_transaction_metadata_has_one_begin_and_end_per_commit_across_kills(env,
 def test_second_instance_fences_the_first(env, registry, tmp_path):
     oracle, instants, revealed, topic, props = setup(env, tmp_path, "fence", **{"read.streaming.check-interval": "100ms"})
     revealed.reveal_through(testkit.instant_order(instants[0]))
-    first = start(props)
-    time.sleep(2)
-    assert first.poll() is None, first.stderr.read()
-    second = start(props)
-    time.sleep(2)
+    # both logs drained on threads: a piped stderr nobody reads would block a chatty process
+    first = testkit.LogTail(start(props))
+    # the newer instance is the one whose producer starts later: wait for the first's, and for
+    # its first commit, so that a slow machine does not swap their roles
+    assert first.wait("unit emitted", timeout=60), first.text()
+    second = testkit.LogTail(start(props))
+    assert second.wait("producer initialised", timeout=60), second.text()
     revealed.reveal_through(testkit.instant_order(instants[3]))
     try:
-        code = first.wait(timeout=60)
-        err = first.stderr.read()
-        assert code == 1, err
-        assert "fenced" in err.lower(), err
-        assert second.poll() is None, "the newer instance must keep running"
+        code = first.finish(timeout=60)
+        assert code == 1, f"first instance exited {code}:\n{first.text()[-4000:]}"
+        assert "fenced" in first.text().lower(), first.text()[-4000:]
+        assert second.proc.poll() is None, f"the newer instance must keep running:\n{second.text()[-4000:]}"
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the fenced instance did not stop within 60 s.\nfirst:\n{first.text()[-6000:]}\n"
+                             f"second:\n{second.text()[-3000:]}")
     finally:
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=60) == 0
+        first.proc.kill()
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.proc.wait(timeout=60) == 0, second.text()[-4000:]
     revealed.reveal_through(testkit.instant_order(instants[-1]))
+    finish(env, registry, props, topic, oracle, instants[-1]["rows"])
+
+
+def test_a_newer_instance_stops_a_busy_one_mid_stream(env, registry, tmp_path):
+    """The first instance commits a transaction per record when the second starts: whichever
+    call meets the fence (add partitions, produce, or a commit the newer instance broke and the
+    abort after it), the first stops as fenced instead of riding it out with a new producer
+    (which would fence the newer one), and the replay stays exact."""
+    fixture = KILL_FIXTURES[1]
+    first_instant = testkit.load_oracle(fixture)["instants"][0]["requested"]
+    oracle, instants, revealed, topic, props = setup(
+        env, tmp_path, "busy", fixture,
+        **{"read.streaming.check-interval": "50ms", "transaction.max.records": "1", "read.start-commit": first_instant})
+    revealed.reveal_through(testkit.instant_order(instants[-1]))
+    first = testkit.LogTail(start(props))
+    assert first.wait("unit emitted", timeout=60), first.text()
+    second = testkit.LogTail(start(props))
+    try:
+        code = first.finish(timeout=60)
+        assert code == 1 and "fenced" in first.text().lower(), first.text()[-4000:]
+        assert "outage: retrying" not in first.text(), first.text()[-4000:]
+        time.sleep(1)
+        assert second.proc.poll() is None, f"the newer instance must keep running:\n{second.text()[-4000:]}"
+    finally:
+        first.proc.kill()
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.proc.wait(timeout=60) == 0, second.text()[-4000:]
     finish(env, registry, props, topic, oracle, instants[-1]["rows"])
 
 

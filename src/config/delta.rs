@@ -4,9 +4,6 @@
 
 use super::{ConfigError, Validator};
 
-/// Keys only a Delta connector accepts.
-pub const DELTA_KEYS: &[&str] = &["starting-version", "starting-timestamp", "ending-version"];
-
 /// Where a Delta connector with no stored offsets starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeltaStart {
@@ -23,8 +20,6 @@ pub enum DeltaStart {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeltaOptions {
     pub start: DeltaStart,
-    /// The last version to emit; the connector exits 0 once it is emitted.
-    pub end_version: Option<u64>,
     /// Kafka key columns (Delta declares no primary key).
     pub key_fields: Vec<String>,
     /// `key.mode=none`: null Kafka keys, rows compared whole.
@@ -63,19 +58,6 @@ fn version(v: &Validator<'_>, key: &str) -> Result<Option<u64>, ConfigError> {
 }
 
 pub(super) fn load(v: &Validator<'_>) -> Result<DeltaOptions, ConfigError> {
-    for key in [
-        "read.start-commit",
-        "read.end-commit",
-        "changelog.enabled",
-        "read.cdc.from-log",
-    ] {
-        if v.get(key).is_some() {
-            return Err(v.invalid(
-                key,
-                "is a Hudi option; for Delta use starting-version / starting-timestamp / ending-version".into(),
-            ));
-        }
-    }
     let start = match (v.get("starting-version"), v.get("starting-timestamp")) {
         (Some(_), Some(_)) => {
             return Err(v.invalid(
@@ -102,7 +84,6 @@ pub(super) fn load(v: &Validator<'_>) -> Result<DeltaOptions, ConfigError> {
     }
     Ok(DeltaOptions {
         start,
-        end_version: version(v, "ending-version")?,
         key_fields,
         keyless,
     })

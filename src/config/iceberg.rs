@@ -6,47 +6,6 @@ use std::path::PathBuf;
 
 use super::{parse_size, ConfigError, Validator};
 
-/// Keys only an Iceberg connector accepts.
-pub const ICEBERG_KEYS: &[&str] = &[
-    "catalog.type",
-    "catalog.uri",
-    "catalog.warehouse",
-    "catalog.name",
-    "catalog.token",
-    "catalog.credential",
-    "catalog.oauth2-server-uri",
-    "catalog.scope",
-    "catalog.rest.sigv4-enabled",
-    "catalog.rest.signing-region",
-    "catalog.rest.signing-name",
-    "catalog.region",
-    "catalog.glue.catalog-id",
-    "table.identifier",
-    "starting-strategy",
-    "start-snapshot-id",
-    "start-snapshot-timestamp",
-    "end-snapshot-id",
-    "max-planning-snapshot-count",
-    "monitor-interval",
-    "split-size",
-    "split-lookback",
-    "split-file-open-cost",
-    "key.fields",
-    "key.fields.override",
-    "key.mode",
-];
-
-/// Keys only a Hudi connector accepts, with the Iceberg key to use instead.
-pub const HUDI_ONLY_KEYS: &[(&str, &str)] = &[
-    ("read.start-commit", "starting-strategy / start-snapshot-id"),
-    ("read.end-commit", "end-snapshot-id"),
-    ("read.commits.limit", "max-planning-snapshot-count"),
-    ("read.streaming.skip_compaction", "(replace snapshots never emit)"),
-    ("read.streaming.skip_clustering", "(replace snapshots never emit)"),
-    ("changelog.enabled", "(Iceberg changes are always net per snapshot)"),
-    ("hoodie.datasource.merge.type", "(none)"),
-];
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TableLocation {
     /// A table directory (Hadoop layout: `metadata/version-hint.text` or the newest
@@ -107,7 +66,6 @@ pub enum StartingStrategy {
 pub struct IcebergOptions {
     pub location: TableLocation,
     pub start: StartingStrategy,
-    pub end_snapshot_id: Option<i64>,
     pub max_planning_snapshots: Option<usize>,
     pub split_size: u64,
     pub split_lookback: usize,
@@ -374,11 +332,6 @@ pub(super) fn key_settings(v: &Validator<'_>) -> Result<(Vec<String>, bool), Con
 }
 
 pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
-    for (key, instead) in HUDI_ONLY_KEYS {
-        if v.get(key).is_some() {
-            return Err(v.invalid(key, format!("is a Hudi option; for Iceberg use {instead}")));
-        }
-    }
     let start_id = i64_key(v, "start-snapshot-id")?;
     let start_ts = i64_key(v, "start-snapshot-timestamp")?;
     let strategy = v.get("starting-strategy").map(|s| s.to_ascii_uppercase());
@@ -416,7 +369,6 @@ pub(super) fn load(v: &Validator<'_>) -> Result<IcebergOptions, ConfigError> {
     Ok(IcebergOptions {
         location: location(v)?,
         start,
-        end_snapshot_id: i64_key(v, "end-snapshot-id")?,
         max_planning_snapshots: v.limit("max-planning-snapshot-count")?,
         split_size: size_key(v, "split-size", 128 << 20)?,
         split_lookback: v.u64_in("split-lookback", 10, 1..=10_000)? as usize,

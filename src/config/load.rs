@@ -43,7 +43,7 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
         delta,
         registry: registry(&v)?,
         storage: storage(&v)?,
-        read: read(&v)?,
+        read: read(&v, kind)?,
         events,
         kafka: kafka(&v, &props)?,
         runtime,
@@ -56,14 +56,14 @@ pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, Conf
 }
 
 /// The source's section: where reading starts and stops, what is skipped, merging, memory.
-fn read(v: &Validator) -> Result<ReadConfig, ConfigError> {
+fn read(v: &Validator, kind: ConnectorKind) -> Result<ReadConfig, ConfigError> {
     let check_interval = match v.get("monitor-interval") {
         Some(_) => v.duration_or("monitor-interval", Duration::from_secs(60))?,
         None => v.duration_or("read.streaming.check-interval", Duration::from_secs(60))?,
     };
     Ok(ReadConfig {
         start: start_commit(v)?,
-        end_commit: end_commit(v)?,
+        end: end(v, kind)?,
         check_interval,
         commits_limit: v.limit("read.commits.limit")?,
         skip_compaction: v.bool_or("read.streaming.skip_compaction", true)?,
@@ -154,7 +154,6 @@ fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
                 ("partition", TaskOwnership::Partition),
             ],
         )?,
-        by_partition: false,
         boundary: boundary(v)?,
         max_txn_records: v.u64_in("transaction.max.records", 1_000_000, 1..=1 << 31)? as usize,
         metrics_port: v
@@ -209,33 +208,11 @@ struct Table {
     id: String,
 }
 
-/// The keys of the other formats, refused with the format they belong to.
+/// The keys of the other formats, refused with the format they belong to (the key table says
+/// which classes accept each key).
 fn foreign_keys(v: &Validator, kind: ConnectorKind) -> Result<(), ConfigError> {
-    let this = match kind {
-        ConnectorKind::Hudi => "hudi",
-        ConnectorKind::Iceberg => "iceberg",
-        ConnectorKind::Delta => "delta",
-    };
-    let mut foreign: Vec<(&str, &str)> = Vec::new();
-    // Delta shares the key keys and the poll interval's alias
-    let shared =
-        |k: &&str| kind == ConnectorKind::Delta && matches!(*k, "key.fields" | "key.mode" | "monitor-interval");
-    if kind != ConnectorKind::Iceberg {
-        foreign.extend(
-            iceberg::ICEBERG_KEYS
-                .iter()
-                .filter(|k| !shared(k))
-                .map(|k| (*k, "an Iceberg")),
-        );
-    }
-    if kind != ConnectorKind::Delta {
-        foreign.extend(delta::DELTA_KEYS.iter().map(|k| (*k, "a Delta")));
-    }
-    match foreign.iter().find(|(k, _)| v.get(k).is_some()) {
-        Some((k, which)) => Err(v.invalid(
-            k,
-            format!("is {which} option; this connector is `connector.class={this}`"),
-        )),
+    match keys::foreign_key(kind, |k| v.get(k).is_some()) {
+        Some((k, why)) => Err(v.invalid(k, why)),
         None => Ok(()),
     }
 }
@@ -309,6 +286,7 @@ fn storage(v: &Validator) -> Result<crate::storage::StorageOptions, ConfigError>
         s3_session_token: v.get("s3.session-token"),
         s3_path_style: v.bool_or("s3.path-style-access", false)?,
         s3_allow_http: v.bool_or("s3.allow-http", false)?,
+        s3_max_retries: v.u64_or("s3.max-retries", 10)? as usize,
     })
 }
 
@@ -341,10 +319,21 @@ fn start_commit(v: &Validator) -> Result<StartCommit, ConfigError> {
     }
 }
 
-fn end_commit(v: &Validator) -> Result<Option<String>, ConfigError> {
-    match v.get("read.end-commit") {
-        Some(s) if s.chars().all(|c| c.is_ascii_digit()) && !s.is_empty() => Ok(Some(s)),
-        Some(s) => Err(v.invalid("read.end-commit", format!("`{s}` is not an instant time (digits)"))),
+/// The version to stop after, by the format's own key (see `ReadConfig::end`).
+fn end(v: &Validator, kind: ConnectorKind) -> Result<Option<String>, ConfigError> {
+    let (key, what) = match kind {
+        ConnectorKind::Hudi => ("read.end-commit", "an instant time (digits)"),
+        ConnectorKind::Iceberg => ("end-snapshot-id", "a snapshot id (an integer)"),
+        ConnectorKind::Delta => ("ending-version", "a table version (0, 1, 2, ...)"),
+    };
+    let valid = |s: &str| match kind {
+        ConnectorKind::Hudi => !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()),
+        ConnectorKind::Iceberg => s.parse::<i64>().is_ok(),
+        ConnectorKind::Delta => s.parse::<u64>().is_ok(),
+    };
+    match v.get(key) {
+        Some(s) if valid(&s) => Ok(Some(s)),
+        Some(s) => Err(v.invalid(key, format!("`{s}` is not {what}"))),
         None => Ok(None),
     }
 }

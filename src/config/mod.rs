@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use delta::{DeltaOptions, DeltaStart};
 pub use iceberg::{IcebergOptions, StartingStrategy, TableLocation};
-pub use keys::{is_secret_key, KEYS};
+pub use keys::{is_secret_key, Formats, KEYS};
 use values::Validator;
 pub use values::{parse_duration, parse_size, Properties};
 
@@ -66,6 +66,26 @@ pub enum ConnectorKind {
     Hudi,
     Iceberg,
     Delta,
+}
+
+impl ConnectorKind {
+    /// Its `connector.class`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectorKind::Hudi => "hudi",
+            ConnectorKind::Iceberg => "iceberg",
+            ConnectorKind::Delta => "delta",
+        }
+    }
+
+    /// The format's own name.
+    pub fn title(self) -> &'static str {
+        match self {
+            ConnectorKind::Hudi => "Hudi",
+            ConnectorKind::Iceberg => "Iceberg",
+            ConnectorKind::Delta => "Delta",
+        }
+    }
 }
 
 /// Where a connector with no stored offsets starts (Flink's `read.start-commit`).
@@ -160,7 +180,9 @@ pub struct ConnectorConfig {
 #[derive(Debug, Clone)]
 pub struct ReadConfig {
     pub start: StartCommit,
-    pub end_commit: Option<String>,
+    /// The version to stop after, its id as text: Hudi's `read.end-commit` (an instant time),
+    /// Iceberg's `end-snapshot-id`, Delta's `ending-version`; one field whatever the format.
+    pub end: Option<String>,
     pub check_interval: Duration,
     pub commits_limit: Option<usize>,
     pub skip_compaction: bool,
@@ -227,10 +249,6 @@ pub struct RuntimeConfig {
     /// `tasks.max`: tasks share the table's keys by hash; each has its own producer and offsets.
     pub tasks: u32,
     pub ownership: TaskOwnership,
-    /// Tasks divide the table by partition: `tasks.ownership` resolved against the table by the
-    /// source when it opens (false until then). Part of the task's offsets key and transactional
-    /// id, so a change of scheme is a new generation.
-    pub by_partition: bool,
     pub boundary: TxnBoundary,
     pub max_txn_records: usize,
     pub metrics_port: Option<u16>,
@@ -253,8 +271,10 @@ impl fmt::Debug for ConnectorConfig {
 
 impl ConnectorConfig {
     /// The offsets-record key: `["<name>", {"table": ..., "task": ...}]` (Kafka Connect's shape).
-    pub fn offsets_key(&self) -> String {
-        self.offsets_key_for(self.runtime.tasks, self.runtime.task_id, self.runtime.by_partition)
+    /// This task's offsets key, its generation dividing the table by partition or not (resolved
+    /// when the source opens: not a setting, so the loaded config is never changed for it).
+    pub fn offsets_key(&self, by_partition: bool) -> String {
+        self.offsets_key_for(self.runtime.tasks, self.runtime.task_id, by_partition)
     }
 
     /// The offsets key of task `task` of a generation of `tasks` tasks (one task: Kafka
@@ -268,8 +288,9 @@ impl ConnectorConfig {
         }
     }
 
-    pub fn transactional_id(&self) -> String {
-        self.transactional_id_for(self.runtime.tasks, self.runtime.task_id, self.runtime.by_partition)
+    /// This task's transactional id (see [`Self::offsets_key`]).
+    pub fn transactional_id(&self, by_partition: bool) -> String {
+        self.transactional_id_for(self.runtime.tasks, self.runtime.task_id, by_partition)
     }
 
     /// Transactional ids differ per generation, so fencing an old generation never fences a

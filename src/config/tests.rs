@@ -36,7 +36,7 @@ fn parses_connect_style_file_with_converter_keys_kept() {
         Some("true")
     );
     assert_eq!(c.read.check_interval, Duration::from_secs(60));
-    assert_eq!(c.transactional_id(), "c1-0");
+    assert_eq!(c.transactional_id(false), "c1-0");
 }
 
 #[test]

@@ -43,14 +43,18 @@ pub(super) fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError>
 
 /// Replace every record of the connector with `new` (key -> record), fencing every transactional
 /// id of the old records and of the new ones first. Returns what was replaced.
-async fn replace(cfg: &ConnectorConfig, new: Vec<(String, Offsets)>, old: Records) -> Result<usize, RuntimeError> {
+/// `by_partition`: the new records' generation divides the table by partition.
+async fn replace(
+    cfg: &ConnectorConfig,
+    by_partition: bool,
+    new: Vec<(String, Offsets)>,
+    old: Records,
+) -> Result<usize, RuntimeError> {
     let mut ids: Vec<String> = old
         .values()
         .map(|(tasks, task, by, _)| cfg.transactional_id_for(*tasks, *task, *by))
         .collect();
-    ids.extend(
-        (0..cfg.runtime.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.runtime.tasks, t, cfg.runtime.by_partition)),
-    );
+    ids.extend((0..cfg.runtime.tasks.max(1)).map(|t| cfg.transactional_id_for(cfg.runtime.tasks, t, by_partition)));
     ids.sort();
     ids.dedup();
     for id in ids.iter().skip(1) {
@@ -90,7 +94,7 @@ pub async fn reset(cfg: &ConnectorConfig, force: bool) -> Result<String, Runtime
     if old.is_empty() {
         return Ok(format!("connector {}: no stored position; nothing to reset", cfg.name));
     }
-    let n = replace(cfg, Vec::new(), old).await?;
+    let n = replace(cfg, false, Vec::new(), old).await?;
     Ok(format!(
         "connector {}: {n} offsets records removed; the next run applies the start strategy",
         cfg.name
@@ -103,12 +107,11 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
     let source = open_source_async(cfg).await?;
     let (s, i) = (source.clone(), id.to_string());
     let position = tokio::task::spawn_blocking(move || s.position_of(&i)).await.joined()?;
-    let mut cfg = cfg.clone();
     let c = cfg.clone();
     let old = tokio::task::spawn_blocking(move || records_of(&c)).await.joined()?;
     let newest = old.values().max_by_key(|(.., o)| o.epoch).map(|(.., o)| o.ownership);
     let ownership = super::tasks::kept_ownership(source.as_ref(), newest);
-    cfg.runtime.by_partition = ownership == Ownership::Partition;
+    let by_partition = ownership == Ownership::Partition;
     let key = old
         .values()
         .map(|(.., o)| o.key.clone())
@@ -126,11 +129,11 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
                 updated_ms: super::now_ms(),
                 ..Default::default()
             };
-            (cfg.offsets_key_for(cfg.runtime.tasks, t, cfg.runtime.by_partition), o)
+            (cfg.offsets_key_for(cfg.runtime.tasks, t, by_partition), o)
         })
         .collect();
     let tasks = new.len();
-    replace(&cfg, new, old).await?;
+    replace(cfg, by_partition, new, old).await?;
     Ok(format!(
         "connector {}: position set to {} for {tasks} task(s); the next run emits what follows it",
         cfg.name, position.instant

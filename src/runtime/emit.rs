@@ -113,7 +113,7 @@ impl Task {
                 tx.blocking_send(sc).map_err(|_| SourceError::Stopped)
             })
         });
-        let by_partition = self.cfg.runtime.tasks > 1 && self.cfg.runtime.by_partition;
+        let by_partition = self.cfg.runtime.tasks > 1 && self.ownership == Ownership::Partition;
         let finished = progress.values().filter(|p| p.done).count();
         let mut e = UnitEmit {
             unit,
@@ -194,7 +194,7 @@ impl Task {
             resumed_splits = done.len(), buckets = buckets.unwrap_or(0), "emitting instant");
         let mut read = unit.clone();
         let (tasks, me) = (self.cfg.runtime.tasks, self.cfg.runtime.task_id);
-        if tasks > 1 && self.cfg.runtime.by_partition {
+        if tasks > 1 && self.ownership == Ownership::Partition {
             read.splits
                 .retain(|s| Ownership::partition_hash(&s.partition) % tasks == me);
         }

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 pub mod admin;
+mod error;
+pub use error::RuntimeError;
 mod emit;
 pub mod memory;
 mod outage;
@@ -24,59 +26,12 @@ pub mod verify;
 
 use self::state::{FirstUnit, InFlight, Offsets};
 use crate::changelog::{ChangelogEncoder, ChangelogError};
-use crate::config::{ConfigError, ConnectorConfig, TxnBoundary};
-use crate::error::ErrorKind;
+use crate::config::{ConnectorConfig, TxnBoundary};
 use crate::error::Joined;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
 use crate::sink::{Cluster, ReadTo, Sink, SinkError};
 use crate::source::{Ownership, Source, SourceError, Unit};
-
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("source: {0}")]
-    Source(#[from] SourceError),
-    #[error("changelog: {0}")]
-    Changelog(#[from] ChangelogError),
-    #[error("sink: {0}")]
-    Sink(#[from] SinkError),
-    #[error("verify: {0}")]
-    Verify(#[from] verify::VerifyError),
-    /// The stored position was written under different terms than this run's (the key).
-    #[error("position: {0}")]
-    Position(String),
-    /// A command used in a way it refuses (exit 2).
-    #[error("{0}")]
-    Usage(String),
-}
-
-impl RuntimeError {
-    /// What the failure means: each layer's error says it; the exit code and the choice between
-    /// riding it out and stopping follow from it.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            RuntimeError::Config(e) => e.kind(),
-            RuntimeError::Usage(_) => ErrorKind::Config,
-            RuntimeError::Source(e) => e.kind(),
-            RuntimeError::Changelog(e) => e.kind(),
-            RuntimeError::Sink(e) => e.kind(),
-            RuntimeError::Verify(e) => e.kind(),
-            RuntimeError::Position(_) => ErrorKind::Position,
-        }
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        self.kind().exit_code()
-    }
-
-    /// A broker, registry or storage outage, which a new producer and the committed position
-    /// recover from.
-    pub fn is_transient(&self) -> bool {
-        self.kind().is_transient()
-    }
-}
 
 #[derive(Clone)]
 pub struct RunOptions {
@@ -107,6 +62,8 @@ pub(crate) enum Outcome {
 
 struct Task {
     cfg: ConnectorConfig,
+    /// How this task's generation divides the table (resolved when the source opened).
+    ownership: Ownership,
     source: Arc<dyn Source>,
     sink: Box<dyn Sink>,
     encoder: ChangelogEncoder,
@@ -152,7 +109,7 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
 /// `retaking`: the run takes back a producer this instance released or was fenced from (see
 /// [`park`]): the task's record must still let this instance hold it.
 async fn run_inner(
-    mut cfg: ConnectorConfig,
+    cfg: ConnectorConfig,
     opts: RunOptions,
     health: TaskHealthHandle,
     unsettled: &mut resume::Unsettled,
@@ -170,7 +127,8 @@ async fn run_inner(
     let single = cfg.runtime.tasks <= 1;
     let (mut source, (early_sink, stable)) = if single {
         let early = async {
-            let sink = opts.cluster.start(&cfg, health.clone()).await?;
+            // (one task's ids do not depend on how tasks divide the table)
+            let sink = opts.cluster.start(&cfg, false, health.clone()).await?;
             let stable = tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?;
             Ok::<_, RuntimeError>((Some(sink), Some(stable)))
         };
@@ -180,12 +138,12 @@ async fn run_inner(
         (open_source_async(&cfg).await?, (None, None))
     };
     let ownership = tasks::effective_ownership(&opts.cluster, &cfg, &source, stable.as_ref()).await?;
-    cfg.runtime.by_partition = ownership == Ownership::Partition;
+    let by_partition = ownership == Ownership::Partition;
     let sink = match early_sink {
         Some(sink) => sink,
-        None => opts.cluster.start(&cfg, health.clone()).await?,
+        None => opts.cluster.start(&cfg, by_partition, health.clone()).await?,
     };
-    let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, &source, stable).await?;
+    let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, ownership, &source, stable).await?;
     if release {
         if retaking {
             // read under this instance's new producer: an instance that took the task meanwhile
@@ -205,8 +163,10 @@ async fn run_inner(
         tracing::warn!(connector = %cfg.name, key = %state.key.join(","), "the events already published are keyed by the record key \
             alone: keeping that key (key.partition-path=false). Two live rows with one record key in two partitions \
             share a Kafka key; to key by partition too, start a new connector name with key.partition-path=auto");
-        cfg.read.key_partition_path = Some(false);
-        source = open_source_async(&cfg).await?;
+        // (the source opened again with that key; the connector's settings stay as loaded)
+        let mut kept = cfg.clone();
+        kept.read.key_partition_path = Some(false);
+        source = open_source_async(&kept).await?;
     }
     state.key = resume::checked_key(&state.key, source.as_ref())?;
     if let Some(trace) = unsettled.trace.clone() {
@@ -225,6 +185,7 @@ async fn run_inner(
     let encoder = encoder_for(&cfg, source.info().clone())?;
     let mut task = Task {
         cfg,
+        ownership,
         source,
         sink,
         encoder,
@@ -355,7 +316,9 @@ impl Task {
             if fresh && self.cfg.runtime.task_id != 0 {
                 // every task starts where task 0's start strategy chose, so a later change of
                 // tasks.max can hand over from one common first unit
-                if let Some(f) = tasks::first_unit_of_task0(&self.opts.first_units, &self.opts.cluster, &self.cfg).await
+                if let Some(f) =
+                    tasks::first_unit_of_task0(&self.opts.first_units, &self.opts.cluster, &self.cfg, self.ownership)
+                        .await
                 {
                     self.state.first = Some(f.clone());
                     self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));

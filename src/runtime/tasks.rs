@@ -25,15 +25,11 @@ pub(crate) struct Shape {
 }
 
 impl Shape {
-    /// This task's generation shape (`by_partition` is the source's scheme, set at start).
-    fn of(cfg: &ConnectorConfig) -> Shape {
+    /// This task's generation shape (`ownership`: the scheme resolved at start).
+    fn of(cfg: &ConnectorConfig, ownership: Ownership) -> Shape {
         Shape {
             tasks: cfg.runtime.tasks,
-            ownership: if cfg.runtime.by_partition {
-                Ownership::Partition
-            } else {
-                Ownership::Key
-            },
+            ownership,
         }
     }
 }
@@ -325,6 +321,7 @@ pub(crate) async fn read_offsets(
 pub(crate) async fn resume_state(
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
+    ownership: Ownership,
     source: &Arc<dyn Source>,
     stable: Option<Records>,
 ) -> Result<(Offsets, bool), RuntimeError> {
@@ -335,7 +332,7 @@ pub(crate) async fn resume_state(
         None => read_offsets(cluster, cfg, ReadTo::Stable).await?,
     };
     let newest = all.values().map(|o| o.epoch).max();
-    let (shape, i) = (Shape::of(cfg), cfg.runtime.task_id);
+    let (shape, i) = (Shape::of(cfg, ownership), cfg.runtime.task_id);
     let epoch = match newest {
         None => {
             return Ok((
@@ -369,7 +366,7 @@ pub(crate) async fn resume_state(
             let old = generation_shape(&all, e);
             for j in 0..old.tasks {
                 let id = cfg.transactional_id_for(old.tasks, j, old.ownership == Ownership::Partition);
-                if id != cfg.transactional_id() {
+                if id != cfg.transactional_id(ownership == Ownership::Partition) {
                     cluster.fence(cfg, &id).await?;
                 }
             }
@@ -416,6 +413,7 @@ pub async fn first_unit_of_task0(
     units: &FirstUnits,
     cluster: &Arc<dyn Cluster>,
     cfg: &ConnectorConfig,
+    ownership: Ownership,
 ) -> Option<FirstUnit> {
     let mut rx = units.channel(cfg).subscribe();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -428,7 +426,10 @@ pub async fn first_unit_of_task0(
             .await
             .ok()?
             .ok()?;
-        if let Some(f) = recorded.get(&(Shape::of(cfg), 0)).and_then(|o| o.first.clone()) {
+        if let Some(f) = recorded
+            .get(&(Shape::of(cfg, ownership), 0))
+            .and_then(|o| o.first.clone())
+        {
             return Some(f);
         }
         if tokio::time::Instant::now() > deadline {

@@ -88,7 +88,7 @@ fn is_client_security_key(k: &str) -> bool {
 /// instead of failing when the first producer is created.
 pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
     super::oauth::TokenSource::of_connector(cfg)?;
-    producer_config(cfg, &cfg.transactional_id(), &[])
+    producer_config(cfg, &cfg.transactional_id(false), &[])
         .create_native_config()
         .map(drop)
         .map_err(|e| match e {

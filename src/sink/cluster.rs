@@ -61,6 +61,7 @@ pub trait Cluster: Send + Sync {
     fn start<'a>(
         &'a self,
         cfg: &'a ConnectorConfig,
+        by_partition: bool,
         health: TaskHealthHandle,
     ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>>;
     /// The latest committed value of every key `want` accepts in the offsets topic
@@ -94,9 +95,10 @@ impl Cluster for Kafka {
     fn start<'a>(
         &'a self,
         cfg: &'a ConnectorConfig,
+        by_partition: bool,
         health: TaskHealthHandle,
     ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>> {
-        Box::pin(async move { Ok(Box::new(super::TxnSink::start(cfg, health).await?) as Box<dyn Sink>) })
+        Box::pin(async move { Ok(Box::new(super::TxnSink::start(cfg, by_partition, health).await?) as Box<dyn Sink>) })
     }
 
     fn read_offsets(

@@ -90,10 +90,11 @@ impl TxnSink {
     /// Create topics if missing, build the producer and `init_transactions` (which fences any older
     /// producer of this task and aborts the transaction it left open). The sink reports readiness
     /// and commits to `health`.
-    pub async fn start(cfg: &ConnectorConfig, health: TaskHealthHandle) -> Result<Self, SinkError> {
+    /// `by_partition`: the task's generation divides the table by partition (its ids say so).
+    pub async fn start(cfg: &ConnectorConfig, by_partition: bool, health: TaskHealthHandle) -> Result<Self, SinkError> {
         // the topics are created while the producer initialises: neither needs the other (on
         // Kafka each takes 0.1-0.2 s of every start)
-        let (_, producer) = tokio::try_join!(ensure_topics(cfg), Self::init_producer(cfg))?;
+        let (_, producer) = tokio::try_join!(ensure_topics(cfg), Self::init_producer(cfg, by_partition))?;
         let sent = sent::SentLog::start(producer.clone(), &cfg.kafka.topic, txn_call_timeout(cfg));
         health.set_ready(true);
         health.progress();
@@ -101,7 +102,7 @@ impl TxnSink {
             producer,
             topic: cfg.kafka.topic.clone(),
             offsets_topic: cfg.kafka.offsets_topic.clone(),
-            offsets_key: cfg.offsets_key(),
+            offsets_key: cfg.offsets_key(by_partition),
             in_txn: false,
             txn_records: 0,
             txn_started: None,
@@ -117,10 +118,11 @@ impl TxnSink {
     }
 
     /// The task's transactional producer, initialised.
-    async fn init_producer(cfg: &ConnectorConfig) -> Result<Arc<Polled<StatsContext>>, SinkError> {
+    async fn init_producer(cfg: &ConnectorConfig, by_partition: bool) -> Result<Arc<Polled<StatsContext>>, SinkError> {
+        let id = cfg.transactional_id(by_partition);
         let pc = producer_config(
             cfg,
-            &cfg.transactional_id(),
+            &id,
             &[
                 ("partitioner", "murmur2_random"),
                 ("linger.ms", "5"),
@@ -169,7 +171,7 @@ impl TxnSink {
         })
         .await
         .map_err(|e| classify("init_transactions", e))?;
-        tracing::info!(transactional_id = %cfg.transactional_id(), ms = started.elapsed().as_millis() as u64, "producer initialised (older instances fenced)");
+        tracing::info!(transactional_id = %id, ms = started.elapsed().as_millis() as u64, "producer initialised (older instances fenced)");
         Ok(producer)
     }
 
@@ -249,16 +251,25 @@ impl TxnSink {
     }
 
     /// A failed `send`: once the producer has raised a fatal error, a send fails with only
-    /// `_FATAL`, so the producer's fatal error says what happened. A producer fenced by a newer
-    /// instance must stop (`Fenced`), not be ridden out: a new producer would fence the newer
-    /// instance in turn, and the two would take the transactional id from each other for ever.
+    /// `_FATAL`, so the producer's fatal error says what happened (see [`Self::with_fatal`]).
     fn classify_produce(&self, e: KafkaError) -> SinkError {
-        let err = match self.producer.client().fatal_error() {
-            Some((RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced, reason)) => {
-                SinkError::Fenced(format!("produce: {e} (fatal: {reason})"))
+        self.with_fatal(classify("produce", e))
+    }
+
+    /// `err` as the producer's fatal error says it is, where it has raised one (also after the
+    /// call that returned `err`: a newer instance's init can break a commit first and fence this
+    /// producer only on librdkafka's retry, raised with the abort after it). A producer fenced by
+    /// a newer instance must stop (`Fenced`), not be ridden out: a new producer would fence the
+    /// newer instance in turn, and the two would take the transactional id from each other for
+    /// ever.
+    fn with_fatal(&self, err: SinkError) -> SinkError {
+        let err = match (err, self.producer.client().fatal_error()) {
+            (err @ SinkError::Fenced(_), _) | (err, None) => err,
+            (err, Some((RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced, reason))) => {
+                SinkError::Fenced(format!("{err} (fatal: {reason})"))
             }
-            Some((code, reason)) => SinkError::Fatal(format!("produce: {e} (fatal: {code:?}: {reason})")),
-            None => classify("produce", e),
+            (err @ SinkError::Fatal(_), Some(_)) => err,
+            (err, Some((code, reason))) => SinkError::Fatal(format!("{err} (fatal: {code:?}: {reason})")),
         };
         self.expired_or(err)
     }
@@ -315,6 +326,8 @@ impl TxnSink {
                     // had change records): a broker that broke it may still show its records
                     // (see `SentRecords`)
                     let aborted = matches!(err, SinkError::Aborted(_)) && self.abort().await.is_ok();
+                    // a fence raised meanwhile (with the abort) stops this instance
+                    let err = self.with_fatal(err);
                     if self.unknown.is_none() {
                         self.unknown = Some(TxnTrace {
                             aborted,

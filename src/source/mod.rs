@@ -13,78 +13,18 @@ pub mod hudi;
 pub mod iceberg;
 pub mod lineage;
 pub mod par;
+pub mod plan;
 pub mod positions;
 pub mod rows;
 pub mod sides;
 
+mod error;
+pub use error::{CatalogFailure, SourceError};
+
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
-
-/// A source failure. `Unreadable` errors name the file or instant and the way out.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error("{path}: {}: {source}", crate::storage::IoClass::of(source).describe())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: cannot read parquet: {source}")]
-    Parquet {
-        path: PathBuf,
-        source: parquet::errors::ParquetError,
-    },
-    #[error("{path}: {message}")]
-    Format { path: PathBuf, message: String },
-    #[error("{context}: {source}")]
-    Arrow {
-        context: String,
-        source: arrow_schema::ArrowError,
-    },
-    #[error("{message}")]
-    Unreadable { message: String },
-    #[error("{message}")]
-    Unsupported { message: String },
-    /// Reading was stopped from outside (the task shutting down, or failing elsewhere): not a
-    /// problem of the table.
-    #[error("reading stopped")]
-    Stopped,
-    /// The table and the connector's settings do not fit (no key, a key column the table lacks):
-    /// the operator fixes the properties (exit 2, also from `validate`).
-    #[error("{message}")]
-    Config { message: String },
-    /// A catalog (Iceberg REST, AWS Glue, sqlite) answered with a failure, or not at all.
-    #[error("{catalog}: {failure}: {message}")]
-    Catalog {
-        /// Which catalog and where (`glue us-east-1 (https://...)`).
-        catalog: String,
-        failure: CatalogFailure,
-        message: String,
-    },
-}
-
-/// What a catalog's failure means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CatalogFailure {
-    /// Credentials missing, wrong or not allowed (exit 1, naming the catalog: nothing to ride out).
-    Unauthorized,
-    /// No such table or namespace: `table.identifier` or the catalog settings are wrong (exit 2).
-    NotFound,
-    /// Busy, throttled or out of reach: ridden out from the committed position.
-    Unavailable,
-    /// Any other refusal, or an answer that is not what the catalog's API says (exit 1).
-    Failed,
-}
-
-impl std::fmt::Display for CatalogFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CatalogFailure::Unauthorized => "not authorized",
-            CatalogFailure::NotFound => "not found",
-            CatalogFailure::Unavailable => "unavailable",
-            CatalogFailure::Failed => "failed",
-        })
-    }
-}
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
 /// opens it too, so a table that does not fit the settings fails there.
@@ -117,65 +57,20 @@ pub fn parquet_sized(
 ) -> Result<(ParquetBuilder, u64), SourceError> {
     let input = storage.open(p).map_err(SourceError::io(p))?;
     let size = parquet::file::reader::Length::len(&input);
-    let builder =
-        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(|source| {
-            SourceError::Parquet {
-                path: p.to_path_buf(),
-                source,
-            }
-        })?;
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(input.clone())
+        .map_err(SourceError::parquet(p))?;
     input.plan(builder.metadata());
     Ok((builder, size))
 }
 
-impl SourceError {
-    /// Storage that is busy or out of reach: the runtime retries from the committed position.
-    pub fn is_transient(&self) -> bool {
-        self.kind().is_transient()
-    }
-
-    pub fn kind(&self) -> crate::error::ErrorKind {
-        use crate::error::ErrorKind as K;
-        let storage = |transient: bool| if transient { K::Unavailable } else { K::Data };
-        match self {
-            SourceError::Io { source, .. } => storage(crate::storage::IoClass::of(source).is_transient()),
-            // a remote read that failed inside the Parquet reader keeps only its text
-            SourceError::Parquet { source, .. } => storage(crate::storage::is_transient_text(&source.to_string())),
-            SourceError::Arrow { source, .. } => storage(crate::storage::is_transient_text(&source.to_string())),
-            SourceError::Format { .. } | SourceError::Unreadable { .. } => K::Data,
-            SourceError::Unsupported { .. } => K::Unsupported,
-            SourceError::Stopped => K::Stopped,
-            SourceError::Config { .. } => K::Config,
-            SourceError::Catalog { failure, .. } => match failure {
-                CatalogFailure::Unauthorized => K::Rejected,
-                CatalogFailure::NotFound => K::Config,
-                CatalogFailure::Unavailable => K::Unavailable,
-                CatalogFailure::Failed => K::Rejected,
-            },
-        }
-    }
-    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> SourceError {
-        let path = path.into();
-        move |source| SourceError::Io { path, source }
-    }
-    pub fn format(path: impl Into<PathBuf>, message: impl Into<String>) -> SourceError {
-        SourceError::Format {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-    pub fn arrow(context: impl Into<String>) -> impl FnOnce(arrow_schema::ArrowError) -> SourceError {
-        let context = context.into();
-        move |source| SourceError::Arrow { context, source }
-    }
-}
-
-/// A point in the table's history: the last issued instant (or snapshot).
+/// A position: the last version a connector issued (see CONTRIBUTING's Words).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position {
-    /// Hudi requested instant time.
+    /// The version's id as text: a Hudi requested instant time, an Iceberg snapshot id, a Delta
+    /// version (the field keeps its first name: offsets records store it as `instant`).
     pub instant: String,
-    /// Hudi completion time (table version 8+); order is by completion when present.
+    /// Where the format orders versions by another id than `instant`: a Hudi completion time
+    /// (table version 8+); order is by it when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed: Option<String>,
 }
@@ -278,11 +173,14 @@ impl Op {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SplitSpec {
-    /// Stable id: `<partition>/<file group>`.
+    /// Stable id within its unit: Hudi `<partition>/<file group>`; Iceberg `<index>:<first
+    /// file>@<offset>`; Delta the file; a diff part `diff` or `diff:<partition>`.
     pub id: String,
     pub partition: String,
+    /// What the split reads within its partition: a Hudi file group (the field's name comes from
+    /// Hudi), an Iceberg split's first file name, a Delta file, a diff part's id.
     pub file_group: String,
 }
 

@@ -25,24 +25,72 @@ pub struct Sides {
     pub bytes: u64,
 }
 
-/// Batches (old side first), their labels, and the batch indexes of each side.
-type Flat = (Vec<RecordBatch>, Vec<(String, String)>, Vec<u32>, Vec<u32>);
-
 impl Sides {
+    /// A batch's rows split into the old and the new side (either may be empty: it is left out).
+    pub fn push_pair(&mut self, old: RecordBatch, new: RecordBatch, label: &(String, String)) {
+        if old.num_rows() > 0 {
+            self.old.push((old, label.clone()));
+        }
+        if new.num_rows() > 0 {
+            self.new.push((new, label.clone()));
+        }
+    }
+
     fn rows(&self) -> u64 {
         self.old.iter().chain(&self.new).map(|(b, _)| b.num_rows() as u64).sum()
     }
 
-    fn flatten(self) -> Flat {
-        let (mut batches, mut labels, mut old_idx, mut new_idx) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    /// As the sides of one split (old side first), with each batch's label.
+    fn flatten(self) -> (SplitSides, Vec<(String, String)>) {
+        let (mut sides, mut labels) = (SplitSides::new(1), Vec::new());
+        sides.bytes_read[0] = self.bytes;
         for (is_new, side) in [(false, self.old), (true, self.new)] {
             for (b, label) in side {
-                if is_new { &mut new_idx } else { &mut old_idx }.push(batches.len() as u32);
-                batches.push(b);
+                sides.push(0, is_new, b);
                 labels.push(label);
             }
         }
-        (batches, labels, old_idx, new_idx)
+        (sides, labels)
+    }
+}
+
+/// The old and new sides of a run of splits, their batches held once: which batches are each
+/// split's old rows and which its new ones, and what reading them took. Every format's keyed
+/// diff runs on it ([`SplitSides::diff`]): Hudi's file groups of a unit or partition, and the
+/// one split of an Iceberg or Delta diff.
+pub struct SplitSides {
+    pub batches: Vec<RecordBatch>,
+    pub old: Vec<Vec<u32>>,
+    pub new: Vec<Vec<u32>>,
+    /// The newest file each split read (for its events' `source.file`).
+    pub file: Vec<String>,
+    pub rows_read: Vec<u64>,
+    pub bytes_read: Vec<u64>,
+}
+
+impl SplitSides {
+    pub fn new(splits: usize) -> Self {
+        Self {
+            batches: Vec::new(),
+            old: vec![Vec::new(); splits],
+            new: vec![Vec::new(); splits],
+            file: vec![String::new(); splits],
+            rows_read: vec![0; splits],
+            bytes_read: vec![0; splits],
+        }
+    }
+
+    /// Add a batch to a side of split `s`.
+    pub fn push(&mut self, s: usize, is_new: bool, batch: RecordBatch) {
+        let idx = self.batches.len() as u32;
+        self.batches.push(batch);
+        if is_new { &mut self.new[s] } else { &mut self.old[s] }.push(idx);
+    }
+
+    /// Each split's change rows (see [`super::rows::diff`]); `order`: the column that orders two
+    /// rows of one key on a side (Hudi's event time).
+    pub fn diff(&self, keys: &[usize], order: Option<usize>) -> Result<Vec<Vec<super::ChangeRow>>, SourceError> {
+        diff(&self.batches, &self.old, &self.new, keys, order)
     }
 }
 
@@ -116,15 +164,15 @@ fn diff_in_memory(
     job: &DiffJob<'_>,
     emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
 ) -> Result<(), SourceError> {
-    let bytes_read = all.bytes;
-    let (batches, labels, old_idx, new_idx) = all.flatten();
+    let (sides, labels) = all.flatten();
+    let bytes_read = sides.bytes_read[0];
     let rows = if job.keyless {
-        multiset_diff(&batches, &old_idx, &new_idx)?
+        multiset_diff(&sides.batches, &sides.old[0], &sides.new[0])?
     } else {
-        diff(&batches, &[old_idx], &[new_idx], &job.keys, None)?.remove(0)
+        sides.diff(&job.keys, None)?.remove(0)
     };
-    let (picked, rows) = restrict_indexes(batches.len(), rows);
-    let batches: Vec<RecordBatch> = picked.iter().map(|&i| batches[i].clone()).collect();
+    let (picked, rows) = restrict_indexes(sides.batches.len(), rows);
+    let batches: Vec<RecordBatch> = picked.iter().map(|&i| sides.batches[i].clone()).collect();
     let labels: Vec<(String, String)> = picked.iter().map(|&i| labels[i].clone()).collect();
     emit(SplitChanges {
         split: split.clone(),

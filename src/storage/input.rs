@@ -136,7 +136,7 @@ impl RemoteFile {
             Ok::<_, object_store::Error>((size, range, r.bytes().await?))
         })
         .map_err(super::map_err)
-        .map_err(tag_transient)?;
+        .map_err(noted)?;
         let (size, range, tail) = got;
         let file = RemoteFile {
             store,
@@ -237,7 +237,7 @@ impl RemoteFile {
         let (st, key) = (self.store.clone(), self.key.clone());
         super::block_on(async move { st.get_ranges(&key, &ranges).await })
             .map_err(super::map_err)
-            .map_err(tag_transient)
+            .map_err(noted)
     }
 
     /// `len` bytes from `start`: from held windows where they cover it, else fetched.
@@ -263,14 +263,11 @@ impl RemoteFile {
     }
 }
 
-/// A failure a later attempt can get past says so in its text, which is all the Parquet and
-/// Arrow readers keep of it (see [`super::TRANSIENT`]).
-pub(super) fn tag_transient(e: io::Error) -> io::Error {
-    if super::IoClass::of(&e).is_transient() {
-        io::Error::new(e.kind(), format!("{e} ({})", super::TRANSIENT))
-    } else {
-        e
-    }
+/// A failed read, noted on this thread where a later attempt can get past it (see
+/// [`super::class`]).
+fn noted(e: io::Error) -> io::Error {
+    super::class::note_failure(&e);
+    e
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

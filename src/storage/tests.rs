@@ -29,21 +29,66 @@ fn each_connector_reads_with_its_own_settings_and_clients() {
 }
 
 #[test]
-fn storage_errors_are_classed_by_kind_and_by_the_object_store_text() {
+fn storage_errors_are_classed_by_kind_and_by_the_object_store_types() {
+    use object_store::client::{HttpError, HttpErrorKind};
     let cases = [
         (Error::from(ErrorKind::NotFound), IoClass::NotFound),
         (Error::from(ErrorKind::PermissionDenied), IoClass::PermissionDenied),
         (Error::from(ErrorKind::UnexpectedEof), IoClass::Corrupt),
         (Error::from(ErrorKind::ConnectionRefused), IoClass::Unreachable),
-        (Error::other("Generic S3 error: Error performing GET http://s3/b/k in 3.1s, after 10 retries, max_retries: 10, \
-                       retry_timeout: 180s - Server returned non-2xx status code: 503 Service Unavailable: <Code>SlowDown</Code>"),
-         IoClass::Throttled),
-        (Error::other("Generic S3 error: Error after 10 retries in 180s: error sending request for url (http://s3/b/k)"),
-         IoClass::Unreachable),
-        (Error::other("Generic S3 error: something else"), IoClass::Other),
+        (Error::from(ErrorKind::ResourceBusy), IoClass::Throttled),
+        // text decides nothing
+        (
+            Error::other("503 Service Unavailable: <Code>SlowDown</Code> connection refused"),
+            IoClass::Other,
+        ),
     ];
     for (e, want) in cases {
         assert_eq!(IoClass::of(&e), want, "{e}");
+    }
+    // object-store failures keep the class their types say, through the io::Error
+    let store = |source: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic { store: "S3", source };
+    let answered = |status: u16| {
+        Box::new(HttpError::new(
+            HttpErrorKind::Request,
+            super::StoreAnswered {
+                status: http::StatusCode::from_u16(status).unwrap(),
+                body: "<Code>SlowDown</Code>".into(),
+            },
+        ))
+    };
+    let cases = [
+        (store(answered(503)), IoClass::Throttled),
+        (store(answered(429)), IoClass::Throttled),
+        (store(answered(500)), IoClass::Unreachable),
+        (
+            store(Box::new(HttpError::new(
+                HttpErrorKind::Connect,
+                Error::other("refused"),
+            ))),
+            IoClass::Unreachable,
+        ),
+        (
+            store(Box::new(HttpError::new(
+                HttpErrorKind::Decode,
+                Error::other("bad body"),
+            ))),
+            IoClass::Other,
+        ),
+        (store(Box::new(Error::other("something else"))), IoClass::Other),
+        (
+            object_store::Error::NotFound {
+                path: "k".into(),
+                source: Box::new(Error::other("404")),
+            },
+            IoClass::NotFound,
+        ),
+    ];
+    for (e, want) in cases {
+        let text = e.to_string();
+        let io = super::map_err(e);
+        assert_eq!(IoClass::of(&io), want, "{text}");
+        assert_eq!(io.to_string(), text, "the failure shows as itself");
     }
     assert!(IoClass::Throttled.is_transient() && IoClass::Unreachable.is_transient());
     assert!(
@@ -130,12 +175,22 @@ fn a_remote_parquet_file_is_read_in_column_chunk_ranges_never_whole() {
 
 #[test]
 fn transient_storage_failures_keep_their_class_through_the_format_libraries() {
-    let e = Error::other("Generic S3 error: error sending request: connection refused");
-    let tagged = super::input::tag_transient(e);
-    let through = parquet::errors::ParquetError::External(Box::new(tagged));
-    assert!(super::is_transient_text(&through.to_string()), "{through}");
-    let corrupt = super::input::tag_transient(Error::new(ErrorKind::InvalidData, "bad magic"));
-    assert!(!super::is_transient_text(&corrupt.to_string()));
+    use crate::source::SourceError;
+    let _ = super::take_noted();
+    // a read that failed inside the record-batch reader: only its text reaches the Arrow error,
+    // the class was noted on this thread
+    super::class::note_failure(&Error::from(ErrorKind::ConnectionReset));
+    let lost = arrow_schema::ArrowError::ParquetError("External: connection reset".into());
+    assert!(SourceError::arrow("reading f")(lost).is_transient());
+    // taken once: the next failure on this thread is what it is
+    let corrupt = arrow_schema::ArrowError::ParquetError("bad magic".into());
+    assert!(!SourceError::arrow("reading f")(corrupt).is_transient());
+    // a failure that is not transient notes nothing
+    super::class::note_failure(&Error::new(ErrorKind::InvalidData, "bad magic"));
+    assert_eq!(super::take_noted(), None);
+    // a Parquet error that kept the io::Error: its chain says it
+    let kept = parquet::errors::ParquetError::External(Box::new(Error::from(ErrorKind::TimedOut)));
+    assert!(SourceError::parquet("f")(kept).is_transient());
 }
 
 #[test]
@@ -169,4 +224,63 @@ fn a_listing_after_a_name_stops_at_the_first_unwanted_one_and_is_counted() {
         ["00000000000000000002.checkpoint.parquet", "00000000000000000002.json"]
     );
     assert_eq!(lists.get(), 1);
+}
+
+/// A store endpoint on loopback that answers every request with `status` and an S3 error body.
+fn answering(status: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { return };
+            let mut buf = [0u8; 8192];
+            let _ = c.read(&mut buf);
+            let body = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+            let _ = write!(
+                c,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+#[test]
+fn a_real_store_answer_or_silence_is_classed_by_type_after_the_clients_retries() {
+    let storage = |endpoint: String| {
+        Storage::new(StorageOptions {
+            s3_endpoint: Some(endpoint),
+            s3_region: Some("us-east-1".into()),
+            s3_access_key_id: Some("k".into()),
+            s3_secret_access_key: Some("s".into()),
+            s3_path_style: true,
+            s3_allow_http: true,
+            s3_max_retries: 0,
+            ..Default::default()
+        })
+    };
+    let file = Path::new("s3://lake/t/f.parquet");
+    let fail = |s: Storage| s.open(file).err().expect("the store answers no bytes");
+    let throttled = fail(storage(answering("503 Service Unavailable")));
+    assert_eq!(IoClass::of(&throttled), IoClass::Throttled, "{throttled}");
+    assert!(
+        throttled.to_string().contains("SlowDown"),
+        "the store's answer shows: {throttled}"
+    );
+    let e = fail(storage(answering("429 Too Many Requests")));
+    assert_eq!(IoClass::of(&e), IoClass::Throttled, "{e}");
+    let e = fail(storage(answering("500 Internal Server Error")));
+    assert_eq!(IoClass::of(&e), IoClass::Unreachable, "{e}");
+    let e = fail(storage(answering("403 Forbidden")));
+    assert_eq!(IoClass::of(&e), IoClass::PermissionDenied, "{e}");
+    // nothing listening
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = fail(storage(format!("http://127.0.0.1:{port}")));
+    assert_eq!(IoClass::of(&e), IoClass::Unreachable, "{e}");
 }

@@ -209,9 +209,10 @@ impl Cluster for FakeCluster {
     fn start<'a>(
         &'a self,
         cfg: &'a ConnectorConfig,
+        by_partition: bool,
         health: TaskHealthHandle,
     ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>> {
-        let id = cfg.transactional_id();
+        let id = cfg.transactional_id(by_partition);
         let epoch = self.bump(&id);
         health.set_ready(true);
         Box::pin(async move {
@@ -221,7 +222,7 @@ impl Cluster for FakeCluster {
                 epoch,
                 topic: cfg.kafka.topic.clone(),
                 txn_topic: cfg.transaction_topic(),
-                offsets: (cfg.kafka.offsets_topic.clone(), cfg.offsets_key()),
+                offsets: (cfg.kafka.offsets_topic.clone(), cfg.offsets_key(by_partition)),
                 open: Vec::new(),
                 records: 0,
                 started: None,

@@ -165,7 +165,7 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
     // the whole table, not one task's share; no end bound
     let mut whole = cfg.clone();
     (whole.runtime.tasks, whole.runtime.task_id) = (1, 0);
-    (whole.read.end_commit, whole.read.commits_limit) = (None, None);
+    (whole.read.end, whole.read.commits_limit) = (None, None);
     let source = super::open_source_async(&whole).await?;
     let (c, s, at) = (cfg.clone(), source.clone(), opts.at.clone());
     let target = blocking(move || target(&c, s.as_ref(), at.as_deref())).await?;

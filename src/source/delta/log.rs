@@ -362,10 +362,7 @@ impl DeltaLog {
             let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
             builder = builder.with_projection(mask);
         }
-        let reader = builder.build().map_err(|source| SourceError::Parquet {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let reader = builder.build().map_err(SourceError::parquet(path))?;
         for batch in reader {
             let batch = batch.map_err(SourceError::arrow(format!("reading checkpoint {}", path.display())))?;
             let mut w = arrow_json::LineDelimitedWriter::new(Vec::new());

@@ -25,27 +25,24 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use self::log::{Commit, DeltaLog};
-use self::plan::{parse_version, Meta, Plan, PlanKind};
-use super::{par, Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
+use self::plan::{parse_version, Meta, Plan};
+use super::plan::{read_unit, PlanCache, ReadEnv};
+use super::{Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{ConnectorConfig, DeltaOptions};
 use crate::storage::Storage;
 
 pub struct DeltaSource {
     opts: DeltaOptions,
-    info: TableInfo,
+    /// The table, and what reading it needs (threads, budget, spill directory).
+    env: ReadEnv,
     log: DeltaLog,
     storage: Storage,
-    /// Plans of the units handed out, by (version, snapshot).
-    plans: Mutex<HashMap<(u64, bool), Arc<Plan>>>,
+    /// Plans of the units handed out.
+    plans: PlanCache<Plan>,
+    /// The version to stop after (`ending-version`, see `ReadConfig::end`).
+    end: Option<u64>,
     commits: Mutex<HashMap<u64, Arc<Commit>>>,
     metas: Mutex<BTreeMap<u64, Arc<Meta>>>,
-    threads: usize,
-    /// The unit being read's memory budget (`read.memory.budget`, or its share of the process's).
-    budget: crate::source::budget::Budget,
-    /// `read.change.detection=narrow`: a diff beyond the budget decides its changed keys first.
-    narrow: bool,
-    spill_dir: std::path::PathBuf,
-    connector: String,
     by_partition: bool,
 }
 
@@ -75,30 +72,33 @@ impl DeltaSource {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "table".into());
+        let info = TableInfo {
+            name: name.clone(),
+            key_fields: opts.key_fields.clone(),
+            connector: "delta",
+            db: String::new(),
+            required: Vec::new(),
+        };
         let mut me = Self {
-            info: TableInfo {
-                name: name.clone(),
-                key_fields: opts.key_fields.clone(),
-                connector: "delta",
-                db: String::new(),
-                required: Vec::new(),
-            },
+            env: ReadEnv::new(cfg, info),
             opts,
             log,
             storage,
             plans: Default::default(),
+            end: cfg.read.end.as_deref().and_then(|e| e.parse().ok()),
             commits: Default::default(),
             metas: Default::default(),
-            threads: par::default_threads(),
-            budget: crate::source::budget::Budget::new(cfg.read.memory_budget),
-            narrow: cfg.read.narrow_changes,
-            spill_dir: cfg.read.spill_dir.clone(),
-            connector: cfg.name.clone(),
             by_partition: false,
         };
         let meta = me.meta_at(&listing, latest)?;
         let schema = &meta.schema;
-        if let Some(k) = me.info.key_fields.iter().find(|k| schema.arrow.index_of(k).is_err()) {
+        if let Some(k) = me
+            .env
+            .info
+            .key_fields
+            .iter()
+            .find(|k| schema.arrow.index_of(k).is_err())
+        {
             let columns: Vec<&str> = schema.arrow.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(SourceError::Config {
                 message: format!(
@@ -108,7 +108,7 @@ impl DeltaSource {
             });
         }
         if cfg.events.required_columns {
-            me.info.required = schema
+            me.env.info.required = schema
                 .arrow
                 .fields()
                 .iter()
@@ -119,7 +119,7 @@ impl DeltaSource {
         let proof = match schema
             .partition_columns
             .iter()
-            .find(|p| !me.info.key_fields.contains(p))
+            .find(|p| !me.env.info.key_fields.contains(p))
         {
             Some(p) => Err(format!(
                 "partition column `{p}` is not in key.fields: an update may move a key to another partition"
@@ -129,25 +129,16 @@ impl DeltaSource {
         let partitioned = !schema.partition_columns.is_empty();
         me.by_partition = super::Ownership::decide(cfg, &name, partitioned, proof) == super::Ownership::Partition;
         tracing::info!(table = %name, path = %cfg.table_path.display(), version = latest, cdf = meta.cdf,
-            keys = %me.info.key_fields.join(","), "opened Delta table");
+            keys = %me.env.info.key_fields.join(","), "opened Delta table");
         Ok(me)
     }
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
-        let v = parse_version(&unit.position)?;
-        if let Some(p) = self.plans.lock().get(&(v, unit.snapshot)) {
-            return Ok(p.clone());
-        }
-        let listing = self.log.list()?;
-        let marker = unit.skipped == Some("start_at_latest");
-        self.unit(&listing, v, unit.snapshot, marker)?;
-        self.plans
-            .lock()
-            .get(&(v, unit.snapshot))
-            .cloned()
-            .ok_or_else(|| SourceError::Unreadable {
-                message: format!("version {v}: no plan"),
-            })
+        self.plans.get_or_plan(unit, || {
+            let v = parse_version(&unit.position)?;
+            let marker = unit.skipped == Some("start_at_latest");
+            self.unit(&self.log.list()?, v, unit.snapshot, marker).map(drop)
+        })
     }
 }
 
@@ -171,7 +162,7 @@ fn gone_hint(e: SourceError, unit: &Unit) -> SourceError {
 
 impl Source for DeltaSource {
     fn info(&self) -> &TableInfo {
-        &self.info
+        &self.env.info
     }
 
     fn poll(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
@@ -198,19 +189,12 @@ impl Source for DeltaSource {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        self.budget.for_unit(resume.budget);
+        self.env.budget.for_unit(resume.budget);
         if unit.splits.is_empty() {
             return Ok(());
         }
-        let mut read = || -> Result<(), SourceError> {
-            let plan = self.plan_of(unit)?;
-            match &plan.kind {
-                PlanKind::Nothing(_) => Ok(()),
-                PlanKind::Rows { op, files } => self.read_rows(&plan, (*op, files), unit, resume, emit),
-                PlanKind::Diff(parts) => self.read_diff(&plan, parts, unit, resume, emit),
-            }
-        };
-        read().map_err(|e| gone_hint(e, unit))
+        let plan = self.plan_of(unit)?;
+        read_unit(self, plan.as_ref(), unit, resume, emit).map_err(|e| gone_hint(e, unit))
     }
 
     fn ownership(&self) -> super::Ownership {
@@ -226,8 +210,7 @@ impl Source for DeltaSource {
     }
 
     fn reached_end(&self, issued: &Position) -> bool {
-        self.opts
-            .end_version
+        self.end
             .is_some_and(|end| parse_version(issued).is_ok_and(|v| v >= end))
     }
 

@@ -18,6 +18,7 @@ use super::read::partition_of;
 use super::schema::{check_protocol, DeltaSchema};
 use super::DeltaSource;
 use crate::config::DeltaStart;
+use crate::source::plan::{PlanFile, VersionPlan};
 use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
 
 /// The table's definition in effect at a version.
@@ -29,62 +30,68 @@ pub struct Meta {
     pub lineage: Option<(String, String)>,
 }
 
+/// What a version's unit reads (the shared model, see [`crate::source::plan`]); a `Rows` split is
+/// one file.
+pub type PlanKind = crate::source::plan::PlanKind<FileAction, Rewritten>;
 /// Rows one version took away against rows it brought, in one partition (or all of them).
-#[derive(Debug, Default, Clone)]
-pub struct DiffPart {
-    pub partition: String,
-    pub old: Vec<FileAction>,
-    pub new: Vec<FileAction>,
-    /// One file whose deletion vector changed: (as removed, as added).
-    pub rewritten: Vec<(FileAction, FileAction)>,
-    pub cdc: Vec<FileAction>,
+pub type DiffPart = crate::source::plan::DiffPart<FileAction, Rewritten>;
+/// One file whose deletion vector changed: (as removed, as added).
+pub type Rewritten = (FileAction, FileAction);
+
+fn size(f: &FileAction) -> u64 {
+    f.size.unwrap_or(0).max(0) as u64
 }
 
-impl DiffPart {
-    /// Whether every row it reads has a row id (row tracking's base row id on every file, no
-    /// change-data files, which carry none).
-    pub fn has_lineage(&self) -> bool {
-        let tracked = |f: &FileAction| f.base_row_id.is_some() && f.default_row_commit_version.is_some();
-        let rewritten = self.rewritten.iter().flat_map(|(a, b)| [a, b]);
-        self.cdc.is_empty() && self.old.iter().chain(&self.new).chain(rewritten).all(tracked)
-    }
+/// Whether a file has row tracking's base row id and default row commit version.
+fn tracked(f: &FileAction) -> bool {
+    f.base_row_id.is_some() && f.default_row_commit_version.is_some()
+}
 
-    pub fn bytes(&self) -> u64 {
-        let size = |f: &FileAction| f.size.unwrap_or(0).max(0) as u64;
-        self.old.iter().chain(&self.new).chain(&self.cdc).map(size).sum::<u64>()
-            + self.rewritten.iter().map(|(o, _)| size(o)).sum::<u64>()
+impl PlanFile for FileAction {
+    fn path(&self) -> &str {
+        &self.path
     }
-
-    fn split(&self, whole: bool) -> SplitSpec {
-        let id = if whole {
-            "diff".to_string()
-        } else {
-            format!("diff:{}", self.partition)
-        };
-        SplitSpec {
-            id: id.clone(),
-            partition: self.partition.clone(),
-            file_group: id,
-        }
+    fn bytes(&self) -> u64 {
+        size(self)
+    }
+    fn has_lineage(&self) -> bool {
+        tracked(self)
     }
 }
 
-#[derive(Debug)]
-pub enum PlanKind {
-    Nothing(&'static str),
-    /// Every row of the files, as `op` events, a split per file.
-    Rows {
-        op: Op,
-        files: Vec<FileAction>,
-    },
-    Diff(Vec<DiffPart>),
+impl PlanFile for Rewritten {
+    fn path(&self) -> &str {
+        &self.1.path
+    }
+    fn bytes(&self) -> u64 {
+        size(&self.0)
+    }
+    fn has_lineage(&self) -> bool {
+        tracked(&self.0) && tracked(&self.1)
+    }
 }
 
-#[derive(Debug)]
 pub struct Plan {
     pub version: u64,
     pub meta: Arc<Meta>,
     pub kind: PlanKind,
+}
+
+impl VersionPlan for Plan {
+    type File = FileAction;
+    type Rewrite = Rewritten;
+    fn kind(&self) -> &PlanKind {
+        &self.kind
+    }
+    fn schema(&self) -> &arrow_schema::SchemaRef {
+        &self.meta.schema.arrow
+    }
+    fn label(&self) -> String {
+        format!("Delta version {}", self.version)
+    }
+    fn lineage_on(&self) -> bool {
+        self.meta.lineage.is_some()
+    }
 }
 
 /// Versions planned per poll at most.
@@ -122,7 +129,7 @@ impl DeltaSource {
         let Some(latest) = listing.latest() else {
             return Ok(Vec::new());
         };
-        let end = self.opts.end_version.map_or(latest, |e| e.min(latest));
+        let end = self.end.map_or(latest, |e| e.min(latest));
         let from = match after {
             Some(p) => parse_version(p)? + 1,
             None => match self.opts.start {
@@ -237,7 +244,10 @@ impl DeltaSource {
             let kind = if files.is_empty() {
                 PlanKind::Nothing("empty_table")
             } else {
-                PlanKind::Rows { op: Op::Read, files }
+                PlanKind::Rows {
+                    op: Op::Read,
+                    splits: files.into_iter().map(|f| vec![f]).collect(),
+                }
             };
             (kind, state.timestamp, Some("SNAPSHOT".to_string()))
         } else {
@@ -251,7 +261,7 @@ impl DeltaSource {
         };
         let splits = match &kind {
             PlanKind::Nothing(_) => Vec::new(),
-            PlanKind::Rows { files, .. } => files.iter().map(|f| file_split(&meta.schema, f)).collect(),
+            PlanKind::Rows { splits, .. } => splits.iter().flatten().map(|f| file_split(&meta.schema, f)).collect(),
             PlanKind::Diff(parts) => parts.iter().map(|p| p.split(!self.by_partition)).collect(),
         };
         let skipped = match &kind {
@@ -267,11 +277,7 @@ impl DeltaSource {
             splits,
             skipped,
         };
-        let mut plans = self.plans.lock();
-        if plans.len() > 64 {
-            plans.clear();
-        }
-        plans.insert((v, snapshot), Arc::new(Plan { version: v, meta, kind }));
+        self.plans.insert(&unit, Plan { version: v, meta, kind });
         Ok(unit)
     }
 
@@ -286,10 +292,7 @@ impl DeltaSource {
         };
         let mut parts: BTreeMap<String, DiffPart> = BTreeMap::new();
         fn entry(parts: &mut BTreeMap<String, DiffPart>, p: String) -> &mut DiffPart {
-            parts.entry(p.clone()).or_insert_with(|| DiffPart {
-                partition: p,
-                ..Default::default()
-            })
+            parts.entry(p.clone()).or_insert_with(|| DiffPart::of(p))
         }
         if !c.cdcs.is_empty() {
             // the writer's own change rows: the version's add/remove actions are not read
@@ -314,7 +317,7 @@ impl DeltaSource {
         if removes.is_empty() {
             return Ok(PlanKind::Rows {
                 op: Op::Create,
-                files: adds.into_iter().cloned().collect(),
+                splits: adds.into_iter().map(|a| vec![a.clone()]).collect(),
             });
         }
         // a remove that lacks its partition values takes them from the file as it was added

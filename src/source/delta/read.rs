@@ -108,10 +108,6 @@ impl Reader<'_> {
         sink: &mut dyn FnMut(RecordBatch) -> Result<(), SourceError>,
     ) -> Result<u64, SourceError> {
         let path = resolve(self.root, &file.path);
-        let pq = |e| SourceError::Parquet {
-            path: path.clone(),
-            source: e,
-        };
         let (builder, size) = crate::source::parquet_sized(self.storage, &path)?;
         let file_schema = builder.schema().clone();
         let by_id = self.schema.mapped && file_schema.fields().iter().any(|f| field_id(f).is_some());
@@ -152,7 +148,7 @@ impl Reader<'_> {
             let groups = crate::source::positions::row_groups(builder.metadata());
             builder = builder.with_row_selection(crate::source::positions::selection(&groups, p));
         }
-        let reader = builder.build().map_err(pq)?;
+        let reader = builder.build().map_err(SourceError::parquet(&path))?;
         let mut picked = positions.map(|p| p.iter().copied());
         let deleted = deleted.filter(|_| positions.is_none());
         let values = file.partition_values.as_ref();

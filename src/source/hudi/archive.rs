@@ -100,11 +100,9 @@ pub fn load_archived(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
 }
 
 fn read_history_file(storage: &Storage, path: &Path, out: &mut Vec<Instant>) -> Result<(), SourceError> {
-    let perr = |source| SourceError::Parquet {
-        path: path.into(),
-        source,
-    };
-    let reader = crate::source::parquet(storage, path)?.build().map_err(perr)?;
+    let reader = crate::source::parquet(storage, path)?
+        .build()
+        .map_err(SourceError::parquet(path))?;
     for batch in reader {
         let batch = batch.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
         let col = |name: &str| {

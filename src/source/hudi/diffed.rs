@@ -24,7 +24,8 @@ use super::slice::{FileCache, SliceState};
 use super::{join_path, HudiSource};
 use crate::source::buckets::{buckets_for, restrict, DECODED_PER_FILE_BYTE};
 use crate::source::par;
-use crate::source::rows::{conform, diff, nullable};
+use crate::source::rows::{conform, nullable};
+use crate::source::sides::SplitSides;
 use crate::source::{ChangeRow, SourceError, SplitChanges, SplitSpec, Unit};
 
 impl HudiSource {
@@ -37,10 +38,10 @@ impl HudiSource {
         cache: &FileCache,
         threads: usize,
         target: Option<&SchemaRef>,
-    ) -> Result<Sides, SourceError> {
+    ) -> Result<SplitSides, SourceError> {
         let unit = r.unit;
         let mut raw: Vec<(usize, bool, SchemaRef, Vec<RecordBatch>)> = Vec::new();
-        let mut sides = Sides::new(splits.len());
+        let mut sides = SplitSides::new(splits.len());
         // split by split (each thread with its share of the budget), kept in order
         let read_split = |s: usize| -> Result<[Option<PlannedSide>; 2], SourceError> {
             let (sp, mut reader) = (&splits[s], self.unit_reader(r, cache));
@@ -89,13 +90,7 @@ impl HudiSource {
         if let Some(target) = target {
             for (s, is_new, _, batches) in raw {
                 for b in batches {
-                    let idx = sides.batches.len() as u32;
-                    sides.batches.push(conform(&b, &target)?);
-                    if is_new {
-                        sides.new[s].push(idx)
-                    } else {
-                        sides.old[s].push(idx)
-                    }
+                    sides.push(s, is_new, conform(&b, &target)?);
                 }
             }
         }
@@ -115,7 +110,7 @@ impl HudiSource {
             return Ok((Vec::new(), Vec::new(), String::new(), 0));
         };
         let (keys, order) = self.key_columns(&first.schema())?;
-        let rows = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?.remove(0);
+        let rows = sides.diff(&keys, order)?.remove(0);
         Ok((sides.batches, rows, sides.file[0].clone(), sides.rows_read[0]))
     }
 
@@ -222,7 +217,7 @@ impl HudiSource {
                 });
             };
             let (keys, order) = self.key_columns(&first.schema())?;
-            let per_split = diff(&sides.batches, &sides.old, &sides.new, &keys, order)?;
+            let per_split = sides.diff(&keys, order)?;
             let mut out = Vec::new();
             for (s, rows) in per_split.into_iter().enumerate() {
                 let sp = &splits[s];
@@ -245,25 +240,3 @@ impl HudiSource {
 
 /// One side of a split: the slice's planned schema and its merged rows.
 type PlannedSide = (Option<SchemaRef>, SliceState);
-
-struct Sides {
-    batches: Vec<RecordBatch>,
-    old: Vec<Vec<u32>>,
-    new: Vec<Vec<u32>>,
-    file: Vec<String>,
-    rows_read: Vec<u64>,
-    bytes_read: Vec<u64>,
-}
-
-impl Sides {
-    fn new(n: usize) -> Self {
-        Self {
-            batches: Vec::new(),
-            old: vec![Vec::new(); n],
-            new: vec![Vec::new(); n],
-            file: vec![String::new(); n],
-            rows_read: vec![0; n],
-            bytes_read: vec![0; n],
-        }
-    }
-}

@@ -205,10 +205,6 @@ pub fn open_base(
     path: &Path,
     only: Option<&[String]>,
 ) -> Result<(SchemaRef, parquet::arrow::arrow_reader::ParquetRecordBatchReader, u64), SourceError> {
-    let perr = |source| SourceError::Parquet {
-        path: path.into(),
-        source,
-    };
     let (builder, size) = crate::source::parquet_sized(storage, path)?;
     let mask = columns_mask(&builder, |name| {
         !LAYOUT_META_COLUMNS.contains(&name) && only.is_none_or(|o| o.iter().any(|c| c == name))
@@ -217,7 +213,7 @@ pub fn open_base(
         .with_projection(mask)
         .with_batch_size(BASE_BATCH_ROWS)
         .build()
-        .map_err(perr)?;
+        .map_err(SourceError::parquet(path))?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
     Ok((schema, reader, size))
 }
@@ -247,10 +243,9 @@ pub fn read_base(
     only: Option<&[String]>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>, u64), SourceError> {
     let (schema, reader, size) = open_base(storage, path, only)?;
-    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(|e| SourceError::Arrow {
-        context: format!("reading {}", path.display()),
-        source: e,
-    })?;
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(SourceError::arrow(format!("reading {}", path.display())))?;
     Ok((schema, batches, size))
 }
 

@@ -239,7 +239,7 @@ impl Source for HudiSource {
 
     fn reached_end(&self, issued: &Position) -> bool {
         self.read
-            .end_commit
+            .end
             .as_ref()
             .is_some_and(|end| issued.instant.as_str() >= end.as_str())
     }

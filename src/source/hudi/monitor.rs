@@ -234,7 +234,7 @@ impl HudiSource {
                     .collect(),
             },
         };
-        if let Some(end) = &self.read.end_commit {
+        if let Some(end) = &self.read.end {
             candidates.retain(|i| i.requested.as_str() <= end.as_str());
         }
         if let Some(limit) = self.read.commits_limit {

@@ -177,10 +177,7 @@ pub(super) fn open_base_selected(
     keys: &KeyFilter,
     virtual_keys: Option<(&[String], &str)>,
 ) -> Result<SelectedBase, SourceError> {
-    let perr = |source| SourceError::Parquet {
-        path: path.into(),
-        source,
-    };
+    let perr = |source| SourceError::parquet(path)(source);
     let input = storage.open(path).map_err(SourceError::io(path))?;
     let size = parquet::file::reader::Length::len(&input);
     let builder = ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(perr)?;
@@ -215,10 +212,7 @@ pub(super) fn open_base_selected(
     let mut selected = BooleanBufferBuilder::new(groups.iter().sum());
     // the selected rows' record keys, spliced into the second pass (see `SelectedRows`)
     let mut picked: Vec<ArrayRef> = Vec::new();
-    let arrow_err = |e| SourceError::Arrow {
-        context: format!("reading the keys of {}", path.display()),
-        source: e,
-    };
+    let arrow_err = |e| SourceError::arrow(format!("reading the keys of {}", path.display()))(e);
     for b in pass {
         let b = b.map_err(arrow_err)?;
         let b = match virtual_keys {

@@ -121,10 +121,7 @@ impl Iterator for BaseBatches {
 }
 
 fn reading(path: &Path) -> impl Fn(arrow_schema::ArrowError) -> SourceError + '_ {
-    move |e| SourceError::Arrow {
-        context: format!("reading {}", path.display()),
-        source: e,
-    }
+    move |e| SourceError::arrow(format!("reading {}", path.display()))(e)
 }
 
 impl FileCache {

@@ -127,10 +127,6 @@ impl DeleteReader {
             return Ok(hit.clone());
         }
         let path = local(&d.path)?;
-        let pq = |e| SourceError::Parquet {
-            path: path.clone(),
-            source: e,
-        };
         let builder = crate::source::parquet(&self.storage, &path)?;
         let schema = builder.schema().clone();
         let idx: Vec<usize> = ["file_path", "pos"]
@@ -143,7 +139,11 @@ impl DeleteReader {
             .collect::<Result<_, _>>()?;
         let mask = ProjectionMask::roots(builder.parquet_schema(), idx);
         let mut out: HashMap<String, RoaringTreemap> = HashMap::new();
-        for b in builder.with_projection(mask).build().map_err(pq)? {
+        for b in builder
+            .with_projection(mask)
+            .build()
+            .map_err(SourceError::parquet(&path))?
+        {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let paths = arrow::compute::cast(b.column(0), &arrow_schema::DataType::Utf8)
                 .map_err(SourceError::arrow("file_path"))?;
@@ -192,11 +192,10 @@ impl DeleteReader {
         let schema = Arc::new(Schema::new(fields));
         let keys = RowKeys::new(&schema, None)?;
         let mut rows = HashSet::new();
-        let pq = |e| SourceError::Parquet {
-            path: path.clone(),
-            source: e,
-        };
-        for b in crate::source::parquet(&self.storage, &path)?.build().map_err(pq)? {
+        for b in crate::source::parquet(&self.storage, &path)?
+            .build()
+            .map_err(SourceError::parquet(&path))?
+        {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let b = conform_by_id(&b, &schema)?;
             let r = keys.rows(&b)?;

@@ -1,15 +1,18 @@
-//! A snapshot's net change read as a diff: the rows its removed files held against the rows its
-//! added files hold (copy-on-write rewrites, and deletes read with both sides' delete files),
-//! keyed and diffed in memory, or in key buckets on disk beyond `read.memory.budget`.
+//! Reading an Iceberg plan's pieces for the shared driver ([`crate::source::plan`]): a data file
+//! with the delete files that apply to it (whole, or the rows lineage chose), a rewritten data
+//! file (the rows its new deletes hide against the rows they show again), a split's files.
 
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::manifest;
-use super::monitor::{DiffPart, Plan, Task};
-use super::reader::{and_not, keep, read_range, FileRange};
+use super::monitor::{split_spec, DiffPart, Plan, Task};
+use super::reader::{and_not, keep, read_range, read_range_at, FileRange};
 use super::{lineage, IcebergSource};
-use crate::source::sides::{diff_split, DiffJob, Sides};
-use crate::source::{SourceError, SplitChanges, SplitSpec};
+use crate::source::lineage::Lineage;
+use crate::source::plan::{Piece, PieceOf, PieceReader, ReadEnv};
+use crate::source::sides::Sides;
+use crate::source::{SourceError, SplitSpec};
 
 impl IcebergSource {
     /// A rewritten data file: rows deleted by this snapshot (old side) and rows it brought back.
@@ -40,91 +43,85 @@ impl IcebergSource {
         }
         Ok(sides)
     }
+}
 
-    /// One part of a diff (the whole diff, or one partition's) as the split `split`.
-    pub(super) fn read_diff(
-        &self,
-        split: &SplitSpec,
-        part: &DiffPart,
-        plan: &Plan,
-        (buckets, narrow): (u32, bool),
-        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
-    ) -> Result<(), SourceError> {
-        let DiffPart {
-            old, new, rewritten, ..
-        } = part;
-        let n = old.len() + new.len() + rewritten.len();
-        // a keyless table whose files all have row lineage: keyed by row id (see `lineage`)
-        let lineage = self.info.keyless() && part.has_lineage();
-        let schema = match lineage {
-            true => lineage::extended(&plan.schema),
-            false => plan.schema.clone(),
-        };
-        // and its rewrites narrowed to the rows they changed (see `carried`)
-        let positions = match lineage && self.narrow {
-            true => self.changed_positions(plan, part)?,
-            false => None,
-        };
-        let read = |i: usize| -> Result<Sides, SourceError> {
-            let side = |tasks: &[Task], is_new: bool| -> Result<Sides, SourceError> {
-                let (batches, labels, bytes) = match &positions {
-                    Some(p) if tasks.len() == 1 && i < p.len() => self.read_positions(&schema, &tasks[0], &p[i])?,
-                    _ => self.read_tasks(plan, &schema, tasks)?,
-                };
-                let rows: Vec<_> = batches.into_iter().zip(labels).collect();
-                let mut sides = Sides {
-                    bytes,
-                    ..Default::default()
-                };
-                *(if is_new { &mut sides.new } else { &mut sides.old }) = rows;
-                Ok(sides)
-            };
-            if i < old.len() {
-                side(std::slice::from_ref(&old[i]), false)
-            } else if i < old.len() + new.len() {
-                side(std::slice::from_ref(&new[i - old.len()]), true)
-            } else {
-                let (r, b, a) = &rewritten[i - old.len() - new.len()];
-                self.read_rewritten(plan, &schema, r, b, a)
-            }
-        };
-        let (keys, keyless) = match lineage {
-            true => (vec![schema.fields().len() - 2], false),
-            false => (self.key_columns(plan)?, self.info.keyless()),
-        };
-        let job = DiffJob {
-            schema: schema.clone(),
-            keys,
-            keyless,
-            threads: self.threads,
-            budget: self.budget.get(),
-            narrow,
-            spill_dir: &self.spill_dir,
-            connector: &self.connector,
-            unit: plan.snapshot.snapshot_id.to_string(),
-        };
-        match lineage {
-            true => crate::source::lineage::diff_split(&job, split, buckets, n, &read, emit),
-            false => diff_split(&job, split, buckets, n, &read, emit),
-        }
+impl PieceReader for IcebergSource {
+    type Plan = Plan;
+
+    fn env(&self) -> &ReadEnv {
+        &self.env
     }
 
-    /// The key's columns in the plan's schema; a keyless table's rows are keyed whole.
-    pub(super) fn key_columns(&self, plan: &Plan) -> Result<Vec<usize>, SourceError> {
-        if self.info.keyless() {
-            return Ok((0..plan.schema.fields().len()).collect());
-        }
-        self.info
-            .key_fields
-            .iter()
-            .map(|k| {
-                plan.schema.index_of(k).map_err(|_| SourceError::Unreadable {
+    fn with_lineage(&self, schema: &SchemaRef) -> SchemaRef {
+        lineage::extended(schema)
+    }
+
+    fn rows_split(&self, _plan: &Plan, i: usize, tasks: &[Task]) -> SplitSpec {
+        split_spec(i, tasks)
+    }
+
+    fn read_piece(
+        &self,
+        plan: &Plan,
+        target: &SchemaRef,
+        piece: PieceOf<'_, Self>,
+        positions: Option<&[u64]>,
+    ) -> Result<Sides, SourceError> {
+        let (task, is_new) = match piece {
+            Piece::Old(t) => (t, false),
+            Piece::New(t) => (t, true),
+            Piece::Rewritten((r, b, a)) => return self.read_rewritten(plan, target, r, b, a),
+            Piece::Changes(_) => {
+                return Err(SourceError::Unreadable {
                     message: format!(
-                        "snapshot {}: key column `{k}` is not in the snapshot's schema",
+                        "snapshot {}: Iceberg plans no change-data files",
                         plan.snapshot.snapshot_id
                     ),
                 })
-            })
-            .collect()
+            }
+        };
+        let mut sides = Sides::default();
+        let side = if is_new { &mut sides.new } else { &mut sides.old };
+        sides.bytes = match positions {
+            Some(p) => {
+                let (range, _) = task;
+                let rows = read_range_at(&self.storage, range, target, Some(p))?;
+                let label = (range.file.partition.clone(), range.file.path.clone());
+                side.extend(
+                    rows.batches
+                        .into_iter()
+                        .filter(|(b, _)| b.num_rows() > 0)
+                        .map(|(b, _)| (b, label.clone())),
+                );
+                rows.bytes
+            }
+            None => self.read_tasks(plan, target, std::slice::from_ref(task), &mut |b, label| {
+                side.push((b, label));
+                Ok(())
+            })?,
+        };
+        Ok(sides)
+    }
+
+    fn read_files(
+        &self,
+        plan: &Plan,
+        target: &SchemaRef,
+        tasks: &[Task],
+        sink: &mut dyn FnMut(RecordBatch, Option<(String, String)>) -> Result<(), SourceError>,
+    ) -> Result<u64, SourceError> {
+        self.read_tasks(plan, target, tasks, &mut |b, label| sink(b, Some(label)))
+    }
+
+    fn lineage_of(&self, plan: &Plan, task: &Task) -> Result<Lineage, SourceError> {
+        self.task_lineage(plan, task)
+    }
+
+    fn written(&self, _plan: &Plan, (range, _): &Task) -> i64 {
+        range.data_seq
+    }
+
+    fn may_narrow(&self, plan: &Plan, part: &DiffPart) -> bool {
+        self.lineage_fits(plan, part)
     }
 }

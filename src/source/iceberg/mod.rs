@@ -18,7 +18,6 @@ mod plan;
 pub mod reader;
 mod rest;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -26,30 +25,24 @@ use parking_lot::Mutex;
 use arrow_array::RecordBatch;
 
 use self::manifest::ManifestCache;
-use self::monitor::{DiffPart, First, Plan, PlanKind, Task};
+use self::monitor::{First, Plan, Task};
 use self::reader::{keep, read_range};
-use super::buckets::DECODED_PER_FILE_BYTE;
-use super::sides::plan_diff;
-use super::{par, Op, Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
+use super::plan::{read_unit, PlanCache, ReadEnv};
+use super::{Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{ConnectorConfig, IcebergOptions};
 use crate::storage::Storage;
 
 pub struct IcebergSource {
     opts: IcebergOptions,
-    info: TableInfo,
+    /// The table, and what reading it needs (threads, budget, spill directory).
+    env: ReadEnv,
     manifests: ManifestCache,
     /// Which snapshot each metadata version made current (snapshots folded into one commit).
     currents: commits::CurrentCache,
-    /// Plans of the units handed out, by (snapshot id, full scan).
-    plans: Mutex<HashMap<(i64, bool), Arc<Plan>>>,
-    threads: usize,
-    /// The unit being read's memory budget (`read.memory.budget`, or its share of the process's):
-    /// a diff beyond it goes to key buckets (in `read.spill.dir`).
-    budget: crate::source::budget::Budget,
-    /// `read.change.detection=narrow`: a diff beyond the budget decides its changed keys first.
-    narrow: bool,
-    spill_dir: std::path::PathBuf,
-    connector: String,
+    /// Plans of the units handed out.
+    plans: PlanCache<Plan>,
+    /// The snapshot to stop after (`end-snapshot-id`, see `ReadConfig::end`).
+    end: Option<i64>,
     /// The connector's storage: every read of the table goes through it.
     storage: Storage,
     /// The metadata file read last, and what it holds (see `metadata`).
@@ -60,9 +53,6 @@ pub struct IcebergSource {
     /// per partition.
     by_partition: bool,
 }
-
-/// (batches, (partition, file) of each batch, bytes read).
-pub(super) type LabelledBatches = (Vec<RecordBatch>, Vec<(String, String)>, u64);
 
 impl IcebergSource {
     pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
@@ -89,28 +79,29 @@ impl IcebergSource {
             .collect();
         let ownership = super::Ownership::decide(cfg, &name, md.partitioned(), md.partition_follows(&key_ids));
         tracing::info!(table = %name, metadata = %file.display(), keys = %key_fields.join(","), "opened Iceberg table");
-        Ok(Self {
-            info: TableInfo {
-                name,
-                key_fields,
-                connector: "iceberg",
-                db: match &opts.location {
-                    crate::config::TableLocation::Path(_) => String::new(),
-                    crate::config::TableLocation::Sql { namespace, .. }
-                    | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
-                    crate::config::TableLocation::Glue { database, .. } => database.clone(),
-                },
-                required: if cfg.events.required_columns {
-                    schema
-                        .fields
-                        .iter()
-                        .filter(|f| f.required)
-                        .map(|f| f.name.clone())
-                        .collect()
-                } else {
-                    Vec::new()
-                },
+        let info = TableInfo {
+            name,
+            key_fields,
+            connector: "iceberg",
+            db: match &opts.location {
+                crate::config::TableLocation::Path(_) => String::new(),
+                crate::config::TableLocation::Sql { namespace, .. }
+                | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
+                crate::config::TableLocation::Glue { database, .. } => database.clone(),
             },
+            required: if cfg.events.required_columns {
+                schema
+                    .fields
+                    .iter()
+                    .filter(|f| f.required)
+                    .map(|f| f.name.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        Ok(Self {
+            env: ReadEnv::new(cfg, info),
             opts,
             manifests: ManifestCache::new(storage.clone()),
             currents: commits::CurrentCache::new(storage.clone()),
@@ -118,45 +109,34 @@ impl IcebergSource {
             rest,
             current: Default::default(),
             plans: Default::default(),
-            threads: par::default_threads(),
-            budget: crate::source::budget::Budget::new(cfg.read.memory_budget),
-            narrow: cfg.read.narrow_changes,
-            spill_dir: cfg.read.spill_dir.clone(),
-            connector: cfg.name.clone(),
+            end: cfg.read.end.as_deref().and_then(|e| e.parse().ok()),
             by_partition: ownership == super::Ownership::Partition,
         })
     }
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
-        let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unreadable {
-            message: format!(
-                "position `{}` is not an Iceberg snapshot id (an offsets record written for another table?); \
-                 inspect it with `lakestream offsets show`",
-                unit.position.instant
-            ),
-        })?;
-        if let Some(p) = self.plans.lock().get(&(id, unit.snapshot)) {
-            return Ok(p.clone());
-        }
-        let md = self.metadata()?;
-        self.unit(&md, id, unit.snapshot, false, None)?;
-        Ok(self
-            .plans
-            .lock()
-            .get(&(id, unit.snapshot))
-            .cloned()
-            .expect("planned above"))
+        self.plans.get_or_plan(unit, || {
+            let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unreadable {
+                message: format!(
+                    "position `{}` is not an Iceberg snapshot id (an offsets record written for another table?); \
+                     inspect it with `lakestream offsets show`",
+                    unit.position.instant
+                ),
+            })?;
+            self.unit(&*self.metadata()?, id, unit.snapshot, false, None).map(drop)
+        })
     }
 
     /// Live rows of tasks (a split) conformed to `schema` (the plan's, or with row lineage),
-    /// labelled per batch with their partition and file.
+    /// handed to `sink` batch by batch with their partition and file. Returns the bytes read.
     fn read_tasks(
         &self,
         plan: &Plan,
         schema: &arrow_schema::SchemaRef,
         tasks: &[Task],
-    ) -> Result<LabelledBatches, SourceError> {
-        let (mut batches, mut labels, mut bytes) = (Vec::new(), Vec::new(), 0);
+        sink: &mut dyn FnMut(RecordBatch, (String, String)) -> Result<(), SourceError>,
+    ) -> Result<u64, SourceError> {
+        let mut bytes = 0;
         for (range, dels) in tasks {
             let refs: Vec<_> = dels.iter().collect();
             let set = plan.deletes.for_file(&range.file, &refs, &plan.schema)?;
@@ -169,110 +149,11 @@ impl IcebergSource {
                     keep(&b, &set.live(&b, first)?)?
                 };
                 if b.num_rows() > 0 {
-                    batches.push(b);
-                    labels.push((range.file.partition.clone(), range.file.path.clone()));
+                    sink(b, (range.file.partition.clone(), range.file.path.clone()))?;
                 }
             }
         }
-        Ok((batches, labels, bytes))
-    }
-
-    fn read(
-        &self,
-        unit: &Unit,
-        resume: &Resume,
-        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
-    ) -> Result<(), SourceError> {
-        let done = &resume.done;
-        if unit.splits.is_empty() {
-            return Ok(());
-        }
-        let plan = self.plan_of(unit)?;
-        match &plan.kind {
-            PlanKind::Nothing(_) => Ok(()),
-            PlanKind::Diff(parts) => {
-                // one bucket count for the whole diff, whichever parts this task reads: it is
-                // part of every part's row order and stored once per unit
-                let bytes: i64 = parts.iter().map(DiffPart::bytes).sum();
-                let estimated = bytes.max(0) as u64 * DECODED_PER_FILE_BYTE;
-                let how = plan_diff(resume.buckets, estimated, self.budget.get(), self.narrow);
-                for split in unit.splits.iter().filter(|s| !done.contains(&s.id)) {
-                    let part = parts.iter().find(|p| split.partition == p.partition).ok_or_else(|| {
-                        SourceError::Unreadable {
-                            message: format!(
-                                "snapshot {}: no diff part for split {}",
-                                plan.snapshot.snapshot_id, split.id
-                            ),
-                        }
-                    })?;
-                    self.read_diff(split, part, &plan, how, emit)?;
-                }
-                Ok(())
-            }
-            PlanKind::Rows { op, splits } => self.read_rows(&plan, (*op, splits), unit, done, emit),
-        }
-    }
-
-    /// Rows as they are (a full scan, a pure append): this task's splits, read in parallel and
-    /// handed on in order.
-    fn read_rows(
-        &self,
-        plan: &Plan,
-        (op, splits): (Op, &[Vec<Task>]),
-        unit: &Unit,
-        done: &std::collections::HashSet<String>,
-        emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
-    ) -> Result<(), SourceError> {
-        // the unit's splits (this task's share of the plan's) by their plan index
-        let index: HashMap<String, usize> = (0..splits.len())
-            .map(|i| (monitor::split_spec(i, &splits[i]).id, i))
-            .collect();
-        let todo: Vec<(usize, &SplitSpec)> = unit
-            .splits
-            .iter()
-            .filter(|s| !done.contains(&s.id))
-            .map(|s| {
-                index
-                    .get(&s.id)
-                    .map(|i| (*i, s))
-                    .ok_or_else(|| SourceError::Unreadable {
-                        message: format!(
-                            "snapshot {}: split {} is not in the snapshot's plan",
-                            plan.snapshot.snapshot_id, s.id
-                        ),
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        let read = |k: usize| -> Result<SplitChanges, SourceError> {
-            let (i, split) = todo[k];
-            // where every file has row lineage, each row's id rides along (`source.row_id`)
-            let lineage = splits[i].iter().all(|t| t.0.file.first_row_id.is_some());
-            let schema = match lineage {
-                true => lineage::extended(&plan.schema),
-                false => plan.schema.clone(),
-            };
-            let (batches, labels, bytes) = self.read_tasks(plan, &schema, &splits[i])?;
-            let rows = super::rows_as(op, &batches);
-            let first_file = splits[i].first().map(|t| t.0.file.path.clone()).unwrap_or_default();
-            let changes = SplitChanges {
-                split: split.clone(),
-                first_row: 0,
-                last: true,
-                buckets: 1,
-                file: first_file,
-                rows_read: rows.len() as u64,
-                rows,
-                row_ids: None,
-                batches: Arc::new(batches),
-                batch_files: labels,
-                bytes_read: bytes,
-            };
-            match lineage {
-                true => crate::source::lineage::strip(changes),
-                false => Ok(changes),
-            }
-        };
-        par::ordered(todo.len(), self.threads, &read, emit)
+        Ok(bytes)
     }
 }
 
@@ -307,7 +188,7 @@ fn gone_hint(e: SourceError, unit: &Unit, still_referenced: impl FnOnce() -> Opt
 
 impl Source for IcebergSource {
     fn info(&self) -> &TableInfo {
-        &self.info
+        &self.env.info
     }
 
     fn poll(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
@@ -344,8 +225,9 @@ impl Source for IcebergSource {
         resume: &Resume,
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
-        self.budget.for_unit(resume.budget);
-        self.read(unit, resume, emit).map_err(|e| {
+        self.env.budget.for_unit(resume.budget);
+        let plan = self.plan_of(unit)?;
+        read_unit(self, plan.as_ref(), unit, resume, emit).map_err(|e| {
             gone_hint(e, unit, || {
                 let id = unit.position.instant.parse::<i64>().ok()?;
                 Some(self.metadata().ok()?.snapshot(id).is_some())
@@ -414,8 +296,6 @@ impl Source for IcebergSource {
     }
 
     fn reached_end(&self, issued: &Position) -> bool {
-        self.opts
-            .end_snapshot_id
-            .is_some_and(|end| issued.instant == end.to_string())
+        self.end.is_some_and(|end| issued.instant == end.to_string())
     }
 }

@@ -14,73 +14,72 @@ use super::metadata::{arrow_schema, current_metadata_file, Snapshot, TableMetada
 use super::reader::FileRange;
 use super::IcebergSource;
 use crate::config::StartingStrategy;
-use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
+use crate::source::plan::{PlanFile, VersionPlan};
+use crate::source::{Position, SourceError, SplitSpec, Unit};
 
 /// A file range to read with the delete files that apply to it.
 pub type Task = (FileRange, Vec<Entry>);
+/// A data file whose delete files changed: (range, deletes before, deletes after).
+pub type Rewritten = (FileRange, Vec<Entry>, Vec<Entry>);
 
-pub enum PlanKind {
-    Nothing(&'static str),
-    /// Every live row of the tasks, as `op` events, split by split.
-    Rows {
-        op: Op,
-        splits: Vec<Vec<Task>>,
-    },
-    /// Rows the snapshot removed against rows it added: one part, or one per partition when
-    /// tasks divide the table by partition (a split each).
-    Diff(Vec<DiffPart>),
-}
-
+/// What a snapshot's unit reads (the shared model, see [`crate::source::plan`]).
+pub type PlanKind = crate::source::plan::PlanKind<Task, Rewritten>;
 /// Rows the snapshot removed (`old`, deletes as of the parent) against rows it added (`new`);
-/// `rewritten` data files had their delete files changed: (range, deletes before, after).
-#[derive(Default)]
-pub struct DiffPart {
-    pub partition: String,
-    pub old: Vec<Task>,
-    pub new: Vec<Task>,
-    pub rewritten: Vec<(FileRange, Vec<Entry>, Vec<Entry>)>,
+/// `rewritten` data files had their delete files changed.
+pub type DiffPart = crate::source::plan::DiffPart<Task, Rewritten>;
+
+impl PlanFile for FileRange {
+    fn path(&self) -> &str {
+        &self.file.path
+    }
+    fn bytes(&self) -> u64 {
+        self.len.max(0) as u64
+    }
+    fn has_lineage(&self) -> bool {
+        self.file.first_row_id.is_some()
+    }
 }
 
-impl DiffPart {
-    /// The split of this part: `diff` when the diff is one part (as always before partitions
-    /// divided it), else `diff:<partition>`.
-    fn split(&self, whole: bool) -> SplitSpec {
-        let id = if whole {
-            "diff".to_string()
-        } else {
-            format!("diff:{}", self.partition)
-        };
-        SplitSpec {
-            id: id.clone(),
-            partition: self.partition.clone(),
-            file_group: id,
+/// A task and a rewritten file plan as their range (`.0`).
+macro_rules! plan_as_range {
+    ($($t:ty),*) => {$(
+        impl PlanFile for $t {
+            fn path(&self) -> &str {
+                self.0.path()
+            }
+            fn bytes(&self) -> u64 {
+                self.0.bytes()
+            }
+            fn has_lineage(&self) -> bool {
+                self.0.has_lineage()
+            }
         }
-    }
-
-    /// Whether every data file it reads has row lineage (a first row id), so that every row has
-    /// a row id (see `lineage`).
-    pub fn has_lineage(&self) -> bool {
-        let files = self.old.iter().chain(&self.new).map(|(r, _)| r);
-        files
-            .chain(self.rewritten.iter().map(|(r, _, _)| r))
-            .all(|r| r.file.first_row_id.is_some())
-    }
-
-    pub fn bytes(&self) -> i64 {
-        self.old
-            .iter()
-            .chain(&self.new)
-            .map(|t| t.0.len)
-            .chain(self.rewritten.iter().map(|r| r.0.len))
-            .sum()
-    }
+    )*};
 }
+plan_as_range!(Task, Rewritten);
 
 pub struct Plan {
     pub snapshot: Snapshot,
     pub schema: SchemaRef,
     pub kind: PlanKind,
     pub deletes: DeleteReader,
+}
+
+impl VersionPlan for Plan {
+    type File = Task;
+    type Rewrite = Rewritten;
+    fn kind(&self) -> &PlanKind {
+        &self.kind
+    }
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+    fn label(&self) -> String {
+        format!("snapshot {}", self.snapshot.snapshot_id)
+    }
+    fn lineage_on(&self) -> bool {
+        true
+    }
 }
 
 /// How the first pending snapshot is emitted.
@@ -195,7 +194,7 @@ impl IcebergSource {
             .filter(|(i, id)| *i + 1 == n || md.snapshot(*id).is_none_or(|s| commits.ends_unit(md, s)))
             .map(|(_, id)| id)
             .collect();
-        if let Some(end) = self.opts.end_snapshot_id {
+        if let Some(end) = self.end {
             if let Some(i) = ids.iter().position(|id| *id == end) {
                 ids.truncate(i + 1);
             }
@@ -254,11 +253,7 @@ impl IcebergSource {
             splits,
             skipped,
         };
-        let mut plans = self.plans.lock();
-        if plans.len() > 64 {
-            plans.clear();
-        }
-        plans.insert((id, scan), Arc::new(plan));
+        self.plans.insert(&unit, plan);
         Ok(unit)
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::deletes::{applies, DeleteReader};
 use super::manifest::{Entry, SnapshotFiles, CONTENT_EQUALITY_DELETES};
 use super::metadata::{arrow_schema, Snapshot, TableMetadata};
-use super::monitor::{DiffPart, Plan, PlanKind, Task};
+use super::monitor::{DiffPart, Plan, PlanKind, Rewritten, Task};
 use super::reader::FileRange;
 use super::IcebergSource;
 use crate::source::{Op, SourceError};
@@ -57,9 +57,6 @@ impl<'a> DeleteIndex<'a> {
             .collect()
     }
 }
-
-/// A data file whose deletes a snapshot changed, with its deletes before and after.
-pub(super) type Rewritten = (FileRange, Vec<Entry>, Vec<Entry>);
 
 impl IcebergSource {
     /// The plan of a snapshot: a full scan of it (`scan`), or its own changes.
@@ -211,7 +208,7 @@ impl IcebergSource {
         let key: Vec<i32> = ischema
             .fields
             .iter()
-            .filter(|f| self.info.key_fields.contains(&f.name))
+            .filter(|f| self.env.info.key_fields.contains(&f.name))
             .map(|f| f.id)
             .collect();
         md.partition_follows(&key).map_err(|why| SourceError::Unreadable {
@@ -227,18 +224,15 @@ impl IcebergSource {
     pub(super) fn parts(&self, old: Vec<Task>, new: Vec<Task>, rewritten: Vec<Rewritten>) -> Vec<DiffPart> {
         if !self.by_partition {
             return vec![DiffPart {
-                partition: String::new(),
                 old,
                 new,
                 rewritten,
+                ..Default::default()
             }];
         }
         let mut by: std::collections::BTreeMap<String, DiffPart> = Default::default();
         fn part<'a>(by: &'a mut std::collections::BTreeMap<String, DiffPart>, p: &str) -> &'a mut DiffPart {
-            by.entry(p.to_string()).or_insert_with(|| DiffPart {
-                partition: p.to_string(),
-                ..Default::default()
-            })
+            by.entry(p.to_string()).or_insert_with(|| DiffPart::of(p.to_string()))
         }
         for t in old {
             part(&mut by, &t.0.file.partition.clone()).old.push(t);

@@ -95,10 +95,6 @@ pub fn read_range_at(
         });
     }
     let path = local(&f.path)?;
-    let pq = |e| SourceError::Parquet {
-        path: path.clone(),
-        source: e,
-    };
     let builder = crate::source::parquet(storage, &path)?;
     let file_schema = builder.schema().clone();
     let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
@@ -149,7 +145,7 @@ pub fn read_range_at(
         let read: Vec<(u64, u64)> = groups.iter().map(|g| (g.1, g.2)).collect();
         builder = builder.with_row_selection(crate::source::positions::selection(&read, p));
     }
-    let reader = builder.build().map_err(pq)?;
+    let reader = builder.build().map_err(SourceError::parquet(&path))?;
     let mut picked = positions.map(|p| p.iter().copied());
     for b in reader {
         let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;

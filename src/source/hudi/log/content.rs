@@ -153,10 +153,7 @@ pub fn parquet_block_batches(
     path: &Path,
     f: &mut dyn FnMut(RecordBatch) -> Result<bool, SourceError>,
 ) -> Result<(), SourceError> {
-    let perr = |source| SourceError::Parquet {
-        path: path.into(),
-        source,
-    };
+    let perr = |source| SourceError::parquet(path)(source);
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(block.bytes(path)?)
         .map_err(perr)?
         .with_batch_size(BATCH_RECORDS)
