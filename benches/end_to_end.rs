@@ -196,7 +196,7 @@ fn run_raw(label: &str, table: &Path, extra: &str, from: &str, count: u64) {
     let t = Instant::now();
     rt.block_on(async {
         let mut sink = lakestream::sink::TxnSink::start(
-            &cfg,
+            &cfg.sink(),
             false,
             lakestream::health::Health::new().task("bench", 0, Duration::MAX),
         )

@@ -184,7 +184,7 @@ fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, Exi
         }
     }
     for c in &out {
-        if let Err(e) = lakestream::sink::check_settings(c) {
+        if let Err(e) = lakestream::sink::check_settings(&c.sink()) {
             eprintln!("error: {}: {e}", c.file.display());
             return Err(ExitCode::from(2));
         }
@@ -320,7 +320,7 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
             }
         };
     }
-    match lakestream::source::open(c) {
+    match lakestream::source::open(&c.source()) {
         Ok(source) => {
             let info = source.info();
             println!(

@@ -8,6 +8,7 @@ mod delta;
 mod iceberg;
 mod keys;
 mod load;
+mod sections;
 mod values;
 
 use std::collections::BTreeMap;
@@ -18,6 +19,7 @@ use std::time::Duration;
 pub use delta::{DeltaOptions, DeltaStart};
 pub use iceberg::{IcebergOptions, StartingStrategy, TableLocation};
 pub use keys::{is_secret_key, Formats, KEYS};
+pub use sections::{SinkSettings, SourceSettings};
 use values::Validator;
 pub use values::{parse_duration, parse_size, Properties};
 

@@ -58,7 +58,7 @@ async fn replace(
     ids.sort();
     ids.dedup();
     for id in ids.iter().skip(1) {
-        crate::sink::fence(cfg, id).await?;
+        crate::sink::fence(&cfg.sink(), id).await?;
     }
     let mut records: Vec<(String, Option<Vec<u8>>)> = old
         .keys()
@@ -72,7 +72,7 @@ async fn replace(
         ));
     }
     // written under the first id, which init_transactions fences in the same step
-    crate::sink::write_offsets_records(cfg, &ids[0], records).await?;
+    crate::sink::write_offsets_records(&cfg.sink(), &ids[0], records).await?;
     Ok(old.len())
 }
 
@@ -163,13 +163,13 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
     if let Some(catalog) = cfg.iceberg.as_ref().and_then(|i| i.catalog_summary()) {
         lines.push(format!("catalog: {catalog}: table found"));
     }
-    crate::sink::reach(cfg).await?;
+    crate::sink::reach(&cfg.sink()).await?;
     lines.push(format!(
         "kafka: {} accepted the connector's {}",
         cfg.kafka.bootstrap_servers,
-        crate::sink::login(cfg)
+        crate::sink::login(&cfg.sink())
     ));
-    lines.extend(crate::sink::describe_topics(cfg).await?);
+    lines.extend(crate::sink::describe_topics(&cfg.sink()).await?);
     let c = cfg.clone();
     let stored = tokio::task::spawn_blocking(move || show_offsets(&c)).await.joined()?;
     lines.push(match stored {

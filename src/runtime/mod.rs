@@ -128,7 +128,7 @@ async fn run_inner(
     let (mut source, (early_sink, stable)) = if single {
         let early = async {
             // (one task's ids do not depend on how tasks divide the table)
-            let sink = opts.cluster.start(&cfg, false, health.clone()).await?;
+            let sink = opts.cluster.start(&cfg.sink(), false, health.clone()).await?;
             let stable = tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?;
             Ok::<_, RuntimeError>((Some(sink), Some(stable)))
         };
@@ -141,7 +141,7 @@ async fn run_inner(
     let by_partition = ownership == Ownership::Partition;
     let sink = match early_sink {
         Some(sink) => sink,
-        None => opts.cluster.start(&cfg, by_partition, health.clone()).await?,
+        None => opts.cluster.start(&cfg.sink(), by_partition, health.clone()).await?,
     };
     let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, ownership, &source, stable).await?;
     if release {
@@ -250,7 +250,7 @@ fn encoder_for(cfg: &ConnectorConfig, table: crate::source::TableInfo) -> Result
 /// [`crate::source::open`] on a blocking thread.
 pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn Source>, SourceError> {
     let c = cfg.clone();
-    tokio::task::spawn_blocking(move || crate::source::open(&c))
+    tokio::task::spawn_blocking(move || crate::source::open(&c.source()))
         .await
         .joined()
 }

@@ -29,7 +29,7 @@ pub(super) async fn ride_out(
     // (when this outage began, the next wait)
     let mut outage: Option<(Instant, Duration)> = None;
     // a wrong address fails at start, naming it; once running, an outage is ridden out
-    opts.cluster.reach(cfg).await?;
+    opts.cluster.reach(&cfg.sink()).await?;
     // a transaction that failed, for the next attempt to resolve, and failed ones still watched
     let mut unsettled = super::resume::Unsettled::default();
     // with idle.release, every run after this instance's first takes back a producer it released,

@@ -25,7 +25,7 @@ pub(super) async fn resolve_unknown_outcome(
     cfg: &ConnectorConfig,
     trace: TxnTrace,
 ) -> Result<Option<SentRecords>, RuntimeError> {
-    let (cl, c) = (cluster.clone(), cfg.clone());
+    let (cl, c) = (cluster.clone(), cfg.sink());
     let t = trace.clone();
     let seen = tokio::task::spawn_blocking(move || -> Result<_, RuntimeError> {
         let position = match &t.position {
@@ -159,7 +159,7 @@ async fn find_sent(
     cfg: &ConnectorConfig,
     sent: &SentRecords,
 ) -> Result<Vec<(i32, i64)>, RuntimeError> {
-    let (cl, c, s) = (cluster.clone(), cfg.clone(), sent.clone());
+    let (cl, c, s) = (cluster.clone(), cfg.sink(), sent.clone());
     Ok(tokio::task::spawn_blocking(move || cl.find_sent(&c, &s))
         .await
         .joined()?)

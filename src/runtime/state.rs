@@ -226,7 +226,7 @@ pub fn read_offsets_matching(
     to: crate::sink::ReadTo,
 ) -> Result<HashMap<Vec<u8>, Offsets>, RuntimeError> {
     let mut out = HashMap::new();
-    for (key, r) in cluster.read_offsets(cfg, want, to)? {
+    for (key, r) in cluster.read_offsets(&cfg.sink(), want, to)? {
         let o = parse_record(&r.value).map_err(|e| {
             RuntimeError::Position(format!(
                 "offsets record of `{}` at partition {} offset {} is not a lakestream position ({e}); it was not \

@@ -367,7 +367,7 @@ pub(crate) async fn resume_state(
             for j in 0..old.tasks {
                 let id = cfg.transactional_id_for(old.tasks, j, old.ownership == Ownership::Partition);
                 if id != cfg.transactional_id(ownership == Ownership::Partition) {
-                    cluster.fence(cfg, &id).await?;
+                    cluster.fence(&cfg.sink(), &id).await?;
                 }
             }
             e + 1

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 use rdkafka::ClientConfig;
 
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 
 /// Every client connects to the brokers it learns of at once. With librdkafka's sparse
 /// connections (its default) a fresh client connects lazily, paced by suppression timers:
@@ -29,11 +29,7 @@ pub(super) fn close_detached<T: Send + 'static>(client: T) {
 
 /// A transactional producer's settings: ours, then `defaults`, then the user's
 /// `producer.override.*` (which win).
-pub(super) fn producer_config(
-    cfg: &ConnectorConfig,
-    transactional_id: &str,
-    defaults: &[(&str, &str)],
-) -> ClientConfig {
+pub(super) fn producer_config(cfg: &SinkSettings, transactional_id: &str, defaults: &[(&str, &str)]) -> ClientConfig {
     let mut pc = ClientConfig::new();
     pc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
         .set("socket.nagle.disable", "true")
@@ -60,7 +56,7 @@ pub(super) fn producer_config(
 /// A client of the connector's cluster (admin, probe): `bootstrap.servers` and the security
 /// settings of `producer.override.*`, which every client needs, and its sparse-connection choice
 /// ([`SPARSE`]).
-pub(super) fn client_config(cfg: &ConnectorConfig) -> ClientConfig {
+pub(super) fn client_config(cfg: &SinkSettings) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &cfg.kafka.bootstrap_servers)
         .set("socket.nagle.disable", "true")
@@ -86,9 +82,9 @@ fn is_client_security_key(k: &str) -> bool {
 /// Check the producer's settings as librdkafka will take them (`producer.override.*` typos,
 /// values out of range), without creating a client: `validate` and `run` refuse them at start
 /// instead of failing when the first producer is created.
-pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
+pub fn check_settings(cfg: &SinkSettings) -> Result<(), String> {
     super::oauth::TokenSource::of_connector(cfg)?;
-    producer_config(cfg, &cfg.transactional_id(false), &[])
+    producer_config(cfg, cfg.transactional_id(false), &[])
         .create_native_config()
         .map(drop)
         .map_err(|e| match e {
@@ -98,6 +94,6 @@ pub fn check_settings(cfg: &ConnectorConfig) -> Result<(), String> {
 }
 
 /// How long a transaction call (init, commit, abort) may block.
-pub(super) fn txn_call_timeout(cfg: &ConnectorConfig) -> Duration {
+pub(super) fn txn_call_timeout(cfg: &SinkSettings) -> Duration {
     Duration::from_millis(cfg.kafka.transaction_timeout_ms.max(10_000))
 }

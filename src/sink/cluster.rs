@@ -12,7 +12,7 @@ use super::offsets::{ReadTo, StoredRecord};
 use super::sent::SentRecords;
 use super::SinkError;
 use crate::changelog::KafkaRecord;
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 use crate::health::TaskHealthHandle;
 
 /// A task's transactional sink: records are queued into the open transaction (one begins with
@@ -55,12 +55,12 @@ pub struct TxnTrace {
 /// The cluster a connector writes to.
 pub trait Cluster: Send + Sync {
     /// Wait until the cluster answers (or fail after `bootstrap.timeout.ms`, naming why).
-    fn reach<'a>(&'a self, cfg: &'a ConnectorConfig) -> BoxFuture<'a, Result<(), SinkError>>;
+    fn reach<'a>(&'a self, cfg: &'a SinkSettings) -> BoxFuture<'a, Result<(), SinkError>>;
     /// Create the topics if missing and start the task's sink, fencing any older instance of it
     /// and aborting what it left open.
     fn start<'a>(
         &'a self,
-        cfg: &'a ConnectorConfig,
+        cfg: &'a SinkSettings,
         by_partition: bool,
         health: TaskHealthHandle,
     ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>>;
@@ -68,19 +68,18 @@ pub trait Cluster: Send + Sync {
     /// (read_committed, to its end; a tombstone forgets its key). Blocking.
     fn read_offsets(
         &self,
-        cfg: &ConnectorConfig,
+        cfg: &SinkSettings,
         want: &dyn Fn(&[u8]) -> bool,
         to: ReadTo,
     ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError>;
     /// Fence `transactional_id` so a zombie holding it can no longer commit.
-    fn fence<'a>(&'a self, cfg: &'a ConnectorConfig, transactional_id: &'a str)
-        -> BoxFuture<'a, Result<(), SinkError>>;
+    fn fence<'a>(&'a self, cfg: &'a SinkSettings, transactional_id: &'a str) -> BoxFuture<'a, Result<(), SinkError>>;
     /// Whether the record at `offset` is committed: read_committed, once the transactions below
     /// it are settled (fails when they are not within a minute). Blocking.
-    fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError>;
+    fn committed_at(&self, cfg: &SinkSettings, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError>;
     /// Where records of `sent` are visible (read_committed, from its floors to the end the
     /// topic has now, once settled): (partition, offset) of each. Blocking.
-    fn find_sent(&self, cfg: &ConnectorConfig, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError>;
+    fn find_sent(&self, cfg: &SinkSettings, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError>;
 }
 
 /// The Kafka cluster named by the connector's `bootstrap.servers`.
@@ -88,13 +87,13 @@ pub trait Cluster: Send + Sync {
 pub struct Kafka;
 
 impl Cluster for Kafka {
-    fn reach<'a>(&'a self, cfg: &'a ConnectorConfig) -> BoxFuture<'a, Result<(), SinkError>> {
+    fn reach<'a>(&'a self, cfg: &'a SinkSettings) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(super::reach(cfg))
     }
 
     fn start<'a>(
         &'a self,
-        cfg: &'a ConnectorConfig,
+        cfg: &'a SinkSettings,
         by_partition: bool,
         health: TaskHealthHandle,
     ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>> {
@@ -103,26 +102,22 @@ impl Cluster for Kafka {
 
     fn read_offsets(
         &self,
-        cfg: &ConnectorConfig,
+        cfg: &SinkSettings,
         want: &dyn Fn(&[u8]) -> bool,
         to: ReadTo,
     ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {
         super::offsets::read_records_matching(cfg, want, to)
     }
 
-    fn fence<'a>(
-        &'a self,
-        cfg: &'a ConnectorConfig,
-        transactional_id: &'a str,
-    ) -> BoxFuture<'a, Result<(), SinkError>> {
+    fn fence<'a>(&'a self, cfg: &'a SinkSettings, transactional_id: &'a str) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(super::fence(cfg, transactional_id))
     }
 
-    fn committed_at(&self, cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
+    fn committed_at(&self, cfg: &SinkSettings, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
         super::scan::committed_at(cfg, topic, partition, offset)
     }
 
-    fn find_sent(&self, cfg: &ConnectorConfig, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
+    fn find_sent(&self, cfg: &SinkSettings, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
         super::scan::find_sent(cfg, sent)
     }
 }

@@ -9,12 +9,12 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
 use super::client::{close_detached, producer_config, txn_call_timeout};
 use super::{blocking, classify, QuietContext, SinkError};
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 
 /// Write offsets records (`None`: a tombstone) in one transaction under `transactional_id`,
 /// whose `init_transactions` fences any producer still holding it (`offsets reset` / `set`).
 pub async fn write_offsets_records(
-    cfg: &ConnectorConfig,
+    cfg: &SinkSettings,
     transactional_id: &str,
     records: Vec<(String, Option<Vec<u8>>)>,
 ) -> Result<(), SinkError> {
@@ -45,7 +45,7 @@ pub async fn write_offsets_records(
 /// Fence a transactional id (of a previous generation of tasks): `init_transactions` under it
 /// bumps its epoch, so a zombie producer with that id can no longer commit, and aborts its open
 /// transaction.
-pub async fn fence(cfg: &ConnectorConfig, transactional_id: &str) -> Result<(), SinkError> {
+pub async fn fence(cfg: &SinkSettings, transactional_id: &str) -> Result<(), SinkError> {
     let pc = producer_config(cfg, transactional_id, &[]);
     let timeout = txn_call_timeout(cfg);
     let mut attempt = 0;

@@ -45,7 +45,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use polled::Polled;
 
 use crate::changelog::KafkaRecord;
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 use crate::error::Joined;
 use crate::health::TaskHealthHandle;
 use crate::metrics;
@@ -91,7 +91,7 @@ impl TxnSink {
     /// producer of this task and aborts the transaction it left open). The sink reports readiness
     /// and commits to `health`.
     /// `by_partition`: the task's generation divides the table by partition (its ids say so).
-    pub async fn start(cfg: &ConnectorConfig, by_partition: bool, health: TaskHealthHandle) -> Result<Self, SinkError> {
+    pub async fn start(cfg: &SinkSettings, by_partition: bool, health: TaskHealthHandle) -> Result<Self, SinkError> {
         // the topics are created while the producer initialises: neither needs the other (on
         // Kafka each takes 0.1-0.2 s of every start)
         let (_, producer) = tokio::try_join!(ensure_topics(cfg), Self::init_producer(cfg, by_partition))?;
@@ -102,24 +102,24 @@ impl TxnSink {
             producer,
             topic: cfg.kafka.topic.clone(),
             offsets_topic: cfg.kafka.offsets_topic.clone(),
-            offsets_key: cfg.offsets_key(by_partition),
+            offsets_key: cfg.offsets_key(by_partition).to_string(),
             in_txn: false,
             txn_records: 0,
             txn_started: None,
             timeout: txn_call_timeout(cfg),
             txn_timeout: Duration::from_millis(cfg.kafka.transaction_timeout_ms),
             health,
-            txn_topic: cfg.transaction_topic(),
+            txn_topic: cfg.transaction_topic.clone(),
             unknown: None,
             sent,
             connector: cfg.name.clone(),
-            task: cfg.runtime.task_id.to_string(),
+            task: cfg.task_id.to_string(),
         })
     }
 
     /// The task's transactional producer, initialised.
-    async fn init_producer(cfg: &ConnectorConfig, by_partition: bool) -> Result<Arc<Polled<StatsContext>>, SinkError> {
-        let id = cfg.transactional_id(by_partition);
+    async fn init_producer(cfg: &SinkSettings, by_partition: bool) -> Result<Arc<Polled<StatsContext>>, SinkError> {
+        let id = cfg.transactional_id(by_partition).to_string();
         let pc = producer_config(
             cfg,
             &id,
@@ -139,8 +139,8 @@ impl TxnSink {
         );
         let ctx = StatsContext {
             connector: cfg.name.clone(),
-            task: cfg.runtime.task_id.to_string(),
-            client: format!("task {}", cfg.runtime.task_id),
+            task: cfg.task_id.to_string(),
+            client: format!("task {}", cfg.task_id),
             last: Default::default(),
             quiet: Default::default(),
             offsets_topic: cfg.kafka.offsets_topic.clone(),

@@ -68,7 +68,7 @@ fn method(overrides: &BTreeMap<String, String>) -> Option<&'static str> {
 
 impl TokenSource {
     /// The token source of a connector's settings.
-    pub fn of_connector(cfg: &crate::config::ConnectorConfig) -> Result<TokenSource, String> {
+    pub fn of_connector(cfg: &crate::config::SinkSettings) -> Result<TokenSource, String> {
         Self::of(&cfg.kafka.producer_overrides, &cfg.kafka.bootstrap_servers)
     }
 
@@ -166,7 +166,7 @@ fn is_oauthbearer(overrides: &BTreeMap<String, String>) -> bool {
 /// threads poll every 100 ms); the others are short-lived and live on the first.
 pub(super) fn seed<C: rdkafka::client::ClientContext + WithTokens>(
     client: &rdkafka::client::Client<C>,
-    cfg: &crate::config::ConnectorConfig,
+    cfg: &crate::config::SinkSettings,
 ) -> Result<(), String> {
     let overrides = &cfg.kafka.producer_overrides;
     if !is_oauthbearer(overrides) {
@@ -210,7 +210,7 @@ pub(super) fn seed<C: rdkafka::client::ClientContext + WithTokens>(
 /// failure naming the bootstrap servers (and, in `why`, the token endpoint and its answer).
 pub(super) fn seeded<C: rdkafka::client::ClientContext + WithTokens>(
     client: &rdkafka::client::Client<C>,
-    cfg: &crate::config::ConnectorConfig,
+    cfg: &crate::config::SinkSettings,
 ) -> Result<(), super::SinkError> {
     seed(client, cfg).map_err(|why| {
         super::SinkError::Authentication(format!(

@@ -35,7 +35,7 @@ pub enum ReadTo {
 /// The latest committed value of every key `want` accepts in the connector's offsets topic
 /// (read_committed, to the end; a tombstone forgets the key).
 pub fn read_records_matching(
-    connector: &crate::config::ConnectorConfig,
+    connector: &crate::config::SinkSettings,
     want: &dyn Fn(&[u8]) -> bool,
     to: ReadTo,
 ) -> Result<std::collections::HashMap<Vec<u8>, StoredRecord>, SinkError> {

@@ -88,7 +88,7 @@ pub struct QuietContext {
 }
 
 impl QuietContext {
-    pub fn new(cfg: &crate::config::ConnectorConfig, client: &'static str) -> Self {
+    pub fn new(cfg: &crate::config::SinkSettings, client: &'static str) -> Self {
         Self {
             connector: cfg.name.clone(),
             client,

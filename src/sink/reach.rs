@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{BaseProducer, Producer};
 
 use super::SinkError;
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 use crate::error::Joined;
 
 /// `host:port` of each bootstrap address (a `PROTOCOL://` prefix dropped).
@@ -53,7 +53,7 @@ async fn connect(addr: &str, wait: Duration) -> Option<String> {
 
 /// Wait until one bootstrap address accepts connections and the cluster answers a metadata
 /// request, or fail after `bootstrap.timeout.ms` naming every address and its cause.
-pub async fn reach(cfg: &ConnectorConfig) -> Result<(), SinkError> {
+pub async fn reach(cfg: &SinkSettings) -> Result<(), SinkError> {
     let deadline = Instant::now() + cfg.kafka.bootstrap_timeout;
     let addrs = addresses(&cfg.kafka.bootstrap_servers);
     let each = |causes: Vec<Option<String>>| -> String {
@@ -129,7 +129,7 @@ enum Probe {
 }
 
 /// The login the connector's settings ask for, as an operator names it: `SASL_SSL / SCRAM-SHA-512`.
-pub fn login(cfg: &ConnectorConfig) -> String {
+pub fn login(cfg: &SinkSettings) -> String {
     let get = |k: &str| cfg.kafka.producer_overrides.get(k).cloned();
     let protocol = get("security.protocol").unwrap_or_else(|| "PLAINTEXT".into());
     match (
@@ -144,15 +144,15 @@ pub fn login(cfg: &ConnectorConfig) -> String {
 
 /// The connector's topics as the cluster has them (partitions, cleanup policy, retention), or
 /// absent (created at the first run), for `validate --online`.
-pub async fn describe_topics(cfg: &ConnectorConfig) -> Result<Vec<String>, SinkError> {
+pub async fn describe_topics(cfg: &SinkSettings) -> Result<Vec<String>, SinkError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: AdminClient<super::QuietContext> = super::client_config(cfg)
         .create_with_context(super::QuietContext::new(cfg, "admin"))
         .map_err(|e| SinkError::kafka("admin client", e))?;
     super::oauth::seeded(admin.inner(), cfg)?;
     let mut names = vec![cfg.kafka.topic.clone(), cfg.kafka.offsets_topic.clone()];
-    if cfg.events.txn_metadata {
-        names.push(cfg.transaction_topic());
+    if cfg.txn_metadata {
+        names.push(cfg.transaction_topic.clone());
     }
     let md = admin
         .inner()

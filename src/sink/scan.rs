@@ -13,7 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::SinkError;
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 
 /// One committed record.
 pub struct TopicRecord<'a> {
@@ -36,7 +36,7 @@ impl TopicRead {
     }
 }
 
-fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
+fn consumer(cfg: &SinkSettings) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
     let mut cc = super::client_config(cfg);
     cc.set("group.id", format!("lakestream-verify-{}", cfg.name))
         .set("enable.auto.commit", "false")
@@ -64,7 +64,7 @@ fn consumer(cfg: &ConnectorConfig) -> Result<BaseConsumer<super::QuietContext>, 
 }
 
 /// The (low, high) watermarks of every partition of `topic` (an absent topic: none).
-pub fn watermarks(cfg: &ConnectorConfig, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
+pub fn watermarks(cfg: &SinkSettings, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
     watermarks_with(consumer(cfg)?.client(), topic, Duration::from_secs(30))
 }
 
@@ -128,7 +128,7 @@ pub(super) fn position(c: &BaseConsumer<super::QuietContext>, topic: &str, p: i3
 /// to `f` (which may stop the read with an error of its own). `progress` is called about every
 /// 10 s with the records read so far.
 pub fn read_to_end<E: From<SinkError>>(
-    cfg: &ConnectorConfig,
+    cfg: &SinkSettings,
     topic: &str,
     ends: &HashMap<i32, (i64, i64)>,
     f: &mut dyn FnMut(TopicRecord<'_>) -> Result<(), E>,
@@ -139,7 +139,7 @@ pub fn read_to_end<E: From<SinkError>>(
 
 /// [`read_to_end`] from the offsets in `from` (a partition not in it: from its beginning).
 pub fn read_from<E: From<SinkError>>(
-    cfg: &ConnectorConfig,
+    cfg: &SinkSettings,
     topic: &str,
     from: &HashMap<i32, i64>,
     ends: &HashMap<i32, (i64, i64)>,
@@ -262,7 +262,7 @@ fn early(offset: i64) -> i64 {
 /// first record seen is it (committed) or a later one (it was aborted: the reader skips it). An
 /// end of partition below it means its transaction is not settled yet: asked again for up to a
 /// minute.
-pub fn committed_at(cfg: &ConnectorConfig, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
+pub fn committed_at(cfg: &SinkSettings, topic: &str, partition: i32, offset: i64) -> Result<bool, SinkError> {
     let c = consumer(cfg)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(early(offset)))
@@ -291,7 +291,7 @@ pub fn committed_at(cfg: &ConnectorConfig, topic: &str, partition: i32, offset: 
 /// Where records of `sent` are visible: its topic read_committed from its floors to the end each
 /// partition has now (settled: an open transaction below that end is waited for, as in
 /// [`read_to_end`]), every non-tombstone record fingerprinted.
-pub fn find_sent(cfg: &ConnectorConfig, sent: &super::SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
+pub fn find_sent(cfg: &SinkSettings, sent: &super::SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
     let ends = watermarks(cfg, &sent.topic)?;
     let from: HashMap<i32, i64> = sent.floors.iter().map(|(p, o)| (*p, early(*o))).collect();
     let mut found = Vec::new();

@@ -84,6 +84,7 @@ fn sparse_connections_are_off_unless_overridden_for_every_client() {
         crate::config::load_connector(&file, 0).unwrap()
     };
     let sparse = |cfg: &crate::config::ConnectorConfig| {
+        let cfg = &cfg.sink();
         let p = super::producer_config(cfg, "id", &[]);
         let c = super::client_config(cfg);
         (

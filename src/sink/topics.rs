@@ -7,9 +7,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::{client_config, QuietContext, SinkError};
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 
-pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError> {
+pub(super) async fn ensure_topics(cfg: &SinkSettings) -> Result<(), SinkError> {
     let admin: AdminClient<QuietContext> = client_config(cfg)
         .create_with_context(QuietContext::new(cfg, "admin"))
         .map_err(|e| SinkError::kafka("admin client", e))?;
@@ -19,9 +19,9 @@ pub(super) async fn ensure_topics(cfg: &ConnectorConfig) -> Result<(), SinkError
     res
 }
 
-async fn create_missing(admin: &AdminClient<QuietContext>, cfg: &ConnectorConfig) -> Result<(), SinkError> {
+async fn create_missing(admin: &AdminClient<QuietContext>, cfg: &SinkSettings) -> Result<(), SinkError> {
     let compact = [("cleanup.policy", "compact")];
-    let txn_topic = cfg.transaction_topic();
+    let txn_topic = cfg.transaction_topic.clone();
     let mut topics = vec![
         NewTopic::new(
             &cfg.kafka.offsets_topic,
@@ -35,7 +35,7 @@ async fn create_missing(admin: &AdminClient<QuietContext>, cfg: &ConnectorConfig
             TopicReplication::Fixed(cfg.kafka.replication_factor),
         ),
     ];
-    if cfg.events.txn_metadata {
+    if cfg.txn_metadata {
         // one partition: BEGIN and END of every commit in order
         topics.push(NewTopic::new(
             &txn_topic,

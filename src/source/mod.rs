@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
 /// opens it too, so a table that does not fit the settings fails there.
-pub fn open(cfg: &crate::config::ConnectorConfig) -> Result<std::sync::Arc<dyn Source>, SourceError> {
+pub fn open(cfg: &crate::config::SourceSettings) -> Result<std::sync::Arc<dyn Source>, SourceError> {
     // the connector's own storage handle: its `s3.*` settings and clients, used by every read
     let requests = crate::storage::requests::Requests::new(|op| {
         crate::metrics::STORAGE_REQUESTS.with_label_values(&[cfg.name.as_str(), op.label()])
@@ -97,13 +97,13 @@ impl Ownership {
     /// The scheme a table gets: `proof` is `Ok` when the table shows a row's identity cannot
     /// leave its partition, else why not. Logged once, at open.
     pub fn decide(
-        cfg: &crate::config::ConnectorConfig,
+        cfg: &crate::config::SourceSettings,
         table: &str,
         partitioned: bool,
         proof: Result<(), String>,
     ) -> Ownership {
         use crate::config::TaskOwnership as C;
-        let (choice, many) = (cfg.runtime.ownership, cfg.runtime.tasks > 1);
+        let (choice, many) = (cfg.ownership, cfg.tasks > 1);
         let chosen = match (choice, partitioned, &proof) {
             (C::Key, ..) => Ownership::Key,
             (_, false, _) => Ownership::Key,

@@ -167,7 +167,7 @@ pub struct ReadEnv {
 }
 
 impl ReadEnv {
-    pub fn new(cfg: &crate::config::ConnectorConfig, info: TableInfo) -> Self {
+    pub fn new(cfg: &crate::config::SourceSettings, info: TableInfo) -> Self {
         Self {
             info,
             threads: super::par::default_threads(),

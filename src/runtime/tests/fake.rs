@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::changelog::KafkaRecord;
-use crate::config::ConnectorConfig;
+use crate::config::SinkSettings;
 use crate::health::TaskHealthHandle;
 use crate::sink::{fingerprint, Cluster, SentRecords, Sink, SinkError, StoredRecord, TxnTrace};
 
@@ -202,17 +202,17 @@ impl Sink for FakeSink {
 }
 
 impl Cluster for FakeCluster {
-    fn reach<'a>(&'a self, _: &'a ConnectorConfig) -> BoxFuture<'a, Result<(), SinkError>> {
+    fn reach<'a>(&'a self, _: &'a SinkSettings) -> BoxFuture<'a, Result<(), SinkError>> {
         Box::pin(async { Ok(()) })
     }
 
     fn start<'a>(
         &'a self,
-        cfg: &'a ConnectorConfig,
+        cfg: &'a SinkSettings,
         by_partition: bool,
         health: TaskHealthHandle,
     ) -> BoxFuture<'a, Result<Box<dyn Sink>, SinkError>> {
-        let id = cfg.transactional_id(by_partition);
+        let id = cfg.transactional_id(by_partition).to_string();
         let epoch = self.bump(&id);
         health.set_ready(true);
         Box::pin(async move {
@@ -221,8 +221,11 @@ impl Cluster for FakeCluster {
                 id,
                 epoch,
                 topic: cfg.kafka.topic.clone(),
-                txn_topic: cfg.transaction_topic(),
-                offsets: (cfg.kafka.offsets_topic.clone(), cfg.offsets_key(by_partition)),
+                txn_topic: cfg.transaction_topic.clone(),
+                offsets: (
+                    cfg.kafka.offsets_topic.clone(),
+                    cfg.offsets_key(by_partition).to_string(),
+                ),
                 open: Vec::new(),
                 records: 0,
                 started: None,
@@ -233,7 +236,7 @@ impl Cluster for FakeCluster {
 
     fn read_offsets(
         &self,
-        cfg: &ConnectorConfig,
+        cfg: &SinkSettings,
         want: &dyn Fn(&[u8]) -> bool,
         _to: crate::sink::ReadTo,
     ) -> Result<HashMap<Vec<u8>, StoredRecord>, SinkError> {
@@ -257,16 +260,16 @@ impl Cluster for FakeCluster {
         Ok(latest)
     }
 
-    fn fence<'a>(&'a self, _: &'a ConnectorConfig, id: &'a str) -> BoxFuture<'a, Result<(), SinkError>> {
+    fn fence<'a>(&'a self, _: &'a SinkSettings, id: &'a str) -> BoxFuture<'a, Result<(), SinkError>> {
         self.bump(id);
         Box::pin(async { Ok(()) })
     }
 
-    fn committed_at(&self, _: &ConnectorConfig, topic: &str, _: i32, offset: i64) -> Result<bool, SinkError> {
+    fn committed_at(&self, _: &SinkSettings, topic: &str, _: i32, offset: i64) -> Result<bool, SinkError> {
         Ok(self.lock().log.get(offset as usize).is_some_and(|(t, ..)| t == topic))
     }
 
-    fn find_sent(&self, _: &ConnectorConfig, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
+    fn find_sent(&self, _: &SinkSettings, sent: &SentRecords) -> Result<Vec<(i32, i64)>, SinkError> {
         let b = self.lock();
         let from = (sent.floors.first().map_or(0, |f| f.1) as usize).min(b.log.len());
         Ok(b.log[from..]

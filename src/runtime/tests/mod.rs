@@ -200,7 +200,7 @@ fn assert_same(got: &HashMap<Vec<u8>, Vec<String>>, want: &HashMap<Vec<u8>, Vec<
 /// The latest offsets record's in-flight unit (whether the stop left a unit half emitted).
 fn stopped_mid_unit(cluster: &FakeCluster, cfg: &ConnectorConfig) -> bool {
     let all = cluster
-        .read_offsets(cfg, &|_| true, crate::sink::ReadTo::Settled)
+        .read_offsets(&cfg.sink(), &|_| true, crate::sink::ReadTo::Settled)
         .unwrap();
     all.values().any(|r| {
         serde_json::from_slice::<super::state::Offsets>(&r.value)

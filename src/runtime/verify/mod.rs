@@ -171,7 +171,7 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
     let target = blocking(move || target(&c, s.as_ref(), at.as_deref())).await?;
     let (s, p) = (source.clone(), target.position.clone());
     let unit = blocking(move || s.unit_at(&p, true)).await?;
-    let (c, t) = (cfg.clone(), cfg.kafka.topic.clone());
+    let (c, t) = (cfg.sink(), cfg.kafka.topic.clone());
     // taken after the position was read: every record it accounts for is below them
     let ends = blocking(move || crate::sink::scan::watermarks(&c, &t)).await?;
     let expected: u64 = ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();

@@ -197,7 +197,7 @@ pub fn read(mut reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, Ve
             e => e,
         })
     };
-    let read = crate::sink::scan::read_to_end(cfg, &cfg.kafka.topic, &ends, &mut f, &mut |n| {
+    let read = crate::sink::scan::read_to_end(&cfg.sink(), &cfg.kafka.topic, &ends, &mut f, &mut |n| {
         gauge.set(n as f64);
         tracing::info!(connector = %cfg.name, records = n, seconds = started.elapsed().as_secs(), "verify: reading the topic");
     })?;

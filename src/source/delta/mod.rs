@@ -28,7 +28,7 @@ use self::log::{Commit, DeltaLog};
 use self::plan::{parse_version, Meta, Plan};
 use super::plan::{read_unit, PlanCache, ReadEnv};
 use super::{Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
-use crate::config::{ConnectorConfig, DeltaOptions};
+use crate::config::{DeltaOptions, SourceSettings};
 use crate::storage::Storage;
 
 pub struct DeltaSource {
@@ -47,7 +47,7 @@ pub struct DeltaSource {
 }
 
 impl DeltaSource {
-    pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
+    pub fn open(cfg: &SourceSettings, storage: Storage) -> Result<Self, SourceError> {
         let opts = cfg.delta.clone().ok_or_else(|| SourceError::Unsupported {
             message: "not a Delta connector".into(),
         })?;
@@ -107,7 +107,7 @@ impl DeltaSource {
                 ),
             });
         }
-        if cfg.events.required_columns {
+        if cfg.required_columns {
             me.env.info.required = schema
                 .arrow
                 .fields()

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use self::slice::MergeConfig;
 use self::timeline::{Instant, TableConfig};
 use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
-use crate::config::{ConnectorConfig, ReadConfig};
+use crate::config::{ReadConfig, SourceSettings};
 use crate::storage::Storage;
 
 /// The archived timeline as last read: (the oldest instant then on the active timeline, the
@@ -56,7 +56,7 @@ pub struct HudiSource {
 }
 
 impl HudiSource {
-    pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
+    pub fn open(cfg: &SourceSettings, storage: Storage) -> Result<Self, SourceError> {
         let table = TableConfig::load(storage, &cfg.table_path)?;
         let mut key_fields = table.key_fields.clone();
         if key_fields.is_empty() {
@@ -87,7 +87,7 @@ impl HudiSource {
         let ownership_from_key = movable.is_some()
             && by_path
             && cfg.read.key_partition_path.is_none()
-            && cfg.runtime.ownership == crate::config::TaskOwnership::Auto;
+            && cfg.ownership == crate::config::TaskOwnership::Auto;
         Ok(Self {
             ownership,
             ownership_from_key,
@@ -96,7 +96,7 @@ impl HudiSource {
                 key_fields,
                 connector: "hudi",
                 db: table.props.get("hoodie.database.name").cloned().unwrap_or_default(),
-                required: if cfg.events.required_columns {
+                required: if cfg.required_columns {
                     timeline::required_columns(&table)?
                 } else {
                     Vec::new()

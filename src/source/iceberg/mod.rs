@@ -29,7 +29,7 @@ use self::monitor::{First, Plan, Task};
 use self::reader::{keep, read_range};
 use super::plan::{read_unit, PlanCache, ReadEnv};
 use super::{Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
-use crate::config::{ConnectorConfig, IcebergOptions};
+use crate::config::{IcebergOptions, SourceSettings};
 use crate::storage::Storage;
 
 pub struct IcebergSource {
@@ -55,7 +55,7 @@ pub struct IcebergSource {
 }
 
 impl IcebergSource {
-    pub fn open(cfg: &ConnectorConfig, storage: Storage) -> Result<Self, SourceError> {
+    pub fn open(cfg: &SourceSettings, storage: Storage) -> Result<Self, SourceError> {
         let opts = cfg.iceberg.clone().ok_or_else(|| SourceError::Unsupported {
             message: "not an Iceberg connector".into(),
         })?;
@@ -89,7 +89,7 @@ impl IcebergSource {
                 | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
                 crate::config::TableLocation::Glue { database, .. } => database.clone(),
             },
-            required: if cfg.events.required_columns {
+            required: if cfg.required_columns {
                 schema
                     .fields
                     .iter()

@@ -208,7 +208,7 @@ impl Table {
         )
         .unwrap();
         let cfg = crate::config::load_connector(&file, 0).unwrap();
-        let src = crate::source::open(&cfg).unwrap();
+        let src = crate::source::open(&cfg.source()).unwrap();
         let units = src.poll(None).unwrap();
         assert!(units.len() == 1 && units[0].snapshot, "{units:?}");
         let keys: Vec<String> = (0..self.base.num_rows()).map(|k| self.key(k)).collect();
