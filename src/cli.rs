@@ -9,7 +9,7 @@ use lakestream::generate::GenerateOptions;
 #[command(
     name = "lakestream",
     version,
-    about = "Stream Hudi table changes into Kafka as Avro changelog events, exactly once"
+    about = "Stream Hudi, Iceberg and Delta Lake table changes into Kafka as Avro changelog events, exactly once"
 )]
 pub struct Cli {
     /// Log format.
