@@ -298,10 +298,10 @@ def test_an_oauth_token_that_expires_during_a_run_is_refreshed(env, registry, tm
                 if time.time() > deadline or proc.poll() is not None:
                     raise
                 time.sleep(1)
-        # tokens are renewed at ~80 % of their life (here 16, 24, 32, 40 s …): wait for two past
-        # the first lifetime rather than a fixed time, which left the second one to a race with
-        # the stop (CI: the fourth token was due 0.8 s before terminate); a connector that never
-        # renews still fails at the deadline
+        # tokens are renewed at ~80 % of their life (at ~0, 8, 17, 24 s …): wait for two past the
+        # first lifetime rather than a fixed 2.5 lifetimes, which left the second one racing the
+        # stop (a CI run: the token at 17 s counted, the next not issued before terminate at
+        # 25 s); a connector that never renews still fails at the deadline
         renewed_deadline = started + 4 * idp.life
         while time.time() < renewed_deadline and proc.poll() is None:
             if len([t for t in idp.times[before:] if t > started + idp.life]) >= 2:
