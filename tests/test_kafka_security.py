@@ -278,6 +278,11 @@ def test_an_oauth_token_that_expires_during_a_run_is_refreshed(env, registry, tm
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, secure_env, **settings)
     before = idp.issued
     started = time.time()
+
+    def renewed():
+        """The tokens issued after the first lifetime of the run."""
+        return [t for t in idp.times[before:] if t > started + idp.life]
+
     proc = subprocess.Popen([str(testkit.BIN), "run", str(props)], stderr=subprocess.PIPE, text=True)
     try:
         for inst in oracle["instants"][1:]:
@@ -303,15 +308,13 @@ def test_an_oauth_token_that_expires_during_a_run_is_refreshed(env, registry, tm
         # stop (a CI run: the token at 17 s counted, the next not issued before terminate at
         # 25 s); a connector that never renews still fails at the deadline
         renewed_deadline = started + 4 * idp.life
-        while time.time() < renewed_deadline and proc.poll() is None:
-            if len([t for t in idp.times[before:] if t > started + idp.life]) >= 2:
-                break
+        while time.time() < renewed_deadline and proc.poll() is None and len(renewed()) < 2:
             time.sleep(0.5)
         assert proc.poll() is None, "the connector stopped"
     finally:
         proc.terminate()
         err = proc.communicate(timeout=60)[1]
     took = time.time() - started
-    renewed = [t for t in idp.times[before:] if t > started + idp.life]
-    assert len(renewed) >= 2, f"{len(renewed)} tokens after the first lifetime in {took:.0f} s: not renewed\n{err[-3000:]}"
+    n = len(renewed())
+    assert n >= 2, f"{n} tokens after the first lifetime in {took:.0f} s: not renewed\n{err[-3000:]}"
     assert TokenEndpoint.SECRET not in err
