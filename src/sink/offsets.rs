@@ -67,15 +67,39 @@ pub fn read_records_matching(
     // Settled: the end is the high watermark taken now, not the first end-of-partition: read_committed
     // stops at the last stable offset, below a transaction still open (a commit of our own whose
     // outcome the broker has not settled yet). Reading past it only once it is settled is what
-    // keeps a restart from resuming at a position older than one already published.
+    // keeps a restart from resuming at a position older than one already published. The high
+    // watermark is asked through a read_uncommitted client: librdkafka asks ListOffsets with the
+    // client's isolation level, and read_committed answers the last stable offset, which on Kafka 4
+    // (KIP-890: markers written after the commit returned) can still stand before the last commit
+    // (an `offsets show` right after `run --once` read no record at all, seen in CI).
+    let uncommitted = match to {
+        ReadTo::Stable => None,
+        ReadTo::Settled => Some(
+            super::client_config(connector)
+                .set("group.id", "lakestream-offsets-reader")
+                .set("isolation.level", "read_uncommitted")
+                .create_with_context::<_, BaseConsumer<super::QuietContext>>(super::QuietContext::new(
+                    connector,
+                    "offsets watermarks",
+                ))
+                .map_err(|e| SinkError::kafka("offsets watermarks client", e))?,
+        ),
+    };
+    if let Some(c) = &uncommitted {
+        super::oauth::seeded(c.client(), connector)?;
+    }
     let mut ends = std::collections::HashMap::new();
     for p in &parts {
-        let (low, high) = super::scan::partition_watermarks(consumer.client(), topic, *p, Duration::from_secs(30))?;
+        let client = uncommitted.as_ref().unwrap_or(&consumer).client();
+        let (low, high) = super::scan::partition_watermarks(client, topic, *p, Duration::from_secs(30))?;
         // a partition holding nothing (a new connector's topic) is not read: assigning it and
         // fetching to its end cost every fresh start ~30 ms
         if high > low {
             ends.insert(*p, high);
         }
+    }
+    if let Some(c) = uncommitted {
+        super::client::close_detached(c);
     }
     let parts: Vec<i32> = parts.into_iter().filter(|p| ends.contains_key(p)).collect();
     if parts.is_empty() {
