@@ -2,6 +2,7 @@
 generated history, and the command line's contract (exit codes, messages, secrets)."""
 
 import subprocess
+import time
 import uuid
 
 import testkit
@@ -258,3 +259,39 @@ def test_offsets_reset_and_set_move_the_position_and_replay_stays_exact(env, reg
     again.apply(testkit.consume_all(env, topic)[before:])
     assert {e["op"] for e in again.events} == {"r"}
     testkit.compare(oracle, oracle["instants"][-1]["rows"], again, "after offsets reset")
+
+
+def test_offsets_show_waits_for_a_transaction_in_flight_on_the_offsets_topic(env, tmp_path):
+    """`offsets show` reads to the end once it is settled: a position committed by a transaction
+    that is still open when the read begins is shown, not the one before it. Before the fix the
+    read ended at the last stable offset (what a read_committed client's ListOffsets answers),
+    which stood before that transaction, and `show` printed the older record, here `null`."""
+    import json
+    import threading
+    from confluent_kafka import Producer
+    table = generate(tmp_path / "gen", "--rows", "50", "--partitions", "1", "--commits", "1")
+    topic = "offw-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    testkit.run_once(props)
+    key, value = testkit.offsets_records(env, "c-" + topic)[-1]
+    issued = json.loads(run("offsets", "show", props).stdout)["issued"]["instant"]
+    r = run("offsets", "reset", props, "--force")
+    assert r.returncode == 0, r.stderr
+    assert run("offsets", "show", props).stdout.strip() == "null"
+    # the position written again by a transaction of another producer, committed a second later
+    p = Producer({"bootstrap.servers": env.bootstrap, "transactional.id": "test-" + topic,
+                  "partitioner": "murmur2_random"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(env.offsets_topic, value, key)
+    p.flush(30)
+    shown = {}
+    reader = threading.Thread(target=lambda: shown.update(r=run("offsets", "show", props)))
+    reader.start()
+    time.sleep(1.0)
+    assert reader.is_alive(), "offsets show returned while a transaction below the end was open"
+    p.commit_transaction(30)
+    reader.join(60)
+    out = shown["r"]
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["issued"]["instant"] == issued, out.stdout
