@@ -74,20 +74,8 @@ pub fn read_records_matching(
     // (an `offsets show` right after `run --once` read no record at all, seen in CI).
     let uncommitted = match to {
         ReadTo::Stable => None,
-        ReadTo::Settled => Some(
-            super::client_config(connector)
-                .set("group.id", "lakestream-offsets-reader")
-                .set("isolation.level", "read_uncommitted")
-                .create_with_context::<_, BaseConsumer<super::QuietContext>>(super::QuietContext::new(
-                    connector,
-                    "offsets watermarks",
-                ))
-                .map_err(|e| SinkError::kafka("offsets watermarks client", e))?,
-        ),
+        ReadTo::Settled => Some(super::scan::high_watermarks_client(connector)?),
     };
-    if let Some(c) = &uncommitted {
-        super::oauth::seeded(c.client(), connector)?;
-    }
     let mut ends = std::collections::HashMap::new();
     for p in &parts {
         let client = uncommitted.as_ref().unwrap_or(&consumer).client();

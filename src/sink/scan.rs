@@ -63,9 +63,25 @@ fn consumer(cfg: &SinkSettings) -> Result<BaseConsumer<super::QuietContext>, Sin
     Ok(c)
 }
 
-/// The (low, high) watermarks of every partition of `topic` (an absent topic: none).
+/// The (low, high) watermarks of every partition of `topic` (an absent topic: none). The high
+/// watermark, not the last stable offset: librdkafka asks ListOffsets with the client's isolation
+/// level, so this asks through a read_uncommitted client; a read_committed one answers the last
+/// stable offset, which on Kafka 4 can stand before a transaction whose commit already returned
+/// (its markers come a moment later), and `verify` would miss the records of the position it read.
+/// [`read_to_end`] then waits at the end until it is settled.
 pub fn watermarks(cfg: &SinkSettings, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
-    watermarks_with(consumer(cfg)?.client(), topic, Duration::from_secs(30))
+    watermarks_with(high_watermarks_client(cfg)?.client(), topic, Duration::from_secs(30))
+}
+
+/// A client whose watermarks are the high ones (read_uncommitted: see [`watermarks`]).
+pub(super) fn high_watermarks_client(cfg: &SinkSettings) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
+    let c: BaseConsumer<super::QuietContext> = super::client_config(cfg)
+        .set("group.id", format!("lakestream-watermarks-{}", cfg.name))
+        .set("isolation.level", "read_uncommitted")
+        .create_with_context(super::QuietContext::new(cfg, "watermarks"))
+        .map_err(|e| SinkError::kafka("watermarks client", e))?;
+    super::oauth::seeded(c.client(), cfg)?;
+    Ok(c)
 }
 
 /// [`watermarks`] asked through a client of any kind (the sink asks through its producer's).
