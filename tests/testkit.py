@@ -302,6 +302,7 @@ def offsets_records(env, name):
                   "enable.partition.eof": True, "receive.message.max.bytes": 1_500_000_000})
     try:
         parts = sorted(c.list_topics(env.offsets_topic, timeout=10).topics[env.offsets_topic].partitions)
+        settled(env, c, env.offsets_topic, parts)  # a run that just exited: its last commit's markers
         c.assign([TopicPartition(env.offsets_topic, p, -2) for p in parts])
         eof, out = set(), []
         while len(eof) < len(parts):
