@@ -74,7 +74,7 @@ pub fn read_records_matching(
     // (an `offsets show` right after `run --once` read no record at all, seen in CI).
     let uncommitted = match to {
         ReadTo::Stable => None,
-        ReadTo::Settled => Some(super::scan::high_watermarks_client(connector)?),
+        ReadTo::Settled => Some(super::scan::high_watermarks_client(connector, false)?),
     };
     let mut ends = std::collections::HashMap::new();
     for p in &parts {

@@ -70,13 +70,27 @@ fn consumer(cfg: &SinkSettings) -> Result<BaseConsumer<super::QuietContext>, Sin
 /// (its markers come a moment later), and `verify` would miss the records of the position it read.
 /// [`read_to_end`] then waits at the end until it is settled.
 pub fn watermarks(cfg: &SinkSettings, topic: &str) -> Result<HashMap<i32, (i64, i64)>, SinkError> {
-    watermarks_with(high_watermarks_client(cfg)?.client(), topic, Duration::from_secs(30))
+    watermarks_with(
+        high_watermarks_client(cfg, true)?.client(),
+        topic,
+        Duration::from_secs(30),
+    )
 }
 
-/// A client whose watermarks are the high ones (read_uncommitted: see [`watermarks`]).
-pub(super) fn high_watermarks_client(cfg: &SinkSettings) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
-    let c: BaseConsumer<super::QuietContext> = super::client_config(cfg)
-        .set("group.id", format!("lakestream-watermarks-{}", cfg.name))
+/// A client whose watermarks are the high ones (read_uncommitted: see [`watermarks`]); with the
+/// user's `consumer.override.*` where it stands in for the verify reader.
+pub(super) fn high_watermarks_client(
+    cfg: &SinkSettings,
+    verify: bool,
+) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
+    let mut cc = super::client_config(cfg);
+    cc.set("group.id", format!("lakestream-watermarks-{}", cfg.name));
+    if verify {
+        for (k, v) in &cfg.kafka.consumer_overrides {
+            cc.set(k, v);
+        }
+    }
+    let c: BaseConsumer<super::QuietContext> = cc
         .set("isolation.level", "read_uncommitted")
         .create_with_context(super::QuietContext::new(cfg, "watermarks"))
         .map_err(|e| SinkError::kafka("watermarks client", e))?;
