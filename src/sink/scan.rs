@@ -51,16 +51,8 @@ fn consumer(cfg: &SinkSettings) -> Result<BaseConsumer<super::QuietContext>, Sin
         .set("queued.max.messages.kbytes", "16384")
         // read to the end: a fetch there must not wait Kafka's default 500 ms for more
         .set("fetch.wait.max.ms", "10");
-    for (k, v) in &cfg.kafka.consumer_overrides {
-        cc.set(k, v);
-    }
     // read_committed is what makes the audit exact
-    let c: BaseConsumer<super::QuietContext> = cc
-        .set("isolation.level", "read_committed")
-        .create_with_context(super::QuietContext::new(cfg, "verify reader"))
-        .map_err(|e| SinkError::kafka("verify consumer", e))?;
-    super::oauth::seeded(c.client(), cfg)?;
-    Ok(c)
+    create(cc, cfg, true, "read_committed", "verify reader")
 }
 
 /// The (low, high) watermarks of every partition of `topic` (an absent topic: none). The high
@@ -85,15 +77,27 @@ pub(super) fn high_watermarks_client(
 ) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
     let mut cc = super::client_config(cfg);
     cc.set("group.id", format!("lakestream-watermarks-{}", cfg.name));
-    if verify {
+    create(cc, cfg, verify, "read_uncommitted", "watermarks")
+}
+
+/// A consumer of `cc` at `isolation` (with the user's `consumer.override.*` where `overrides`),
+/// its token seeded; `label` names it in logs and errors.
+fn create(
+    mut cc: rdkafka::ClientConfig,
+    cfg: &SinkSettings,
+    overrides: bool,
+    isolation: &str,
+    label: &'static str,
+) -> Result<BaseConsumer<super::QuietContext>, SinkError> {
+    if overrides {
         for (k, v) in &cfg.kafka.consumer_overrides {
             cc.set(k, v);
         }
     }
     let c: BaseConsumer<super::QuietContext> = cc
-        .set("isolation.level", "read_uncommitted")
-        .create_with_context(super::QuietContext::new(cfg, "watermarks"))
-        .map_err(|e| SinkError::kafka("watermarks client", e))?;
+        .set("isolation.level", isolation)
+        .create_with_context(super::QuietContext::new(cfg, label))
+        .map_err(|e| SinkError::kafka(label, e))?;
     super::oauth::seeded(c.client(), cfg)?;
     Ok(c)
 }
