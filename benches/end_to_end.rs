@@ -132,8 +132,18 @@ fn run_case(label: &str, table: &Path, extra: &str) {
         .get_metric_with_label_values(&["bench"])
         .map(|c| c.get())
         .unwrap_or(0);
+    // the units alone (their reading to their last event): what a running connector pays per commit
+    let unit: f64 = metrics::UNIT_KINDS
+        .iter()
+        .filter_map(|k| {
+            metrics::UNIT_SECONDS
+                .get_metric_with_label_values(&["bench", "0", k])
+                .ok()
+        })
+        .map(|h| h.get_sample_sum())
+        .sum();
     println!(
-        "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB  read {:>6} MiB",
+        "{label:<58} {events:>9} events {rows:>9} rows read {secs:>6.2} s (units {unit:.2} s) {:>8.0} events/s  cpu {:>6.1} s  peak RSS {:>5.0} MiB  spilled {:>5} MiB  read {:>6} MiB",
         events as f64 / secs,
         cpu_seconds(),
         peak_rss_mib(),

@@ -148,6 +148,17 @@ metric!(
     )
 );
 metric!(
+    UNIT_SECONDS,
+    HistogramVec,
+    register_histogram_vec_with_registry!(
+        "lakestream_source_unit_duration_seconds",
+        "Time from the start of a unit's reading (in this run) to its last event produced, by kind (change, snapshot)",
+        &["connector", "task", "kind"],
+        vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 7200.0],
+        REGISTRY
+    )
+);
+metric!(
     VERIFY_LAST_SUCCESS,
     GaugeVec,
     register_gauge_vec_with_registry!(
@@ -426,6 +437,8 @@ metric!(
 /// `absent()` alerts see the first event).
 pub const OPS: &[&str] = &["r", "c", "u", "d", "tombstone"];
 pub const UNIT_OUTCOMES: &[&str] = &["emitted", "skipped", "snapshot"];
+/// The kinds of [`UNIT_SECONDS`]: a commit's change unit, a full scan.
+pub const UNIT_KINDS: &[&str] = &["change", "snapshot"];
 pub const SKIP_REASONS: &[&str] = &[
     "no_data_change",
     "compaction",
@@ -477,6 +490,9 @@ pub fn init_task(connector: &str, task: &str) {
     }
     for m in [&*TXN_RECORDS, &*TXN_SECONDS, &*OFFSET_COMMIT_SECONDS, &*POLL_SECONDS] {
         m.with_label_values(&[c, task]);
+    }
+    for kind in UNIT_KINDS {
+        UNIT_SECONDS.with_label_values(&[c, task, kind]);
     }
     LAG_SECONDS.with_label_values(&[c, task]).set(0.0);
     PENDING_UNITS.with_label_values(&[c]).set(0.0);

@@ -59,6 +59,8 @@ def test_series_exist_at_zero_and_a_caught_up_table_has_no_lag(env, registry, tm
             assert value(text, series) == 0, series
         assert value(text, f'lakestream_source_skipped_units_total{{{c},reason="start_at_latest"}}') == 1
         assert value(text, f'lakestream_source_skipped_units_total{{{c},reason="compaction"}}') == 0
+        for kind in ["change", "snapshot"]:  # nothing emitted: no unit timed yet
+            assert value(text, f'lakestream_source_unit_duration_seconds_count{{{c},kind="{kind}",task="0"}}') == 0
         # caught up on a table whose last commit is seconds old: no lag
         time.sleep(1.5)
         text = scrape(port, "lakestream_build_info")
@@ -125,6 +127,10 @@ def test_status_api_reports_each_connector_like_kafka_connect(env, registry, tmp
         text = requests.get(f"{url}/metrics", timeout=5).text
         assert f'lakestream_task_state{{connector="{bad}",state="failed",task="0"}} 1' in text
         assert f'lakestream_task_state{{connector="{good}",state="running",task="0"}} 1' in text
+        # the good connector's units (its full scan, then commits) are timed once each
+        timed = sum(value(text, f'lakestream_source_unit_duration_seconds_count{{connector="{good}",kind="{k}",task="0"}}')
+                    for k in ["change", "snapshot"])
+        assert timed >= 1, [l for l in text.splitlines() if "unit_duration" in l and good in l]
     finally:
         proc.terminate()
         proc.wait(timeout=60)

@@ -161,7 +161,7 @@ impl Task {
             // in the transaction that records the unit as issued
             self.sink.send_marker(&m.end(&e.txn_id, e.events, now_ms()))?;
         }
-        e.shown.finish(&e.name, unit);
+        e.shown.finish(&e.name, &e.task_label, unit);
         self.finish_unit(unit).await
     }
 

@@ -95,12 +95,17 @@ impl UnitProgress {
     }
 
     /// The unit is emitted (its position commits with the next transaction).
-    pub fn finish(&self, connector: &str, unit: &Unit) {
+    pub fn finish(&self, connector: &str, task: &str, unit: &Unit) {
         let e = |op: Op| self.events[op as usize];
+        let seconds = self.started.elapsed().as_secs_f64();
         tracing::info!(connector = %connector, instant = %unit.position.instant, snapshot = unit.snapshot, r = e(Op::Read), c = e(Op::Create),
             u = e(Op::Update), d = e(Op::Delete), tombstones = self.tombstones, rows_read = self.rows_read,
-            transactions = self.transactions + 1, seconds = (self.started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+            transactions = self.transactions + 1, seconds = (seconds * 100.0).round() / 100.0,
             "unit emitted");
+        let kind = metrics::UNIT_KINDS[usize::from(unit.snapshot)];
+        metrics::UNIT_SECONDS
+            .with_label_values(&[connector, task, kind])
+            .observe(seconds);
         if self.snapshot {
             metrics::SNAPSHOT_ETA.with_label_values(&[connector]).set(0.0);
         }
