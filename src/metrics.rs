@@ -439,6 +439,15 @@ pub const OPS: &[&str] = &["r", "c", "u", "d", "tombstone"];
 pub const UNIT_OUTCOMES: &[&str] = &["emitted", "skipped", "snapshot"];
 /// The kinds of [`UNIT_SECONDS`]: a commit's change unit, a full scan.
 pub const UNIT_KINDS: &[&str] = &["change", "snapshot"];
+
+/// A unit's [`UNIT_KINDS`] label.
+pub fn unit_kind(snapshot: bool) -> &'static str {
+    if snapshot {
+        "snapshot"
+    } else {
+        "change"
+    }
+}
 pub const SKIP_REASONS: &[&str] = &[
     "no_data_change",
     "compaction",

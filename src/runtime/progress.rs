@@ -102,9 +102,8 @@ impl UnitProgress {
             u = e(Op::Update), d = e(Op::Delete), tombstones = self.tombstones, rows_read = self.rows_read,
             transactions = self.transactions + 1, seconds = (seconds * 100.0).round() / 100.0,
             "unit emitted");
-        let kind = metrics::UNIT_KINDS[usize::from(unit.snapshot)];
         metrics::UNIT_SECONDS
-            .with_label_values(&[connector, task, kind])
+            .with_label_values(&[connector, task, metrics::unit_kind(self.snapshot)])
             .observe(seconds);
         if self.snapshot {
             metrics::SNAPSHOT_ETA.with_label_values(&[connector]).set(0.0);
