@@ -255,17 +255,18 @@ impl ChangelogEncoder {
                 .map_err(|e| ChangelogError::Schema(format!("generated schema invalid: {e}: {s}")))?;
         }
         // a keyless table's records have null keys: no key schema
-        let key_id = if self.keyless() {
-            0
-        } else {
-            self.registry
-                .register(&format!("{}-key", self.topic), &key.to_string())
-                .await?
-        };
-        let value_id = self
-            .registry
-            .register(&format!("{}-value", self.topic), &envelope.to_string())
-            .await?;
+        // (the two subjects registered at once: each is a round trip, on the first unit's path)
+        let key_subject = (!self.keyless()).then(|| (format!("{}-key", self.topic), key.to_string()));
+        let (value_subject, envelope) = (format!("{}-value", self.topic), envelope.to_string());
+        let (key_id, value_id) = tokio::try_join!(
+            async {
+                match &key_subject {
+                    Some((subject, key)) => self.registry.register(subject, key).await,
+                    None => Ok(0),
+                }
+            },
+            self.registry.register(&value_subject, &envelope)
+        )?;
         tracing::info!(topic = %self.topic, key_id, value_id, "schemas registered");
         let r = Arc::new(Registered {
             key_id,
