@@ -87,12 +87,6 @@ impl Task {
             metrics::SKIPPED.with_label_values(&[name.as_str(), why]).inc();
             return self.finish_unit(unit).await;
         }
-        if self.state.issued.is_none() && self.state.first.is_none() {
-            self.state.first = Some(FirstUnit {
-                unit: unit.position.clone(),
-                snapshot: unit.snapshot,
-            });
-        }
         let progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
         let (mut resume, read) = self.plan_read(unit, resumed.as_ref(), &progress);
         // the unit's share of the process's memory budget, held while it is read
@@ -113,6 +107,17 @@ impl Task {
                 tx.blocking_send(sc).map_err(|_| SourceError::Stopped)
             })
         });
+        if self.first_record {
+            // a new task's record, committed while the unit is read (as before the unit began:
+            // without it as the first one)
+            self.commit().await?;
+        }
+        if self.state.issued.is_none() && self.state.first.is_none() {
+            self.state.first = Some(FirstUnit {
+                unit: unit.position.clone(),
+                snapshot: unit.snapshot,
+            });
+        }
         let by_partition = self.cfg.runtime.tasks > 1 && self.ownership == Ownership::Partition;
         let finished = progress.values().filter(|p| p.done).count();
         let mut e = UnitEmit {
