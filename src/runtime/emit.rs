@@ -101,6 +101,9 @@ impl Task {
             .set(share.bytes().unwrap_or(self.cfg.read.memory_budget) as f64);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
         let (src, total) = (self.source.clone(), read.splits.len());
+        let finished = progress.values().filter(|p| p.done).count();
+        // the unit's time counts from here: its first read
+        let shown = UnitProgress::start(&name, unit, total, finished);
         let reader = tokio::task::spawn_blocking(move || {
             let _share = share;
             src.read_unit(&read, &resume, &mut |sc| {
@@ -119,10 +122,9 @@ impl Task {
             });
         }
         let by_partition = self.cfg.runtime.tasks > 1 && self.ownership == Ownership::Partition;
-        let finished = progress.values().filter(|p| p.done).count();
         let mut e = UnitEmit {
             unit,
-            shown: UnitProgress::start(&name, unit, total, finished),
+            shown,
             task_label: self.cfg.runtime.task_id.to_string(),
             progress,
             finished,
