@@ -9,13 +9,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::head::{self, Reading};
 use super::progress::UnitProgress;
 use super::state::{FirstUnit, InFlight, RowOwner, SplitProgress};
 use super::{metrics, now_ms, RuntimeError, Task};
 use crate::changelog::transaction::Markers;
 use crate::changelog::{KafkaRecord, SplitEncoder};
 use crate::error::Joined;
-use crate::source::{ChangeRow, Op, Ownership, Resume, SourceError, SplitChanges, Unit};
+use crate::source::{ChangeRow, Op, Ownership, Resume, SplitChanges, Unit};
 
 /// What one unit's emission carries from chunk to chunk.
 struct UnitEmit<'u> {
@@ -88,28 +89,19 @@ impl Task {
             return self.finish_unit(unit).await;
         }
         let progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
-        let (mut resume, read) = self.plan_read(unit, resumed.as_ref(), &progress);
-        // the unit's share of the process's memory budget, held while it is read
-        let share = self.opts.memory.take(self.cfg.read.memory_budget);
-        resume.budget = share.bytes();
-        if let Some(bytes) = share.bytes() {
-            tracing::info!(connector = %name, instant = %unit.position.instant, share_bytes = bytes,
-                process_held_bytes = self.opts.memory.held(), "unit memory share (run --memory-budget)");
-        }
-        metrics::MEMORY_SHARE
-            .with_label_values(&[name.as_str(), &self.cfg.runtime.task_id.to_string()])
-            .set(share.bytes().unwrap_or(self.cfg.read.memory_budget) as f64);
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<SplitChanges>(2);
-        let (src, total) = (self.source.clone(), read.splits.len());
+        let (resume, read) = self.plan_read(unit, resumed.as_ref(), &progress);
         let finished = progress.values().filter(|p| p.done).count();
-        // the unit's time counts from here: its first read
-        let shown = UnitProgress::start(&name, unit, total, finished);
-        let reader = tokio::task::spawn_blocking(move || {
-            let _share = share;
-            src.read_unit(&read, &resume, &mut |sc| {
-                tx.blocking_send(sc).map_err(|_| SourceError::Stopped)
-            })
-        });
+        let total = read.splits.len();
+        let head = match resumed {
+            None => self.head.as_mut().and_then(|h| h.take_reading(unit)),
+            Some(_) => None,
+        };
+        let Reading {
+            mut rx, reader, shown, ..
+        } = match head {
+            Some(r) => r,
+            None => head::read_from(&self.cfg, &self.opts, &self.source, &read, resume, finished),
+        };
         if self.first_record {
             // a new task's record, committed while the unit is read (as before the unit began:
             // without it as the first one)

@@ -13,6 +13,7 @@ pub mod admin;
 mod error;
 pub use error::RuntimeError;
 mod emit;
+mod head;
 pub mod memory;
 mod outage;
 pub mod park;
@@ -85,6 +86,8 @@ struct Task {
     watch: Option<resume::Watch>,
     /// Since when polls have found nothing (`idle.release`).
     idle_since: Option<Instant>,
+    /// The first poll and unit read, begun while the producer initialised (see [`head`]).
+    head: Option<head::HeadStart>,
     opts: RunOptions,
     health: TaskHealthHandle,
 }
@@ -110,13 +113,14 @@ pub async fn run_connector(cfg: ConnectorConfig, opts: RunOptions) -> Result<(),
 /// One run of the task. `unsettled`: a transaction an earlier run left failed (resolved here
 /// before anything is emitted) and failed ones still watched; where this run leaves its own.
 /// `retaking`: the run takes back a producer this instance released or was fenced from (see
-/// [`park`]): the task's record must still let this instance hold it.
+/// [`park`]): the task's record must still let this instance hold it. `unrecorded`: the cluster
+/// had no offsets topic when the connector began (nothing to read for a guess, see [`head`]).
 async fn run_inner(
     cfg: ConnectorConfig,
     opts: RunOptions,
     health: TaskHealthHandle,
     unsettled: &mut resume::Unsettled,
-    retaking: bool,
+    (retaking, unrecorded): (bool, bool),
 ) -> Result<Outcome, RuntimeError> {
     let release = cfg.runtime.idle_release.is_some();
     if release && retaking {
@@ -128,17 +132,26 @@ async fn run_inner(
     // (neither needs the other; a table that cannot be opened fails in milliseconds, before the
     // topics are made in practice, though nothing orders the two)
     let single = cfg.runtime.tasks <= 1;
-    let (mut source, (early_sink, stable)) = if single {
+    let (mut source, head, (early_sink, stable)) = if single {
         let early = async {
             // (one task's ids do not depend on how tasks divide the table)
             let sink = opts.cluster.start(&cfg.sink(), false, health.clone()).await?;
             let stable = tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?;
             Ok::<_, RuntimeError>((Some(sink), Some(stable)))
         };
-        let source = async { open_source_async(&cfg).await.map_err(RuntimeError::from) };
-        tokio::try_join!(source, early)?
+        let source = async {
+            let source = open_source_async(&cfg).await.map_err(RuntimeError::from)?;
+            // (with idle.release a start reads its record's holder first)
+            let head = match release {
+                false => head::begin(&cfg, &opts, &source, unrecorded).await,
+                true => None,
+            };
+            Ok::<_, RuntimeError>((source, head))
+        };
+        let ((source, head), early) = tokio::try_join!(source, early)?;
+        (source, head, early)
     } else {
-        (open_source_async(&cfg).await?, (None, None))
+        (open_source_async(&cfg).await?, None, (None, None))
     };
     let ownership = tasks::effective_ownership(&opts.cluster, &cfg, &source, stable.as_ref()).await?;
     let by_partition = ownership == Ownership::Partition;
@@ -185,6 +198,7 @@ async fn run_inner(
     tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, tasks = cfg.runtime.tasks, ownership = %ownership.name(),
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
+    let head = head.and_then(|h| h.fits(&state, &source));
     let encoder = encoder_for(&cfg, source.info().clone())?;
     let mut task = Task {
         cfg,
@@ -203,6 +217,7 @@ async fn run_inner(
         first_record: (new_state || release) && single,
         watch,
         idle_since: None,
+        head,
         opts,
         health,
     };
@@ -327,19 +342,10 @@ impl Task {
                     self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
                 }
             }
-            let (src, issued) = (self.source.clone(), self.state.issued.clone());
-            let in_flight = self.state.in_flight.clone();
-            let polls = self.opts.polls.clone();
-            let polled = tokio::spawn(async move {
-                polls
-                    .run(move || match &in_flight {
-                        // an interrupted unit is finished first, exactly as it was planned
-                        Some(f) => src.unit_at(&f.unit, f.snapshot).map(|u| vec![u]),
-                        None => src.poll(issued.as_ref()),
-                    })
-                    .await
-            });
-            let units = polled.await.joined()?;
+            let units = match self.head.as_mut().and_then(head::HeadStart::take_units) {
+                Some(units) => units,
+                None => self.poll().await?,
+            };
             if fresh && self.cfg.runtime.task_id == 0 {
                 self.opts.first_units.publish(
                     &self.cfg,

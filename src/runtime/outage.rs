@@ -29,7 +29,10 @@ pub(super) async fn ride_out(
     // (when this outage began, the next wait)
     let mut outage: Option<(Instant, Duration)> = None;
     // a wrong address fails at start, naming it; once running, an outage is ridden out
-    opts.cluster.reach(&cfg.sink()).await?;
+    let topics = opts.cluster.reach(&cfg.sink()).await?;
+    // a connector whose offsets topic the cluster did not have holds no record: its first run
+    // guesses its start without reading one (see `head`)
+    let mut unrecorded = !topics.contains(&cfg.kafka.offsets_topic);
     // a transaction that failed, for the next attempt to resolve, and failed ones still watched
     let mut unsettled = super::resume::Unsettled::default();
     // with idle.release, every run after this instance's first takes back a producer it released,
@@ -38,7 +41,15 @@ pub(super) async fn ride_out(
     let mut retaking = false;
     loop {
         let attempt = Instant::now();
-        let run = run_inner(cfg.clone(), opts.clone(), health.clone(), &mut unsettled, retaking).await;
+        let run = run_inner(
+            cfg.clone(),
+            opts.clone(),
+            health.clone(),
+            &mut unsettled,
+            (retaking, unrecorded),
+        )
+        .await;
+        unrecorded = false;
         retaking = release;
         let err = match run {
             Ok(Outcome::Stopped) => return Ok(()),

@@ -4,7 +4,9 @@
 //! independent; [`POLL_THREADS`] of them run at once, the rest wait their turn. Unit reads stay
 //! on the blocking pool: they are long, and a poll never waits for one.
 
+use super::{RuntimeError, Task};
 use crate::error::Joined;
+use crate::source::Unit;
 
 /// Polls running at once in one process.
 pub const POLL_THREADS: usize = 8;
@@ -45,5 +47,24 @@ impl Drop for Polls {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
+    }
+}
+
+impl Task {
+    /// The units after the task's position (an interrupted unit first, exactly as it was planned).
+    /// (A future that does not borrow the task, which is not `Sync`.)
+    pub(super) fn poll(&self) -> impl std::future::Future<Output = Result<Vec<Unit>, RuntimeError>> + 'static {
+        let (src, issued) = (self.source.clone(), self.state.issued.clone());
+        let in_flight = self.state.in_flight.clone();
+        let polls = self.opts.polls.clone();
+        let polled = tokio::spawn(async move {
+            polls
+                .run(move || match &in_flight {
+                    Some(f) => src.unit_at(&f.unit, f.snapshot).map(|u| vec![u]),
+                    None => src.poll(issued.as_ref()),
+                })
+                .await
+        });
+        async move { Ok(polled.await.joined()?) }
     }
 }

@@ -32,6 +32,23 @@ impl Shape {
             ownership,
         }
     }
+
+    /// The generation's `tasks.max` (records of older builds: 0, one task).
+    pub(crate) fn tasks(&self) -> u32 {
+        self.tasks
+    }
+
+    /// Task `task`'s record key in a generation of `tasks` tasks dividing by key (tests).
+    #[cfg(test)]
+    pub(crate) fn by_key(tasks: u32, task: u32) -> (Shape, u32) {
+        (
+            Shape {
+                tasks,
+                ownership: Ownership::Key,
+            },
+            task,
+        )
+    }
 }
 
 pub(crate) type Records = HashMap<(Shape, u32), Offsets>;

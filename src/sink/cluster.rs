@@ -54,8 +54,9 @@ pub struct TxnTrace {
 
 /// The cluster a connector writes to.
 pub trait Cluster: Send + Sync {
-    /// Wait until the cluster answers (or fail after `bootstrap.timeout.ms`, naming why).
-    fn reach<'a>(&'a self, cfg: &'a SinkSettings) -> BoxFuture<'a, Result<(), SinkError>>;
+    /// Wait until the cluster answers (or fail after `bootstrap.timeout.ms`, naming why): the
+    /// names of the topics it has.
+    fn reach<'a>(&'a self, cfg: &'a SinkSettings) -> BoxFuture<'a, Result<Vec<String>, SinkError>>;
     /// Create the topics if missing and start the task's sink, fencing any older instance of it
     /// and aborting what it left open.
     fn start<'a>(
@@ -87,7 +88,7 @@ pub trait Cluster: Send + Sync {
 pub struct Kafka;
 
 impl Cluster for Kafka {
-    fn reach<'a>(&'a self, cfg: &'a SinkSettings) -> BoxFuture<'a, Result<(), SinkError>> {
+    fn reach<'a>(&'a self, cfg: &'a SinkSettings) -> BoxFuture<'a, Result<Vec<String>, SinkError>> {
         Box::pin(super::reach(cfg))
     }
 

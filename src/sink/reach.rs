@@ -52,8 +52,9 @@ async fn connect(addr: &str, wait: Duration) -> Option<String> {
 }
 
 /// Wait until one bootstrap address accepts connections and the cluster answers a metadata
-/// request, or fail after `bootstrap.timeout.ms` naming every address and its cause.
-pub async fn reach(cfg: &SinkSettings) -> Result<(), SinkError> {
+/// request, or fail after `bootstrap.timeout.ms` naming every address and its cause: the names
+/// of the cluster's topics, as that answer has them.
+pub async fn reach(cfg: &SinkSettings) -> Result<Vec<String>, SinkError> {
     let deadline = Instant::now() + cfg.kafka.bootstrap_timeout;
     let addrs = addresses(&cfg.kafka.bootstrap_servers);
     let each = |causes: Vec<Option<String>>| -> String {
@@ -94,7 +95,10 @@ pub async fn reach(cfg: &SinkSettings) -> Result<(), SinkError> {
         let answer = client.client().fetch_metadata(None, step);
         // serves the error callbacks (a base producer only calls them from `poll`)
         client.poll(Duration::ZERO);
-        let Err(e) = answer else { return Ok(()) };
+        let e = match answer {
+            Ok(md) => return Ok(md.topics().iter().map(|t| t.name().to_string()).collect()),
+            Err(e) => e,
+        };
         if let Some(why) = client.context().refused() {
             return Err(Probe::Refused(why));
         }

@@ -202,8 +202,11 @@ impl Sink for FakeSink {
 }
 
 impl Cluster for FakeCluster {
-    fn reach<'a>(&'a self, _: &'a SinkSettings) -> BoxFuture<'a, Result<(), SinkError>> {
-        Box::pin(async { Ok(()) })
+    fn reach<'a>(&'a self, _: &'a SinkSettings) -> BoxFuture<'a, Result<Vec<String>, SinkError>> {
+        let mut topics: Vec<String> = self.lock().log.iter().map(|r| r.0.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        Box::pin(async { Ok(topics) })
     }
 
     fn start<'a>(
