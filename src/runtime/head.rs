@@ -177,14 +177,8 @@ impl HeadStart {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::state::tests::pos;
     use crate::runtime::state::InFlight;
-
-    fn pos(i: &str) -> Position {
-        Position {
-            instant: i.into(),
-            completed: None,
-        }
-    }
 
     #[test]
     fn a_head_start_is_guessed_only_for_a_lone_record_between_units() {

@@ -120,7 +120,8 @@ async fn run_inner(
     opts: RunOptions,
     health: TaskHealthHandle,
     unsettled: &mut resume::Unsettled,
-    (retaking, unrecorded): (bool, bool),
+    retaking: bool,
+    unrecorded: bool,
 ) -> Result<Outcome, RuntimeError> {
     let release = cfg.runtime.idle_release.is_some();
     if release && retaking {

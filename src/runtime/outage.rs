@@ -46,7 +46,8 @@ pub(super) async fn ride_out(
             opts.clone(),
             health.clone(),
             &mut unsettled,
-            (retaking, unrecorded),
+            retaking,
+            unrecorded,
         )
         .await;
         unrecorded = false;

@@ -256,10 +256,11 @@ fn parse_record(v: &[u8]) -> Result<Offsets, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn pos(i: &str) -> Position {
+    /// A position at requested instant `i` (no completion time).
+    pub(in crate::runtime) fn pos(i: &str) -> Position {
         Position {
             instant: i.into(),
             completed: None,
