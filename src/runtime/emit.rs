@@ -102,6 +102,7 @@ impl Task {
             Some(r) => r,
             None => head::read_from(&self.cfg, &self.opts, &self.source, &read, resume, finished),
         };
+        shown.announce(&name, unit);
         if self.first_record {
             // a new task's record, committed while the unit is read (as before the unit began:
             // without it as the first one)

@@ -134,7 +134,7 @@ pub(super) fn read_from(
         .set(share.bytes().unwrap_or(cfg.read.memory_budget) as f64);
     let (tx, rx) = mpsc::channel::<SplitChanges>(2);
     // the unit's time counts from here: its first read
-    let shown = UnitProgress::start(&cfg.name, read, read.splits.len(), finished);
+    let shown = UnitProgress::start(read, read.splits.len(), finished);
     let (src, unit) = (source.clone(), read.clone());
     let reader = tokio::task::spawn_blocking(move || {
         let _share = share;

@@ -26,15 +26,9 @@ pub struct UnitProgress {
 }
 
 impl UnitProgress {
-    pub fn start(connector: &str, unit: &Unit, total_splits: usize, done_splits: usize) -> Self {
+    /// The unit's clock starts here (its first read); nothing is shown until [`Self::announce`].
+    pub fn start(unit: &Unit, total_splits: usize, done_splits: usize) -> Self {
         let now = Instant::now();
-        if unit.snapshot {
-            tracing::info!(connector = %connector, instant = %unit.position.instant, splits = total_splits, already_done = done_splits,
-                "full scan started");
-            metrics::SNAPSHOT_PROGRESS
-                .with_label_values(&[connector])
-                .set((total_splits - done_splits) as f64);
-        }
         UnitProgress {
             started: now,
             last_log: now,
@@ -45,6 +39,18 @@ impl UnitProgress {
             tombstones: 0,
             rows_read: 0,
             transactions: 0,
+        }
+    }
+
+    /// The task emits this unit: a full scan says so (a head start's read may be dropped before
+    /// it is adopted, so reading alone does not).
+    pub fn announce(&self, connector: &str, unit: &Unit) {
+        if self.snapshot {
+            tracing::info!(connector = %connector, instant = %unit.position.instant, splits = self.total_splits,
+                already_done = self.done_splits, "full scan started");
+            metrics::SNAPSHOT_PROGRESS
+                .with_label_values(&[connector])
+                .set(self.total_splits.saturating_sub(self.done_splits) as f64);
         }
     }
 
