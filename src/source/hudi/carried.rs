@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 
 use arrow_array::{Array, StringArray};
 
-use super::selection::{ArrayKeys, KeyFilter};
+use super::keys::{ArrayKeys, KeyFilter};
 
 /// Old rows a carried-over row is looked for ahead of the cursor before the walk gives up.
 const LOOKAHEAD: usize = 4096;

@@ -12,6 +12,7 @@ mod cdc;
 pub mod changelog;
 mod diffed;
 pub mod files;
+mod keys;
 pub mod log;
 pub mod merge;
 mod monitor;

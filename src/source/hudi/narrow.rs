@@ -24,8 +24,10 @@ use arrow_array::{Array, StringArray};
 
 use super::carried::OldKeys;
 use super::files::base_as_of;
+use super::keys::{row_hash, KeyFilter};
+use super::merge::SliceMerge;
 use super::reader::UnitRead;
-use super::selection::{record_keys, KeyFilter, RECORD_KEY};
+use super::selection::{record_keys, RECORD_KEY};
 use super::slice::{FileCache, InstantBlock};
 use super::HudiSource;
 use crate::metrics;
@@ -34,12 +36,21 @@ use crate::source::SourceError;
 
 const COMMIT_TIME: &str = "_hoodie_commit_time";
 
+/// A base file's name and the row hashes of all its rows, in row order (see `keys`).
+type Hashed = (String, Vec<u32>);
+
 /// What the candidate-key pass found in one file group.
 enum SplitCandidates {
     /// A log-only change: the instant's keys, and the rows and decoded bytes of its records.
     Logged { keys: KeyFilter, rows: u64, bytes: u64 },
-    /// A rewritten base file: its candidate keys, the rows scanned and the files' bytes.
-    Rewritten { keys: KeyFilter, rows: u64, bytes: u64 },
+    /// A rewritten base file: its candidate keys, the rows scanned, the files' bytes, and the
+    /// row hashes of base-only slices (by file name).
+    Rewritten {
+        keys: KeyFilter,
+        rows: u64,
+        bytes: u64,
+        hashed: Vec<Hashed>,
+    },
     /// A rewritten file group without `_hoodie_commit_time`.
     NoCommitTime(String),
 }
@@ -66,6 +77,7 @@ impl HudiSource {
         let (mut rows, mut bytes, mut sample) = (0u64, 0u64, (0u64, 0u64));
         let (mut no_commit_time, mut too_many) = (None, false);
         let mut split_keys = Vec::with_capacity(r.unit.splits.len());
+        let mut hashed = Vec::new();
         // the keys may take a quarter of the budget; beyond it the unit takes the full diff,
         // which spills to key buckets (bounded whatever the change)
         let limit = self.budget.get() / 4;
@@ -85,9 +97,11 @@ impl HudiSource {
                     keys: k,
                     rows: n,
                     bytes: b,
+                    hashed: h,
                 } => {
                     rows += n;
                     bytes += b;
+                    hashed.extend(h);
                     k
                 }
                 SplitCandidates::NoCommitTime(id) => {
@@ -120,6 +134,10 @@ impl HudiSource {
                 .inc();
             return Ok(None);
         }
+        // the row hashes go with the keys in the same quarter of the budget, first files first
+        for (file, h) in hashed {
+            keys.keep_rows(file, h, limit);
+        }
         let row_bytes = match sample {
             (n, b) if n > 0 => b / n,
             _ => (bytes * DECODED_PER_FILE_BYTE).checked_div(rows).unwrap_or(1024),
@@ -147,7 +165,12 @@ impl HudiSource {
             let mut keys = KeyFilter::default();
             return Ok(
                 match self.rewritten_keys(r, sp, replaced, !logs.is_empty(), instant, &mut keys)? {
-                    Some((rows, bytes)) => SplitCandidates::Rewritten { keys, rows, bytes },
+                    Some((rows, bytes, hashed)) => SplitCandidates::Rewritten {
+                        keys,
+                        rows,
+                        bytes,
+                        hashed,
+                    },
                     None => SplitCandidates::NoCommitTime(sp.id.clone()),
                 },
             );
@@ -175,8 +198,9 @@ impl HudiSource {
 
     /// The candidate keys of a file group whose base file the unit rewrote (or replaced): the new
     /// slice's keys written by `instant`, and the old slice's keys gone from the new one. Returns
-    /// (rows scanned, bytes of the files), or `None` without a commit-time column. `has_logs`:
-    /// the file group has log files (its slices have something to merge).
+    /// (rows scanned, bytes of the files, the row hashes of base-only slices), or `None` without
+    /// a commit-time column. `has_logs`: the file group has log files (its slices have something
+    /// to merge).
     fn rewritten_keys(
         &self,
         r: &UnitRead<'_>,
@@ -185,40 +209,45 @@ impl HudiSource {
         has_logs: bool,
         instant: &str,
         out: &mut KeyFilter,
-    ) -> Result<Option<(u64, u64)>, SourceError> {
+    ) -> Result<Option<(u64, u64, Vec<Hashed>)>, SourceError> {
         let columns = self.narrow_columns(has_logs);
+        let hash_rows = !has_logs && !self.merge.virtual_keys;
         // the old slice's commit times decide nothing
         let old_columns: Vec<String> = columns.iter().filter(|c| *c != COMMIT_TIME).cloned().collect();
         // the old slice is read on a thread of its own, its keys handed over a few batches at a
         // time as the walk needs them (see `carried`)
         let (tx, rx) = std::sync::mpsc::sync_channel::<StringArray>(2);
         std::thread::scope(|scope| {
-            let old_side = scope.spawn(move || -> Result<(u64, u64), SourceError> {
+            let old_side = scope.spawn(move || -> Result<(u64, u64, Option<Hashed>), SourceError> {
                 let old_cache = FileCache::streaming(Some(old_columns.clone()));
                 let old_reader = self.slice_reader(r.tl, &old_cache);
                 let Some(mut m) = self.open_slice(r, &old_reader, sp, false)? else {
-                    return Ok((0, 0));
+                    return Ok((0, 0, None));
                 };
                 m.narrow(&old_columns);
                 let (bytes, mut hung_up) = (m.bytes_read, false);
+                let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 4);
                 let rows = m.run(&mut |b| match record_keys(&b)? {
-                    Some(k) => tx.send(k).map_err(|_| {
-                        // the walk failed and stopped listening (its error is the one returned)
-                        hung_up = true;
-                        SourceError::Stopped
-                    }),
+                    Some(k) => {
+                        hashes.add(&k);
+                        tx.send(k).map_err(|_| {
+                            // the walk failed and stopped listening (its error is the one returned)
+                            hung_up = true;
+                            SourceError::Stopped
+                        })
+                    }
                     None => Ok(()),
                 });
                 match rows {
-                    Ok(rows) => Ok((rows, bytes)),
-                    Err(SourceError::Stopped) if hung_up => Ok((0, bytes)),
+                    Ok(rows) => Ok((rows, bytes, hashes.done())),
+                    Err(SourceError::Stopped) if hung_up => Ok((0, bytes, None)),
                     Err(e) => Err(e),
                 }
             });
             let mut old = OldKeys::new(rx.iter());
             let new_side = match replaced {
-                true => Ok(Some((0, 0))),
-                false => self.walk_new_slice(r, sp, &columns, instant, &mut old, out),
+                true => Ok(Some((0, 0, None))),
+                false => self.walk_new_slice(r, sp, &columns, instant, hash_rows, &mut old, out),
             };
             let new_side = match new_side {
                 Ok(Some(found)) => {
@@ -234,29 +263,34 @@ impl HudiSource {
                     other?
                 }
             };
-            let (old_rows, old_bytes) = old_side.join().map_err(|_| SourceError::Unreadable {
+            let (old_rows, old_bytes, old_hashes) = old_side.join().map_err(|_| SourceError::Unreadable {
                 message: format!("reading the old slice of file group {} panicked", sp.id),
             })??;
-            Ok(new_side.map(|(rows, bytes)| (rows + old_rows, bytes + old_bytes)))
+            Ok(new_side.map(|(rows, bytes, new_hashes)| {
+                let hashed = old_hashes.into_iter().chain(new_hashes).collect();
+                (rows + old_rows, bytes + old_bytes, hashed)
+            }))
         })
     }
 
     /// The new slice of a rewritten file group met in file order by the walk over the old one:
-    /// its keys written by `instant` into `out`. Returns (rows scanned, bytes of the files), or
-    /// `None` without a commit-time column.
+    /// its keys written by `instant` into `out`. Returns (rows scanned, bytes of the files, its
+    /// row hashes where `hash_rows` and it is base-only), or `None` without a commit-time column.
+    #[allow(clippy::too_many_arguments)]
     fn walk_new_slice(
         &self,
         r: &UnitRead<'_>,
         sp: &crate::source::SplitSpec,
         columns: &[String],
         instant: &str,
+        hash_rows: bool,
         old: &mut OldKeys<'_>,
         out: &mut KeyFilter,
-    ) -> Result<Option<(u64, u64)>, SourceError> {
+    ) -> Result<Option<(u64, u64, Option<Hashed>)>, SourceError> {
         let cache = FileCache::streaming(Some(columns.to_vec()));
         let reader = self.slice_reader(r.tl, &cache);
         let Some(mut m) = self.open_slice(r, &reader, sp, true)? else {
-            return Ok(Some((0, 0)));
+            return Ok(Some((0, 0, None)));
         };
         m.narrow(columns);
         if m.schema().is_some_and(|s| s.index_of(COMMIT_TIME).is_err()) {
@@ -264,11 +298,13 @@ impl HudiSource {
         }
         let bytes = m.bytes_read;
         let mut missing_time = false;
+        let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 4);
         let rows = m.run(&mut |b| {
             let (Some(k), Some(t)) = (record_keys(&b)?, super::string_column(&b, COMMIT_TIME)) else {
                 missing_time = true;
                 return Ok(());
             };
+            hashes.add(&k);
             for i in (0..b.num_rows()).filter(|&i| k.is_valid(i)) {
                 let key = k.value(i);
                 let written = !t.is_valid(i) || t.value(i) == instant;
@@ -279,7 +315,7 @@ impl HudiSource {
             }
             Ok(())
         })?;
-        Ok((!missing_time).then_some((rows, bytes)))
+        Ok((!missing_time).then(|| (rows, bytes, hashes.done())))
     }
 
     /// The columns that decide whether a row changed: record key (a virtual-key table's key
@@ -302,5 +338,41 @@ impl Candidates {
     /// A unit's restricted sides, held in memory, are about `2 × keys × row_bytes`.
     pub(super) fn restricted_bytes(&self) -> u64 {
         2 * self.keys.len() as u64 * self.row_bytes
+    }
+}
+
+/// The row hashes of a base-only slice as the candidate pass meets its rows (see `keys`): kept
+/// only while every row of the base file comes through in file order (no log to merge, no row
+/// without a key); the selected read checks that they number the file's rows.
+struct RowHashes {
+    file: Option<String>,
+    hashes: Vec<u32>,
+    /// Past this many rows a slice's hashes would not be kept anyway (see `changed_keys`).
+    most: usize,
+}
+
+impl RowHashes {
+    fn of(m: &SliceMerge<'_>, on: bool, limit: usize) -> Self {
+        let base_only = m.blocks.is_empty() && m.cached.is_empty() && m.base.is_some();
+        Self {
+            file: m.file.clone().filter(|_| on && base_only),
+            hashes: Vec::new(),
+            most: limit / std::mem::size_of::<u32>(),
+        }
+    }
+
+    fn add(&mut self, keys: &StringArray) {
+        if self.file.is_none() {
+            return;
+        }
+        if keys.null_count() > 0 || self.hashes.len() + keys.len() > self.most {
+            (self.file, self.hashes) = (None, Vec::new());
+            return;
+        }
+        self.hashes.extend((0..keys.len()).map(|i| row_hash(keys.value(i))));
+    }
+
+    fn done(self) -> Option<Hashed> {
+        self.file.map(|f| (f, self.hashes))
     }
 }

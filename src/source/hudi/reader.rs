@@ -9,8 +9,8 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::files::Listings;
+use super::keys::KeyFilter;
 use super::merge::SliceMerge;
-use super::selection::KeyFilter;
 use super::slice::{self, FileCache, SliceReader};
 use super::timeline::{CommitMetadata, Timeline};
 use super::{changelog, join_path, HudiSource};

@@ -1,6 +1,6 @@
 //! Reading a file slice for some record keys only ([`KeyFilter`]): a base file in two passes —
-//! its key column (or a virtual-key table's key fields), then every column of the selected rows
-//! only, row groups without one skipped and pages too where the file has an offset index — and
+//! its key column (or a virtual-key table's key fields; or neither where the candidate pass kept
+//! the key hashes of its rows), then every column of the selected rows only, row groups without one skipped and pages too where the file has an offset index — and
 //! log records of other keys dropped as they are decoded (see `merge`). The keys are a change
 //! unit's candidates (see `narrow`).
 
@@ -16,101 +16,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::files::{columns_mask, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META_COLUMNS};
+use super::keys::KeyFilter;
 use crate::source::SourceError;
 use crate::storage::Storage;
 
 pub(super) const RECORD_KEY: &str = "_hoodie_record_key";
-
-/// The record keys a unit reads (see the module doc): rows of other keys are not decoded past
-/// their key column.
-#[derive(Default)]
-pub struct KeyFilter {
-    /// Each key with its hash: a probe compares hashes before it touches a key's text (a key
-    /// pass probes every row of a base file, and ~1 in 10 misses met another key's tag).
-    keys: hashbrown::HashTable<(u64, Box<str>)>,
-    /// What the keys take in memory (text, box and slot).
-    bytes: usize,
-}
-
-/// What a selected key costs besides its text: its box (16 bytes) and hash (8) in its table slot.
-const KEY_OVERHEAD: usize = 24;
-
-/// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
-fn hash(k: &str) -> u64 {
-    twox_hash::XxHash3_64::oneshot(k.as_bytes())
-}
-
-impl KeyFilter {
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// Add every key of `other`.
-    pub(super) fn extend(&mut self, other: &KeyFilter) {
-        other.keys.iter().for_each(|(_, k)| self.insert(k));
-    }
-
-    /// What the keys take in memory.
-    pub(super) fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn contains(&self, key: &str) -> bool {
-        let h = hash(key);
-        self.keys.find(h, |(kh, k)| *kh == h && k.as_ref() == key).is_some()
-    }
-
-    pub(super) fn insert(&mut self, key: &str) {
-        let h = hash(key);
-        if let hashbrown::hash_table::Entry::Vacant(v) =
-            self.keys
-                .entry(h, |(kh, k)| *kh == h && k.as_ref() == key, |(kh, _)| *kh)
-        {
-            v.insert((h, key.into()));
-            self.bytes += key.len() + KEY_OVERHEAD;
-        }
-    }
-
-    pub(super) fn remove(&mut self, key: &str) {
-        let h = hash(key);
-        if let Ok(e) = self.keys.find_entry(h, |(kh, k)| *kh == h && k.as_ref() == key) {
-            self.bytes -= key.len() + KEY_OVERHEAD;
-            e.remove();
-        }
-    }
-
-    /// Which rows of a record-key column are selected (a null key never is).
-    pub fn mask(&self, keys: &StringArray) -> BooleanArray {
-        self.mask_by(keys, |i| keys.value(i))
-    }
-
-    /// [`Self::mask`] of a column read as string views (the key pass: no copy of the key text).
-    fn mask_view(&self, keys: &StringViewArray) -> BooleanArray {
-        self.mask_by(keys, |i| keys.value(i))
-    }
-
-    fn mask_by<'a>(&self, keys: &dyn Array, value: impl Fn(usize) -> &'a str) -> BooleanArray {
-        let selected = match (self.keys.is_empty(), keys.null_count()) {
-            (true, _) => BooleanBuffer::new_unset(keys.len()),
-            (false, 0) => BooleanBuffer::collect_bool(keys.len(), |i| self.contains(value(i))),
-            (false, _) => BooleanBuffer::collect_bool(keys.len(), |i| keys.is_valid(i) && self.contains(value(i))),
-        };
-        BooleanArray::new(selected, None)
-    }
-
-    /// The rows of `batch` whose `_hoodie_record_key` is selected (all of them without that
-    /// column: a superset is always safe).
-    pub fn restrict(&self, batch: RecordBatch) -> Result<RecordBatch, SourceError> {
-        let Some(keys) = record_keys(&batch)? else {
-            return Ok(batch);
-        };
-        let keep = self.mask(&keys);
-        if keep.true_count() == batch.num_rows() {
-            return Ok(batch);
-        }
-        arrow::compute::filter_record_batch(&batch, &keep).map_err(SourceError::arrow("selecting changed keys"))
-    }
-}
 
 /// The `_hoodie_record_key` column as strings (`None`: the batch has none).
 pub(super) fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, SourceError> {
@@ -170,7 +80,9 @@ impl Iterator for SelectedRows {
 
 /// Read a base file for `keys` only, in two passes: the key column (or a virtual-key table's key
 /// fields, `virtual_keys` = (fields, partition)), then every column of the selected rows, row
-/// groups without one skipped, and pages too where the file has a page index.
+/// groups without one skipped, and pages too where the file has a page index. Where `keys`
+/// holds the key hashes of all the file's rows (kept by the candidate pass), they select the
+/// rows and the first pass is not read.
 pub(super) fn open_base_selected(
     storage: &Storage,
     path: &Path,
@@ -182,58 +94,26 @@ pub(super) fn open_base_selected(
     let size = parquet::file::reader::Length::len(&input);
     let builder = ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(perr)?;
     input.plan(builder.metadata());
-    let key_columns: Vec<String> = match virtual_keys {
-        Some((fields, _)) => fields.to_vec(),
-        None => vec![RECORD_KEY.to_string()],
-    };
     let groups: Vec<usize> = builder
         .metadata()
         .row_groups()
         .iter()
         .map(|g| g.num_rows() as usize)
         .collect();
-    let mask = columns_mask(&builder, |name| key_columns.iter().any(|k| k == name));
-    // the key field as the rows read in the second pass have it (text, not views)
-    let key_field = builder
-        .schema()
-        .field_with_name(RECORD_KEY)
-        .ok()
-        .map(|f| f.as_ref().clone())
-        .filter(|_| virtual_keys.is_none());
-    let builder = match virtual_keys {
-        None => with_key_view(builder, input.clone()).map_err(perr)?,
-        Some(_) => builder,
+    let total: usize = groups.iter().sum();
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    // the rows' key hashes kept by the candidate pass, where they cover the file (see `keys`)
+    let known = keys
+        .rows_of(name)
+        .filter(|h| virtual_keys.is_none() && h.len() == total);
+    let (selected, key_field, mut picked) = match known {
+        Some(h) => (
+            BooleanBuffer::collect_bool(total, |i| keys.contains_hash(h[i])),
+            None,
+            Vec::new(),
+        ),
+        None => key_pass(builder, &input, path, keys, virtual_keys, total)?,
     };
-    let pass = builder
-        .with_projection(mask)
-        .with_batch_size(BASE_BATCH_ROWS)
-        .build()
-        .map_err(perr)?;
-    let mut selected = BooleanBufferBuilder::new(groups.iter().sum());
-    // the selected rows' record keys, spliced into the second pass (see `SelectedRows`)
-    let mut picked: Vec<ArrayRef> = Vec::new();
-    let arrow_err = |e| SourceError::arrow(format!("reading the keys of {}", path.display()))(e);
-    for b in pass {
-        let b = b.map_err(arrow_err)?;
-        let b = match virtual_keys {
-            Some((fields, partition)) => with_virtual_keys(&b, fields, partition)?,
-            None => b,
-        };
-        let no_keys = || SourceError::Unreadable {
-            message: format!("{}: no {RECORD_KEY} column to select changed rows by", path.display()),
-        };
-        let col = b.column_by_name(RECORD_KEY).ok_or_else(no_keys)?;
-        let mask = match col.as_any().downcast_ref::<StringViewArray>() {
-            Some(views) => keys.mask_view(views),
-            None => keys.mask(&record_keys(&b)?.ok_or_else(no_keys)?),
-        };
-        if let (Some(f), true) = (&key_field, mask.true_count() > 0) {
-            let picked_keys = arrow::compute::filter(col, &mask).map_err(arrow_err)?;
-            picked.push(arrow::compute::cast(&picked_keys, f.data_type()).map_err(arrow_err)?);
-        }
-        selected.append_buffer(mask.values());
-    }
-    let selected = selected.finish();
     // row groups with a selected row, and the selection over their rows only
     let (mut keep_groups, mut filters, mut start) = (Vec::new(), Vec::new(), 0);
     for (g, &n) in groups.iter().enumerate() {
@@ -278,7 +158,8 @@ pub(super) fn open_base_selected(
                 1 => picked.remove(0),
                 _ => {
                     let refs: Vec<&dyn Array> = picked.iter().map(|a| a.as_ref()).collect();
-                    arrow::compute::concat(&refs).map_err(arrow_err)?
+                    arrow::compute::concat(&refs)
+                        .map_err(SourceError::arrow(format!("reading the keys of {}", path.display())))?
                 }
             };
             let schema = Arc::new(arrow_schema::Schema::new_with_metadata(
@@ -294,6 +175,65 @@ pub(super) fn open_base_selected(
         reader: SelectedRows { reader, keys, schema },
         size,
     })
+}
+
+/// The key pass of a selected base read: which rows are selected, and, for a table with meta
+/// fields, the record-key field and the selected rows' keys to splice into the second pass
+/// (see `SelectedRows`).
+fn key_pass(
+    builder: ParquetRecordBatchReaderBuilder<crate::storage::Input>,
+    input: &crate::storage::Input,
+    path: &Path,
+    keys: &KeyFilter,
+    virtual_keys: Option<(&[String], &str)>,
+    total: usize,
+) -> Result<(BooleanBuffer, Option<arrow_schema::Field>, Vec<ArrayRef>), SourceError> {
+    let perr = |source| SourceError::parquet(path)(source);
+    let key_columns: Vec<String> = match virtual_keys {
+        Some((fields, _)) => fields.to_vec(),
+        None => vec![RECORD_KEY.to_string()],
+    };
+    let mask = columns_mask(&builder, |name| key_columns.iter().any(|k| k == name));
+    // the key field as the rows read in the second pass have it (text, not views)
+    let key_field = builder
+        .schema()
+        .field_with_name(RECORD_KEY)
+        .ok()
+        .map(|f| f.as_ref().clone())
+        .filter(|_| virtual_keys.is_none());
+    let builder = match virtual_keys {
+        None => with_key_view(builder, input.clone()).map_err(perr)?,
+        Some(_) => builder,
+    };
+    let pass = builder
+        .with_projection(mask)
+        .with_batch_size(BASE_BATCH_ROWS)
+        .build()
+        .map_err(perr)?;
+    let mut selected = BooleanBufferBuilder::new(total);
+    let mut picked: Vec<ArrayRef> = Vec::new();
+    let arrow_err = |e| SourceError::arrow(format!("reading the keys of {}", path.display()))(e);
+    for b in pass {
+        let b = b.map_err(arrow_err)?;
+        let b = match virtual_keys {
+            Some((fields, partition)) => with_virtual_keys(&b, fields, partition)?,
+            None => b,
+        };
+        let no_keys = || SourceError::Unreadable {
+            message: format!("{}: no {RECORD_KEY} column to select changed rows by", path.display()),
+        };
+        let col = b.column_by_name(RECORD_KEY).ok_or_else(no_keys)?;
+        let mask = match col.as_any().downcast_ref::<StringViewArray>() {
+            Some(views) => keys.mask_view(views),
+            None => keys.mask(&record_keys(&b)?.ok_or_else(no_keys)?),
+        };
+        if let (Some(f), true) = (&key_field, mask.true_count() > 0) {
+            let picked_keys = arrow::compute::filter(col, &mask).map_err(arrow_err)?;
+            picked.push(arrow::compute::cast(&picked_keys, f.data_type()).map_err(arrow_err)?);
+        }
+        selected.append_buffer(mask.values());
+    }
+    Ok((selected.finish(), key_field, picked))
 }
 
 /// The builder with the record-key column read as string views: the key pass then decodes no
@@ -323,50 +263,6 @@ fn with_key_view(
         .with_page_index_policy(PageIndexPolicy::Skip);
     let meta = ArrowReaderMetadata::try_new(builder.metadata().clone(), options)?;
     Ok(ParquetRecordBatchReaderBuilder::new_with_metadata(input, meta))
-}
-
-/// A set of keys whose text stays in the decoded key arrays: 8 bytes a key in the table, no
-/// allocation per key (an old slice holds every key of a file group).
-#[derive(Default)]
-pub(super) struct ArrayKeys {
-    arrays: Vec<StringArray>,
-    table: hashbrown::HashTable<(u32, u32)>,
-}
-
-impl ArrayKeys {
-    fn text(&self, (a, i): (u32, u32)) -> &str {
-        self.arrays[a as usize].value(i as usize)
-    }
-
-    pub(super) fn push(&mut self, keys: StringArray) {
-        let a = self.arrays.len() as u32;
-        self.arrays.push(keys);
-        let arrays = &self.arrays;
-        let text = |(a, i): (u32, u32)| arrays[a as usize].value(i as usize);
-        let keys = &arrays[a as usize];
-        for i in (0..keys.len()).filter(|&i| keys.is_valid(i)) {
-            let k = keys.value(i);
-            if let hashbrown::hash_table::Entry::Vacant(v) =
-                self.table.entry(hash(k), |&s| text(s) == k, |&s| hash(text(s)))
-            {
-                v.insert((a, i as u32));
-            }
-        }
-    }
-
-    pub(super) fn remove(&mut self, k: &str) {
-        let arrays = &self.arrays;
-        if let Ok(e) = self
-            .table
-            .find_entry(hash(k), |&(a, i)| arrays[a as usize].value(i as usize) == k)
-        {
-            e.remove();
-        }
-    }
-
-    pub(super) fn each(&self, mut f: impl FnMut(&str)) {
-        self.table.iter().for_each(|&s| f(self.text(s)));
-    }
 }
 
 #[cfg(test)]
@@ -471,24 +367,5 @@ mod tests {
             rows += b.num_rows();
         }
         assert_eq!(rows, 20_000);
-    }
-
-    #[test]
-    fn array_keys_are_exact_sets() {
-        let mut old = ArrayKeys::default();
-        old.push(StringArray::from(vec![Some("a"), Some("b"), None, Some("a")]));
-        old.push(StringArray::from(vec!["c", "d"]));
-        old.remove("b");
-        old.remove("zz");
-        let mut left = Vec::new();
-        old.each(|k| left.push(k.to_string()));
-        left.sort();
-        assert_eq!(left, ["a", "c", "d"]);
-        let mut f = KeyFilter::default();
-        f.insert("x");
-        f.insert("x");
-        assert_eq!(f.len(), 1);
-        let m = f.mask(&StringArray::from(vec![Some("x"), None, Some("y")]));
-        assert_eq!(m, BooleanArray::from(vec![true, false, false]));
     }
 }

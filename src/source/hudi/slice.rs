@@ -158,7 +158,7 @@ impl FileCache {
         &self,
         storage: &Storage,
         path: &Path,
-        keys: &super::selection::KeyFilter,
+        keys: &super::keys::KeyFilter,
         virtual_keys: Option<(&[String], &str)>,
     ) -> Result<(SchemaRef, BaseBatches, u64), SourceError> {
         if let Some(v) = self.base.lock().get(path) {
@@ -221,7 +221,7 @@ pub struct SpillConfig {
 
 pub struct SliceReader<'a> {
     /// Only these record keys are read (a change unit's candidate keys, see [`super::selection`]).
-    pub keys: Option<&'a super::selection::KeyFilter>,
+    pub keys: Option<&'a super::keys::KeyFilter>,
     pub spill: SpillConfig,
     pub table: &'a TableConfig,
     pub timeline: &'a Timeline,

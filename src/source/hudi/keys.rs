@@ -1,0 +1,237 @@
+//! Sets of record keys. [`KeyFilter`]: the keys a change unit reads (see `narrow` and
+//! `selection`). A row is selected when its key's row hash (32 bits of its xxh3) is a selected
+//! key's: a superset of the keys that is *key-closed* (every row of a key, in every file and log
+//! block, is selected or none is), so a unit's two sides restricted to it still hold every
+//! version of each selected key and diff exactly as the whole sides do for those keys (a key
+//! picked up by a hash collision diffs to no event, as an unchanged key does). That lets a base
+//! file be selected from the row hashes the candidate pass kept, in row order, without decoding
+//! and probing its key column again (`keep_rows`; at 2M rows that key pass was a third of a
+//! copy-on-write 1 % unit's selected reading). [`ArrayKeys`]: an exact set of keys whose text
+//! stays in the decoded arrays (the old slice's walk, see `carried`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::buffer::BooleanBuffer;
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray, StringViewArray};
+
+use super::selection::record_keys;
+use crate::source::SourceError;
+
+/// The record keys a unit reads (see the module doc): rows of other keys are not decoded past
+/// their key column.
+#[derive(Default)]
+pub struct KeyFilter {
+    /// Each key with its hash.
+    keys: hashbrown::HashTable<(u64, Box<str>)>,
+    /// The keys' row hashes ([`row_hash`]), with how many keys have each: what selects a row.
+    selected: hashbrown::HashMap<u32, u32>,
+    /// What the keys take in memory (text, box, slots).
+    bytes: usize,
+    /// The row hash of every row of some base files in row order, by file name (see the module
+    /// doc), and what they take.
+    rows: HashMap<String, Arc<[u32]>>,
+    rows_bytes: usize,
+}
+
+/// What a selected key costs besides its text: its box (16 bytes) and hash (8) in its table
+/// slot, and its row hash with its count (8).
+const KEY_OVERHEAD: usize = 32;
+
+/// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
+pub(super) fn hash(k: &str) -> u64 {
+    twox_hash::XxHash3_64::oneshot(k.as_bytes())
+}
+
+/// What selects a row: the low 32 bits of its key's hash. Kept for every row of a base file
+/// (4 bytes a row), it picks up ~6 other keys per million rows per 1,000 selected keys.
+pub(super) fn row_hash(k: &str) -> u32 {
+    hash(k) as u32
+}
+
+impl KeyFilter {
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Add every key of `other`.
+    pub(super) fn extend(&mut self, other: &KeyFilter) {
+        other.keys.iter().for_each(|(_, k)| self.insert(k));
+    }
+
+    /// What the keys take in memory.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether rows of `key` are selected: whether its row hash is a selected key's (a
+    /// key-closed superset of the keys, see the module doc).
+    pub fn contains(&self, key: &str) -> bool {
+        self.contains_hash(row_hash(key))
+    }
+
+    /// Whether rows whose key has row hash `h` are selected.
+    pub(super) fn contains_hash(&self, h: u32) -> bool {
+        self.selected.contains_key(&h)
+    }
+
+    /// Keep the key hashes of every row of base file `file`, in row order, if they fit in
+    /// `limit` bytes with the keys and the row hashes kept so far (else the file's selected
+    /// read takes its key pass).
+    pub(super) fn keep_rows(&mut self, file: String, hashes: Vec<u32>, limit: usize) {
+        let b = hashes.len() * std::mem::size_of::<u32>();
+        if self.bytes + self.rows_bytes + b <= limit {
+            self.rows_bytes += b;
+            self.rows.insert(file, hashes.into());
+        }
+    }
+
+    /// The key hashes of the rows of base file `file`, if the candidate pass kept them.
+    pub(super) fn rows_of(&self, file: &str) -> Option<&[u32]> {
+        self.rows.get(file).map(|h| h.as_ref())
+    }
+
+    pub(super) fn insert(&mut self, key: &str) {
+        let h = hash(key);
+        if let hashbrown::hash_table::Entry::Vacant(v) =
+            self.keys
+                .entry(h, |(kh, k)| *kh == h && k.as_ref() == key, |(kh, _)| *kh)
+        {
+            v.insert((h, key.into()));
+            *self.selected.entry(h as u32).or_default() += 1;
+            self.bytes += key.len() + KEY_OVERHEAD;
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: &str) {
+        let h = hash(key);
+        if let Ok(e) = self.keys.find_entry(h, |(kh, k)| *kh == h && k.as_ref() == key) {
+            self.bytes -= key.len() + KEY_OVERHEAD;
+            e.remove();
+            if let hashbrown::hash_map::Entry::Occupied(mut n) = self.selected.entry(h as u32) {
+                *n.get_mut() -= 1;
+                if *n.get() == 0 {
+                    n.remove();
+                }
+            }
+        }
+    }
+
+    /// Which rows of a record-key column are selected (a null key never is).
+    pub fn mask(&self, keys: &StringArray) -> BooleanArray {
+        self.mask_by(keys, |i| keys.value(i))
+    }
+
+    /// [`Self::mask`] of a column read as string views (the key pass: no copy of the key text).
+    pub(super) fn mask_view(&self, keys: &StringViewArray) -> BooleanArray {
+        self.mask_by(keys, |i| keys.value(i))
+    }
+
+    fn mask_by<'a>(&self, keys: &dyn Array, value: impl Fn(usize) -> &'a str) -> BooleanArray {
+        let selected = match (self.keys.is_empty(), keys.null_count()) {
+            (true, _) => BooleanBuffer::new_unset(keys.len()),
+            (false, 0) => BooleanBuffer::collect_bool(keys.len(), |i| self.contains(value(i))),
+            (false, _) => BooleanBuffer::collect_bool(keys.len(), |i| keys.is_valid(i) && self.contains(value(i))),
+        };
+        BooleanArray::new(selected, None)
+    }
+
+    /// The rows of `batch` whose `_hoodie_record_key` is selected (all of them without that
+    /// column: a superset is always safe).
+    pub fn restrict(&self, batch: RecordBatch) -> Result<RecordBatch, SourceError> {
+        let Some(keys) = record_keys(&batch)? else {
+            return Ok(batch);
+        };
+        let keep = self.mask(&keys);
+        if keep.true_count() == batch.num_rows() {
+            return Ok(batch);
+        }
+        arrow::compute::filter_record_batch(&batch, &keep).map_err(SourceError::arrow("selecting changed keys"))
+    }
+}
+
+/// A set of keys whose text stays in the decoded key arrays: 8 bytes a key in the table, no
+/// allocation per key (an old slice holds every key of a file group).
+#[derive(Default)]
+pub(super) struct ArrayKeys {
+    arrays: Vec<StringArray>,
+    table: hashbrown::HashTable<(u32, u32)>,
+}
+
+impl ArrayKeys {
+    fn text(&self, (a, i): (u32, u32)) -> &str {
+        self.arrays[a as usize].value(i as usize)
+    }
+
+    pub(super) fn push(&mut self, keys: StringArray) {
+        let a = self.arrays.len() as u32;
+        self.arrays.push(keys);
+        let arrays = &self.arrays;
+        let text = |(a, i): (u32, u32)| arrays[a as usize].value(i as usize);
+        let keys = &arrays[a as usize];
+        for i in (0..keys.len()).filter(|&i| keys.is_valid(i)) {
+            let k = keys.value(i);
+            if let hashbrown::hash_table::Entry::Vacant(v) =
+                self.table.entry(hash(k), |&s| text(s) == k, |&s| hash(text(s)))
+            {
+                v.insert((a, i as u32));
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, k: &str) {
+        let arrays = &self.arrays;
+        if let Ok(e) = self
+            .table
+            .find_entry(hash(k), |&(a, i)| arrays[a as usize].value(i as usize) == k)
+        {
+            e.remove();
+        }
+    }
+
+    pub(super) fn each(&self, mut f: impl FnMut(&str)) {
+        self.table.iter().for_each(|&s| f(self.text(s)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_keys_are_exact_sets() {
+        let mut old = ArrayKeys::default();
+        old.push(StringArray::from(vec![Some("a"), Some("b"), None, Some("a")]));
+        old.push(StringArray::from(vec!["c", "d"]));
+        old.remove("b");
+        old.remove("zz");
+        let mut left = Vec::new();
+        old.each(|k| left.push(k.to_string()));
+        left.sort();
+        assert_eq!(left, ["a", "c", "d"]);
+        let mut f = KeyFilter::default();
+        f.insert("x");
+        f.insert("x");
+        assert_eq!(f.len(), 1);
+        let m = f.mask(&StringArray::from(vec![Some("x"), None, Some("y")]));
+        assert_eq!(m, BooleanArray::from(vec![true, false, false]));
+    }
+
+    #[test]
+    fn kept_row_hashes_are_within_the_limit_and_select_by_hash() {
+        let mut f = KeyFilter::default();
+        f.insert("a");
+        let rows = vec![row_hash("b"), row_hash("a"), row_hash("c")];
+        f.keep_rows("small.parquet".into(), rows.clone(), 1 << 20);
+        f.keep_rows("large.parquet".into(), rows, f.bytes() + 16);
+        f.remove("a");
+        assert!(!f.contains("a"), "a removed key selects no row");
+        f.insert("a");
+        assert_eq!(f.rows_of("small.parquet").map(|h| h.len()), Some(3));
+        assert!(f.rows_of("large.parquet").is_none(), "over the limit: not kept");
+        let h = f.rows_of("small.parquet").unwrap();
+        let picked: Vec<bool> = h.iter().map(|&h| f.contains_hash(h)).collect();
+        assert_eq!(picked, [false, true, false]);
+        assert!(f.contains("a") && !f.contains("b"));
+    }
+}
