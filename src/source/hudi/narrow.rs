@@ -77,10 +77,12 @@ impl HudiSource {
         let (mut rows, mut bytes, mut sample) = (0u64, 0u64, (0u64, 0u64));
         let (mut no_commit_time, mut too_many) = (None, false);
         let mut split_keys = Vec::with_capacity(r.unit.splits.len());
-        let mut hashed = Vec::new();
         // the keys may take a quarter of the budget; beyond it the unit takes the full diff,
         // which spills to key buckets (bounded whatever the change)
         let limit = self.budget.get() / 4;
+        // the row hashes of base-only slices (see `keys`) may take an eighth, kept as the splits
+        // come in; the files beyond it take their key pass
+        let hash_limit = self.budget.get() / 8;
         // file groups on several threads; their keys merged in split order
         let per_split = |s: usize| self.split_candidates(r, &r.unit.splits[s]);
         crate::source::par::ordered(r.unit.splits.len(), self.threads, &per_split, &mut |found| {
@@ -101,7 +103,9 @@ impl HudiSource {
                 } => {
                     rows += n;
                     bytes += b;
-                    hashed.extend(h);
+                    for (file, h) in h {
+                        keys.keep_rows(file, h, hash_limit);
+                    }
                     k
                 }
                 SplitCandidates::NoCommitTime(id) => {
@@ -133,10 +137,6 @@ impl HudiSource {
                 .with_label_values(&[&self.connector, reason])
                 .inc();
             return Ok(None);
-        }
-        // the row hashes go with the keys in the same quarter of the budget, first files first
-        for (file, h) in hashed {
-            keys.keep_rows(file, h, limit);
         }
         let row_bytes = match sample {
             (n, b) if n > 0 => b / n,
@@ -226,7 +226,7 @@ impl HudiSource {
                 };
                 m.narrow(&old_columns);
                 let (bytes, mut hung_up) = (m.bytes_read, false);
-                let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 4);
+                let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 8);
                 let rows = m.run(&mut |b| match record_keys(&b)? {
                     Some(k) => {
                         hashes.add(&k);
@@ -298,7 +298,7 @@ impl HudiSource {
         }
         let bytes = m.bytes_read;
         let mut missing_time = false;
-        let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 4);
+        let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 8);
         let rows = m.run(&mut |b| {
             let (Some(k), Some(t)) = (record_keys(&b)?, super::string_column(&b, COMMIT_TIME)) else {
                 missing_time = true;

@@ -368,4 +368,46 @@ mod tests {
         }
         assert_eq!(rows, 20_000);
     }
+
+    #[test]
+    fn kept_row_hashes_select_the_same_rows_as_the_key_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = base_file(dir.path(), 1000);
+        let storage = Storage::new(Default::default());
+        let read = |keys: &KeyFilter| -> (Vec<i64>, Vec<String>) {
+            let s = open_base_selected(&storage, &path, keys, None).unwrap();
+            let batches: Vec<RecordBatch> = s.reader.collect::<Result<_, _>>().unwrap();
+            let values = batches.iter().flat_map(|b| values_of(b).values().to_vec()).collect();
+            let names = batches
+                .iter()
+                .flat_map(|b| {
+                    let k = record_keys(b).unwrap().unwrap();
+                    k.iter().map(|k| k.unwrap().to_string()).collect::<Vec<_>>()
+                })
+                .collect();
+            (values, names)
+        };
+        let mut keys = KeyFilter::default();
+        for i in [0, 99, 100, 777, 999] {
+            keys.insert(&format!("k{i}"));
+        }
+        let by_key_pass = read(&keys);
+        assert_eq!(by_key_pass.0, vec![0, 99, 100, 777, 999]);
+        // the row hashes of the file's rows, as the candidate pass keeps them
+        let hashes: Vec<u32> = (0..1000).map(|i| super::super::keys::row_hash(&format!("k{i}"))).collect();
+        // hashes that do not number the file's rows are not used
+        keys.keep_rows("f.parquet".into(), hashes[..999].to_vec(), 1 << 20);
+        assert_eq!(read(&keys), by_key_pass);
+        let mut kept = KeyFilter::default();
+        for i in [0, 99, 100, 777, 999] {
+            kept.insert(&format!("k{i}"));
+        }
+        // rows 5 and 6 carry another key's hash: a row is selected by its kept hash, not its key
+        let mut shifted = hashes.clone();
+        shifted[5] = super::super::keys::row_hash("k777");
+        kept.keep_rows("f.parquet".into(), shifted, 1 << 20);
+        let (values, names) = read(&kept);
+        assert_eq!(values, vec![0, 5, 99, 100, 777, 999], "the kept hashes chose the rows");
+        assert_eq!(names, ["k0", "k5", "k99", "k100", "k777", "k999"], "keys read from the file");
+    }
 }
