@@ -23,21 +23,18 @@ use crate::source::SourceError;
 /// their key column.
 #[derive(Default)]
 pub struct KeyFilter {
-    /// Each key with its hash.
+    /// Each key with its hash, placed by its row hash ([`slot`]) so that a row hash alone finds
+    /// whether any key has it.
     keys: hashbrown::HashTable<(u64, Box<str>)>,
-    /// The keys' row hashes ([`row_hash`]), with how many keys have each: what selects a row.
-    selected: hashbrown::HashMap<u32, u32>,
-    /// What the keys take in memory (text, box, slots).
+    /// What the keys take in memory (text, box and slot).
     bytes: usize,
     /// The row hash of every row of some base files in row order, by file name (see the module
-    /// doc), and what they take.
+    /// doc).
     rows: HashMap<String, Arc<[u32]>>,
-    rows_bytes: usize,
 }
 
-/// What a selected key costs besides its text: its box (16 bytes) and hash (8) in its table
-/// slot, and its row hash with its count (8).
-const KEY_OVERHEAD: usize = 32;
+/// What a selected key costs besides its text: its box (16 bytes) and hash (8) in its table slot.
+const KEY_OVERHEAD: usize = 24;
 
 /// The hash of a key's text: xxh3 (SipHash, std's, took a third of a change unit's key checks).
 pub(super) fn hash(k: &str) -> u64 {
@@ -48,6 +45,12 @@ pub(super) fn hash(k: &str) -> u64 {
 /// (4 bytes a row), it picks up ~6 other keys per million rows per 1,000 selected keys.
 pub(super) fn row_hash(k: &str) -> u32 {
     hash(k) as u32
+}
+
+/// Where a key goes in a [`KeyFilter`]'s table: its row hash spread over 64 bits (the table
+/// takes its slot and tag from different bits).
+fn slot(row_hash: u32) -> u64 {
+    (row_hash as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl KeyFilter {
@@ -73,18 +76,13 @@ impl KeyFilter {
 
     /// Whether rows whose key has row hash `h` are selected.
     pub(super) fn contains_hash(&self, h: u32) -> bool {
-        self.selected.contains_key(&h)
+        self.keys.find(slot(h), |(kh, _)| *kh as u32 == h).is_some()
     }
 
-    /// Keep the row hashes of every row of base file `file`, in row order, if they fit in
-    /// `limit` bytes with the row hashes kept so far (else the file's selected read takes its
-    /// key pass).
-    pub(super) fn keep_rows(&mut self, file: String, hashes: Vec<u32>, limit: usize) {
-        let b = hashes.len() * std::mem::size_of::<u32>();
-        if self.rows_bytes + b <= limit {
-            self.rows_bytes += b;
-            self.rows.insert(file, hashes.into());
-        }
+    /// Keep the row hashes of every row of base file `file`, in row order (the candidate pass
+    /// bounds what they take, see `narrow`).
+    pub(super) fn keep_rows(&mut self, file: String, hashes: Vec<u32>) {
+        self.rows.insert(file, hashes.into());
     }
 
     /// The key hashes of the rows of base file `file`, if the candidate pass kept them.
@@ -94,27 +92,24 @@ impl KeyFilter {
 
     pub(super) fn insert(&mut self, key: &str) {
         let h = hash(key);
-        if let hashbrown::hash_table::Entry::Vacant(v) =
-            self.keys
-                .entry(h, |(kh, k)| *kh == h && k.as_ref() == key, |(kh, _)| *kh)
-        {
+        if let hashbrown::hash_table::Entry::Vacant(v) = self.keys.entry(
+            slot(h as u32),
+            |(kh, k)| *kh == h && k.as_ref() == key,
+            |(kh, _)| slot(*kh as u32),
+        ) {
             v.insert((h, key.into()));
-            *self.selected.entry(h as u32).or_default() += 1;
             self.bytes += key.len() + KEY_OVERHEAD;
         }
     }
 
     pub(super) fn remove(&mut self, key: &str) {
         let h = hash(key);
-        if let Ok(e) = self.keys.find_entry(h, |(kh, k)| *kh == h && k.as_ref() == key) {
+        if let Ok(e) = self
+            .keys
+            .find_entry(slot(h as u32), |(kh, k)| *kh == h && k.as_ref() == key)
+        {
             self.bytes -= key.len() + KEY_OVERHEAD;
             e.remove();
-            if let hashbrown::hash_map::Entry::Occupied(mut n) = self.selected.entry(h as u32) {
-                *n.get_mut() -= 1;
-                if *n.get() == 0 {
-                    n.remove();
-                }
-            }
         }
     }
 
@@ -219,20 +214,16 @@ mod tests {
     }
 
     #[test]
-    fn kept_row_hashes_are_within_the_limit_and_select_by_hash() {
+    fn rows_are_selected_by_row_hash_and_removed_keys_select_none() {
         let mut f = KeyFilter::default();
         f.insert("a");
-        let rows = vec![row_hash("b"), row_hash("a"), row_hash("c")];
-        f.keep_rows("small.parquet".into(), rows.clone(), 1 << 20);
-        f.keep_rows("large.parquet".into(), rows, 16);
-        f.remove("a");
-        assert!(!f.contains("a"), "a removed key selects no row");
-        f.insert("a");
-        assert_eq!(f.rows_of("small.parquet").map(|h| h.len()), Some(3));
-        assert!(f.rows_of("large.parquet").is_none(), "over the limit: not kept");
-        let h = f.rows_of("small.parquet").unwrap();
+        f.insert("b");
+        f.remove("b");
+        f.keep_rows("f.parquet".into(), vec![row_hash("b"), row_hash("a"), row_hash("c")]);
+        let h = f.rows_of("f.parquet").unwrap();
         let picked: Vec<bool> = h.iter().map(|&h| f.contains_hash(h)).collect();
         assert_eq!(picked, [false, true, false]);
         assert!(f.contains("a") && !f.contains("b"));
+        assert!(f.rows_of("g.parquet").is_none());
     }
 }

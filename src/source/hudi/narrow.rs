@@ -20,6 +20,8 @@
 //! resumed unit may switch paths). Without a commit-time column (virtual keys) a rewritten file
 //! group cannot say which rows are new: the unit then takes the full diff, logged and counted.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use arrow_array::{Array, StringArray};
 
 use super::carried::OldKeys;
@@ -80,11 +82,11 @@ impl HudiSource {
         // the keys may take a quarter of the budget; beyond it the unit takes the full diff,
         // which spills to key buckets (bounded whatever the change)
         let limit = self.budget.get() / 4;
-        // the row hashes of base-only slices (see `keys`) may take an eighth, kept as the splits
-        // come in; the files beyond it take their key pass
-        let hash_limit = self.budget.get() / 8;
+        // the row hashes of base-only slices (see `keys`) may take an eighth, taken as they are
+        // made; the files beyond it take their key pass
+        let room = AtomicUsize::new(self.budget.get() / 8);
         // file groups on several threads; their keys merged in split order
-        let per_split = |s: usize| self.split_candidates(r, &r.unit.splits[s]);
+        let per_split = |s: usize| self.split_candidates(r, &r.unit.splits[s], &room);
         crate::source::par::ordered(r.unit.splits.len(), self.threads, &per_split, &mut |found| {
             let k = match found {
                 SplitCandidates::Logged {
@@ -104,7 +106,7 @@ impl HudiSource {
                     rows += n;
                     bytes += b;
                     for (file, h) in h {
-                        keys.keep_rows(file, h, hash_limit);
+                        keys.keep_rows(file, h);
                     }
                     k
                 }
@@ -155,6 +157,7 @@ impl HudiSource {
         &self,
         r: &UnitRead<'_>,
         sp: &crate::source::SplitSpec,
+        room: &AtomicUsize,
     ) -> Result<SplitCandidates, SourceError> {
         let (instant, at) = (r.unit.position.instant.as_str(), r.unit.position.order_key());
         let files = r.listings.partition(&sp.partition)?;
@@ -164,7 +167,7 @@ impl HudiSource {
         if replaced || old_base != base_as_of(base, r.tl, at, true).map(|b| &b.name) {
             let mut keys = KeyFilter::default();
             return Ok(
-                match self.rewritten_keys(r, sp, replaced, !logs.is_empty(), instant, &mut keys)? {
+                match self.rewritten_keys(r, sp, replaced, !logs.is_empty(), instant, &mut keys, room)? {
                     Some((rows, bytes, hashed)) => SplitCandidates::Rewritten {
                         keys,
                         rows,
@@ -200,7 +203,8 @@ impl HudiSource {
     /// slice's keys written by `instant`, and the old slice's keys gone from the new one. Returns
     /// (rows scanned, bytes of the files, the row hashes of base-only slices), or `None` without
     /// a commit-time column. `has_logs`: the file group has log files (its slices have something
-    /// to merge).
+    /// to merge); `room`: what row hashes may still take.
+    #[allow(clippy::too_many_arguments)]
     fn rewritten_keys(
         &self,
         r: &UnitRead<'_>,
@@ -209,9 +213,10 @@ impl HudiSource {
         has_logs: bool,
         instant: &str,
         out: &mut KeyFilter,
+        room: &AtomicUsize,
     ) -> Result<Option<(u64, u64, Vec<Hashed>)>, SourceError> {
         let columns = self.narrow_columns(has_logs);
-        let hash_rows = !has_logs && !self.merge.virtual_keys;
+        let room = (!has_logs && !self.merge.virtual_keys).then_some(room);
         // the old slice's commit times decide nothing
         let old_columns: Vec<String> = columns.iter().filter(|c| *c != COMMIT_TIME).cloned().collect();
         // the old slice is read on a thread of its own, its keys handed over a few batches at a
@@ -226,7 +231,7 @@ impl HudiSource {
                 };
                 m.narrow(&old_columns);
                 let (bytes, mut hung_up) = (m.bytes_read, false);
-                let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 8);
+                let mut hashes = RowHashes::of(&m, room);
                 let rows = m.run(&mut |b| match record_keys(&b)? {
                     Some(k) => {
                         hashes.add(&k);
@@ -247,7 +252,7 @@ impl HudiSource {
             let mut old = OldKeys::new(rx.iter());
             let new_side = match replaced {
                 true => Ok(Some((0, 0, None))),
-                false => self.walk_new_slice(r, sp, &columns, instant, hash_rows, &mut old, out),
+                false => self.walk_new_slice(r, sp, &columns, instant, room, &mut old, out),
             };
             let new_side = match new_side {
                 Ok(Some(found)) => {
@@ -275,7 +280,8 @@ impl HudiSource {
 
     /// The new slice of a rewritten file group met in file order by the walk over the old one:
     /// its keys written by `instant` into `out`. Returns (rows scanned, bytes of the files, its
-    /// row hashes where `hash_rows` and it is base-only), or `None` without a commit-time column.
+    /// row hashes where it is base-only and they fit in `room`), or `None` without a commit-time
+    /// column.
     #[allow(clippy::too_many_arguments)]
     fn walk_new_slice(
         &self,
@@ -283,7 +289,7 @@ impl HudiSource {
         sp: &crate::source::SplitSpec,
         columns: &[String],
         instant: &str,
-        hash_rows: bool,
+        room: Option<&AtomicUsize>,
         old: &mut OldKeys<'_>,
         out: &mut KeyFilter,
     ) -> Result<Option<(u64, u64, Option<Hashed>)>, SourceError> {
@@ -298,7 +304,7 @@ impl HudiSource {
         }
         let bytes = m.bytes_read;
         let mut missing_time = false;
-        let mut hashes = RowHashes::of(&m, hash_rows, self.budget.get() / 8);
+        let mut hashes = RowHashes::of(&m, room);
         let rows = m.run(&mut |b| {
             let (Some(k), Some(t)) = (record_keys(&b)?, super::string_column(&b, COMMIT_TIME)) else {
                 missing_time = true;
@@ -343,33 +349,45 @@ impl Candidates {
 
 /// The row hashes of a base-only slice as the candidate pass meets its rows (see `keys`): kept
 /// only while every row of the base file comes through in file order (no log to merge, no row
-/// without a key); the selected read checks that they number the file's rows.
-struct RowHashes {
+/// without a key) and while the unit's room for them lasts (taken as they grow, given back when
+/// they are dropped); the selected read checks that they number the file's rows.
+struct RowHashes<'a> {
     file: Option<String>,
     hashes: Vec<u32>,
-    /// Past this many rows a slice's hashes would not be kept anyway (see `changed_keys`).
-    most: usize,
+    room: Option<&'a AtomicUsize>,
 }
 
-impl RowHashes {
-    fn of(m: &SliceMerge<'_>, on: bool, limit: usize) -> Self {
+impl<'a> RowHashes<'a> {
+    fn of(m: &SliceMerge<'_>, room: Option<&'a AtomicUsize>) -> Self {
         let base_only = m.blocks.is_empty() && m.cached.is_empty() && m.base.is_some();
         Self {
-            file: m.file.clone().filter(|_| on && base_only),
+            file: m.file.clone().filter(|_| room.is_some() && base_only),
             hashes: Vec::new(),
-            most: limit / std::mem::size_of::<u32>(),
+            room,
         }
     }
 
     fn add(&mut self, keys: &StringArray) {
-        if self.file.is_none() {
+        let (Some(room), Some(_)) = (self.room, &self.file) else {
             return;
-        }
-        if keys.null_count() > 0 || self.hashes.len() + keys.len() > self.most {
-            (self.file, self.hashes) = (None, Vec::new());
+        };
+        let need = keys.len() * std::mem::size_of::<u32>();
+        let taken = room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(need));
+        if keys.null_count() > 0 || taken.is_err() {
+            if taken.is_ok() {
+                room.fetch_add(need, Ordering::Relaxed);
+            }
+            self.drop_hashes();
             return;
         }
         self.hashes.extend((0..keys.len()).map(|i| row_hash(keys.value(i))));
+    }
+
+    fn drop_hashes(&mut self) {
+        if let Some(room) = self.room {
+            room.fetch_add(self.hashes.len() * std::mem::size_of::<u32>(), Ordering::Relaxed);
+        }
+        (self.file, self.hashes) = (None, Vec::new());
     }
 
     fn done(self) -> Option<Hashed> {

@@ -394,9 +394,11 @@ mod tests {
         let by_key_pass = read(&keys);
         assert_eq!(by_key_pass.0, vec![0, 99, 100, 777, 999]);
         // the row hashes of the file's rows, as the candidate pass keeps them
-        let hashes: Vec<u32> = (0..1000).map(|i| super::super::keys::row_hash(&format!("k{i}"))).collect();
+        let hashes: Vec<u32> = (0..1000)
+            .map(|i| super::super::keys::row_hash(&format!("k{i}")))
+            .collect();
         // hashes that do not number the file's rows are not used
-        keys.keep_rows("f.parquet".into(), hashes[..999].to_vec(), 1 << 20);
+        keys.keep_rows("f.parquet".into(), hashes[..999].to_vec());
         assert_eq!(read(&keys), by_key_pass);
         let mut kept = KeyFilter::default();
         for i in [0, 99, 100, 777, 999] {
@@ -405,9 +407,13 @@ mod tests {
         // rows 5 and 6 carry another key's hash: a row is selected by its kept hash, not its key
         let mut shifted = hashes.clone();
         shifted[5] = super::super::keys::row_hash("k777");
-        kept.keep_rows("f.parquet".into(), shifted, 1 << 20);
+        kept.keep_rows("f.parquet".into(), shifted);
         let (values, names) = read(&kept);
         assert_eq!(values, vec![0, 5, 99, 100, 777, 999], "the kept hashes chose the rows");
-        assert_eq!(names, ["k0", "k5", "k99", "k100", "k777", "k999"], "keys read from the file");
+        assert_eq!(
+            names,
+            ["k0", "k5", "k99", "k100", "k777", "k999"],
+            "keys read from the file"
+        );
     }
 }
