@@ -1,4 +1,4 @@
-//! Sets of record keys. [`KeyFilter`]: the keys a change unit reads (see `narrow` and
+//! Record keys: the `_hoodie_record_key` column ([`record_keys`]) and sets of keys. [`KeyFilter`]: the keys a change unit reads (see `narrow` and
 //! `selection`). A row is selected when its key's row hash (32 bits of its xxh3) is a selected
 //! key's: a superset of the keys that is *key-closed* (every row of a key, in every file and log
 //! block, is selected or none is), so a unit's two sides restricted to it still hold every
@@ -15,9 +15,24 @@ use std::sync::Arc;
 
 use arrow::buffer::BooleanBuffer;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray, StringViewArray};
+use arrow_schema::DataType;
 
-use super::selection::record_keys;
 use crate::source::SourceError;
+
+pub(super) const RECORD_KEY: &str = "_hoodie_record_key";
+
+/// The `_hoodie_record_key` column as strings (`None`: the batch has none).
+pub(super) fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, SourceError> {
+    let Some(col) = batch.column_by_name(RECORD_KEY) else {
+        return Ok(None);
+    };
+    let col = if col.data_type() == &DataType::Utf8 {
+        col.clone()
+    } else {
+        arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow("record key as text"))?
+    };
+    Ok(col.as_any().downcast_ref::<StringArray>().cloned())
+}
 
 /// The record keys a unit reads (see the module doc): rows of other keys are not decoded past
 /// their key column.

@@ -26,10 +26,9 @@ use arrow_array::{Array, StringArray};
 
 use super::carried::OldKeys;
 use super::files::base_as_of;
-use super::keys::{row_hash, KeyFilter};
+use super::keys::{record_keys, row_hash, KeyFilter, RECORD_KEY};
 use super::merge::SliceMerge;
 use super::reader::UnitRead;
-use super::selection::{record_keys, RECORD_KEY};
 use super::slice::{FileCache, InstantBlock};
 use super::HudiSource;
 use crate::metrics;

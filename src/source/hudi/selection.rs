@@ -6,7 +6,7 @@
 
 use arrow::array::BooleanBufferBuilder;
 use arrow::buffer::BooleanBuffer;
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, StringViewArray};
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringViewArray};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
@@ -16,24 +16,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::files::{columns_mask, with_virtual_keys, BASE_BATCH_ROWS, LAYOUT_META_COLUMNS};
-use super::keys::KeyFilter;
+use super::keys::{record_keys, KeyFilter, RECORD_KEY};
 use crate::source::SourceError;
 use crate::storage::Storage;
-
-pub(super) const RECORD_KEY: &str = "_hoodie_record_key";
-
-/// The `_hoodie_record_key` column as strings (`None`: the batch has none).
-pub(super) fn record_keys(batch: &RecordBatch) -> Result<Option<StringArray>, SourceError> {
-    let Some(col) = batch.column_by_name(RECORD_KEY) else {
-        return Ok(None);
-    };
-    let col = if col.data_type() == &DataType::Utf8 {
-        col.clone()
-    } else {
-        arrow::compute::cast(col, &DataType::Utf8).map_err(SourceError::arrow("record key as text"))?
-    };
-    Ok(col.as_any().downcast_ref::<StringArray>().cloned())
-}
 
 /// A base file's selected rows: its schema (layout columns left out), a reader of the rows whose
 /// record key is in `keys`, and its size.
@@ -268,7 +253,7 @@ fn with_key_view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::Int64Array;
+    use arrow_array::{Int64Array, StringArray};
     use arrow_schema::{Field, Schema};
 
     /// A base file of `n` rows (`k0`, `k1`, …, value = row number) in row groups of 100 rows
