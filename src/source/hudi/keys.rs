@@ -1,14 +1,14 @@
-//! Record keys: the `_hoodie_record_key` column ([`record_keys`]) and sets of keys. [`KeyFilter`]: the keys a change unit reads (see `narrow` and
-//! `selection`). A row is selected when its key's row hash (32 bits of its xxh3) is a selected
-//! key's: a superset of the keys that is *key-closed* (every row of a key, in every file and log
-//! block, is selected or none is), so a unit's two sides restricted to it still hold every
-//! version of each selected key and diff exactly as the whole sides do for those keys (a key
-//! picked up by a hash collision diffs to no event, as an unchanged key does). That lets a base
-//! file be selected from the row hashes the candidate pass kept, in row order, without decoding
-//! and probing its key column again (`keep_rows`, within an eighth of `read.memory.budget`; at
-//! 2M rows that key pass was a third of a copy-on-write 1 % unit's selected reading).
-//! [`ArrayKeys`]: an exact set of keys whose text stays in the decoded arrays (the old slice's
-//! walk, see `carried`).
+//! Record keys: the `_hoodie_record_key` column ([`record_keys`]) and sets of keys.
+//! [`KeyFilter`]: the keys a change unit reads (see `narrow` and `selection`). A row is selected
+//! when its key's row hash (32 bits of its xxh3) is a selected key's: a superset of the keys that
+//! is *key-closed* (every row of a key, in every file and log block, is selected or none is), so
+//! a unit's two sides restricted to it still hold every version of each selected key and diff
+//! exactly as the whole sides do for those keys (a key picked up by a hash collision diffs to no
+//! event, as an unchanged key does). That lets a base file be selected from the row hashes the
+//! candidate pass kept, in row order, without decoding and probing its key column again
+//! (`keep_rows`, within an eighth of `read.memory.budget`; at 2M rows that key pass was a third
+//! of a copy-on-write 1 % unit's selected reading). [`ArrayKeys`]: an exact set of keys whose
+//! text stays in the decoded arrays (the old slice's walk, see `carried`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
