@@ -101,7 +101,7 @@ impl KeyFilter {
         self.rows.insert(file, hashes.into());
     }
 
-    /// The key hashes of the rows of base file `file`, if the candidate pass kept them.
+    /// The row hashes of the rows of base file `file`, if the candidate pass kept them.
     pub(super) fn rows_of(&self, file: &str) -> Option<&[u32]> {
         self.rows.get(file).map(|h| h.as_ref())
     }

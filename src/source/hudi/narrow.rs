@@ -371,11 +371,12 @@ impl<'a> RowHashes<'a> {
             return;
         };
         let need = keys.len() * std::mem::size_of::<u32>();
-        let taken = room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(need));
-        if keys.null_count() > 0 || taken.is_err() {
-            if taken.is_ok() {
-                room.fetch_add(need, Ordering::Relaxed);
-            }
+        // a row without a key is not selected by position: no room is taken for it
+        if keys.null_count() > 0
+            || room
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| r.checked_sub(need))
+                .is_err()
+        {
             self.drop_hashes();
             return;
         }

@@ -1,8 +1,9 @@
 //! Reading a file slice for some record keys only ([`KeyFilter`]): a base file in two passes —
 //! its key column (or a virtual-key table's key fields; or neither where the candidate pass kept
-//! the key hashes of its rows), then every column of the selected rows only, row groups without one skipped and pages too where the file has an offset index — and
-//! log records of other keys dropped as they are decoded (see `merge`). The keys are a change
-//! unit's candidates (see `narrow`).
+//! the row hashes of its rows), then every column of the selected rows only, row groups without
+//! one skipped and pages too where the file has an offset index — and log records of other keys
+//! dropped as they are decoded (see `merge`). The keys are a change unit's candidates (see
+//! `narrow`).
 
 use arrow::array::BooleanBufferBuilder;
 use arrow::buffer::BooleanBuffer;
@@ -66,7 +67,7 @@ impl Iterator for SelectedRows {
 /// Read a base file for `keys` only, in two passes: the key column (or a virtual-key table's key
 /// fields, `virtual_keys` = (fields, partition)), then every column of the selected rows, row
 /// groups without one skipped, and pages too where the file has a page index. Where `keys`
-/// holds the key hashes of all the file's rows (kept by the candidate pass), they select the
+/// holds the row hashes of all the file's rows (kept by the candidate pass), they select the
 /// rows and the first pass is not read.
 pub(super) fn open_base_selected(
     storage: &Storage,
@@ -87,16 +88,12 @@ pub(super) fn open_base_selected(
         .collect();
     let total: usize = groups.iter().sum();
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    // the rows' key hashes kept by the candidate pass, where they cover the file (see `keys`)
+    // the rows' row hashes kept by the candidate pass, where they cover the file (see `keys`)
     let known = keys
         .rows_of(name)
         .filter(|h| virtual_keys.is_none() && h.len() == total);
-    let (selected, key_field, mut picked) = match known {
-        Some(h) => (
-            BooleanBuffer::collect_bool(total, |i| keys.contains_hash(h[i])),
-            None,
-            Vec::new(),
-        ),
+    let (selected, spliced_keys) = match known {
+        Some(h) => (BooleanBuffer::collect_bool(total, |i| keys.contains_hash(h[i])), None),
         None => key_pass(builder, &input, path, keys, virtual_keys, total)?,
     };
     // row groups with a selected row, and the selection over their rows only
@@ -115,7 +112,7 @@ pub(super) fn open_base_selected(
         false => PageIndexPolicy::Optional,
     });
     let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(input, options).map_err(perr)?;
-    let spliced = key_field.is_some();
+    let spliced = spliced_keys.is_some();
     let keep = |name: &str| !(LAYOUT_META_COLUMNS.contains(&name) || spliced && name == RECORD_KEY);
     // where the key column goes among the columns read
     let at = builder
@@ -134,19 +131,10 @@ pub(super) fn open_base_selected(
         .build()
         .map_err(perr)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
-    let (schema, keys) = match key_field {
-        Some(field) => {
+    let (schema, keys) = match spliced_keys {
+        Some((field, keys)) => {
             let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
-            fields.insert(at, Arc::new(field.clone()));
-            let keys = match picked.len() {
-                0 => arrow_array::new_empty_array(field.data_type()),
-                1 => picked.remove(0),
-                _ => {
-                    let refs: Vec<&dyn Array> = picked.iter().map(|a| a.as_ref()).collect();
-                    arrow::compute::concat(&refs)
-                        .map_err(SourceError::arrow(format!("reading the keys of {}", path.display())))?
-                }
-            };
+            fields.insert(at, Arc::new(field));
             let schema = Arc::new(arrow_schema::Schema::new_with_metadata(
                 fields,
                 schema.metadata().clone(),
@@ -163,8 +151,8 @@ pub(super) fn open_base_selected(
 }
 
 /// The key pass of a selected base read: which rows are selected, and, for a table with meta
-/// fields, the record-key field and the selected rows' keys to splice into the second pass
-/// (see `SelectedRows`).
+/// fields, the record-key field and the selected rows' keys (in file order) to splice into the
+/// second pass (see `SelectedRows`).
 fn key_pass(
     builder: ParquetRecordBatchReaderBuilder<crate::storage::Input>,
     input: &crate::storage::Input,
@@ -172,7 +160,7 @@ fn key_pass(
     keys: &KeyFilter,
     virtual_keys: Option<(&[String], &str)>,
     total: usize,
-) -> Result<(BooleanBuffer, Option<arrow_schema::Field>, Vec<ArrayRef>), SourceError> {
+) -> Result<(BooleanBuffer, Option<(arrow_schema::Field, ArrayRef)>), SourceError> {
     let perr = |source| SourceError::parquet(path)(source);
     let key_columns: Vec<String> = match virtual_keys {
         Some((fields, _)) => fields.to_vec(),
@@ -218,7 +206,21 @@ fn key_pass(
         }
         selected.append_buffer(mask.values());
     }
-    Ok((selected.finish(), key_field, picked))
+    let spliced = match key_field {
+        Some(field) => {
+            let keys = match picked.len() {
+                0 => arrow_array::new_empty_array(field.data_type()),
+                1 => picked.remove(0),
+                _ => {
+                    let refs: Vec<&dyn Array> = picked.iter().map(|a| a.as_ref()).collect();
+                    arrow::compute::concat(&refs).map_err(arrow_err)?
+                }
+            };
+            Some((field, keys))
+        }
+        None => None,
+    };
+    Ok((selected.finish(), spliced))
 }
 
 /// The builder with the record-key column read as string views: the key pass then decodes no
