@@ -172,6 +172,16 @@ impl SliceMerge<'_> {
             rows_read += b.num_rows() as u64;
             let p = b.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
             let (bk, bd) = (merge.key(&p)?, merge.deleted(&p));
+            if index.is_empty() {
+                // nothing logged to merge with (copy-on-write, a base file alone): a base row stays
+                // unless its key is null or it is soft-deleted, and no mask is built where none is
+                let keep = (bk.null_count() > 0 || bd.is_some())
+                    .then(|| BooleanArray::from_iter((0..b.num_rows()).map(|r| Some(bk.is_valid(r) && !soft(&bd, r)))));
+                if let Some(kept) = keep_rows(b, keep)? {
+                    out(kept)?;
+                }
+                continue;
+            }
             let bord = log.ord_conv.as_ref().map(|c| c.rows(&p)).transpose()?;
             let keep: BooleanArray = (0..b.num_rows())
                 .map(|r| {
@@ -198,12 +208,7 @@ impl SliceMerge<'_> {
                     Some(!soft(&bd, r))
                 })
                 .collect();
-            let kept = if keep.true_count() == b.num_rows() {
-                b
-            } else {
-                arrow::compute::filter_record_batch(&b, &keep).map_err(SourceError::arrow("filtering base rows"))?
-            };
-            if kept.num_rows() > 0 {
+            if let Some(kept) = keep_rows(b, Some(keep))? {
                 out(kept)?;
             }
         }
@@ -259,6 +264,17 @@ impl SliceMerge<'_> {
         }
         Ok(())
     }
+}
+
+/// The rows of `b` that `keep` keeps (`None`: all of them); `None` where none is kept.
+fn keep_rows(b: RecordBatch, keep: Option<BooleanArray>) -> Result<Option<RecordBatch>, SourceError> {
+    let kept = match keep {
+        Some(k) if k.true_count() < b.num_rows() => {
+            arrow::compute::filter_record_batch(&b, &k).map_err(SourceError::arrow("filtering base rows"))?
+        }
+        _ => b,
+    };
+    Ok((kept.num_rows() > 0).then_some(kept))
 }
 
 #[cfg(test)]
