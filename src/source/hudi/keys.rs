@@ -174,9 +174,9 @@ impl KeyFilter {
 /// keys (16 a key, rebuilt from the table when they double) up to [`RowBits::MAX_BITS`] (64 KiB,
 /// a fixed overhead not counted in the keys' bytes, small enough to stay in a core's cache); past
 /// a key for every two bits (~40 % of them set) they turn too few rows away to pay their look-up,
-/// and every row is asked of the table as before. Probing the table for each row of a 2M-row file was ~10 % of a
-/// merge-on-read 1 % unit's selected read; a 512 KiB bitmap made a 16M 10 % unit (1.9M keys)
-/// ~3 % slower.
+/// and every row is asked of the table as before. Probing the table for each row of a 2M-row
+/// file was ~10 % of a merge-on-read 1 % unit's selected read; a 512 KiB bitmap made a 16M 10 %
+/// unit (1.9M keys) ~3 % slower.
 #[derive(Default)]
 struct RowBits {
     words: Vec<u64>,

@@ -116,12 +116,12 @@ impl<'k> LogIndex<'k> {
         )
     }
 
-    /// The key's slot, if the log has the key (the index is not changed).
     /// No log record to merge with.
     pub(super) fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
 
+    /// The key's slot, if the log has the key (the index is not changed).
     pub(super) fn find_mut(&mut self, k: &str) -> (Option<&mut Slot>, &KeyTexts<'k>) {
         if self.table.is_empty() {
             // a slice without log records (copy-on-write, or a base file alone): no key to hash
