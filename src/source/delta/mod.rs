@@ -17,6 +17,7 @@ pub mod log;
 mod plan;
 pub mod read;
 pub mod schema;
+mod state;
 mod units;
 
 use std::collections::{BTreeMap, HashMap};
@@ -221,7 +222,7 @@ impl Source for DeltaSource {
     fn describe(&self) -> Result<String, SourceError> {
         let listing = self.log.list()?;
         let latest = listing.latest().unwrap_or(0);
-        let state = log::TableState::load_meta(&self.log, &listing, latest)?;
+        let state = state::TableState::load_meta(&self.log, &listing, latest)?;
         let p = &state.protocol;
         Ok(format!(
             "Delta table at {}, versions {}..{latest} in the log, newest checkpoint {}, reader v{} writer v{}, \

@@ -13,9 +13,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::log::{missing_commit, Commit, FileAction, Listing, TableState};
+use super::log::{Commit, FileAction, Listing};
 use super::read::partition_of;
 use super::schema::{check_protocol, DeltaSchema};
+use super::state::{missing_commit, TableState};
 use super::DeltaSource;
 use crate::config::DeltaStart;
 use crate::source::plan::{PlanFile, VersionPlan};
