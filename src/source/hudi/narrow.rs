@@ -143,11 +143,12 @@ impl HudiSource {
             (n, b) if n > 0 => b / n,
             _ => (bytes * DECODED_PER_FILE_BYTE).checked_div(rows).unwrap_or(1024),
         };
-        tracing::debug!(connector = %self.connector, instant, keys = keys.len(), key_rows = rows, "change unit: candidate keys");
+        let row_bytes = row_bytes.max(64);
+        tracing::debug!(connector = %self.connector, instant, keys = keys.len(), key_rows = rows, row_bytes, "change unit: candidate keys");
         Ok(Some(Candidates {
             keys,
             split_keys,
-            row_bytes: row_bytes.max(64),
+            row_bytes,
         }))
     }
 
