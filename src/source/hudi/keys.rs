@@ -171,12 +171,15 @@ impl KeyFilter {
 /// The row-hash prefilter of a [`KeyFilter`]: one bit per class of slots (the slot's top bits),
 /// set for every key's. A clear bit means no key has that row hash; a set one is asked of the
 /// table (removed keys leave their bits set: only more rows are asked). The bits grow with the
-/// keys (16 a key, rebuilt from the table when they double) up to [`RowBits::MAX_BITS`] (64 KiB,
-/// a fixed overhead not counted in the keys' bytes, small enough to stay in a core's cache); past
-/// a key for every two bits (~40 % of them set) they turn too few rows away to pay their look-up,
-/// and every row is asked of the table as before. Probing the table for each row of a 2M-row
-/// file was ~10 % of a merge-on-read 1 % unit's selected read; a 512 KiB bitmap made a 16M 10 %
-/// unit (1.9M keys) ~3 % slower.
+/// keys (16 a key, ~6 % of them set; rebuilt from the table when the keys double) up to
+/// [`RowBits::MAX_BITS`] (512 KiB, a fixed overhead not counted in the keys' bytes, small enough
+/// for a core's L2 cache, where the table of that many keys is not); past a key for every four
+/// bits (~22 % of them set, 1M keys) they turn too few rows away to pay their look-up, and every
+/// row is asked of the table as before. Probing the table for each row of a 2M-row file was ~10 %
+/// of a merge-on-read 1 % unit's selected read. Measured (paired, `run --once` ×5): a 64 KiB cap
+/// left 30 % of the bits set at 16M 1 % (192k keys; MOR CPU 1.65 → 1.54 s with this cap); a
+/// 512 KiB bitmap kept on to a key every two bits made a 16M 10 % unit (1.9M keys) ~3 % slower;
+/// at 976k keys (21 % set) this one is neither faster nor slower.
 #[derive(Default)]
 struct RowBits {
     words: Vec<u64>,
@@ -188,7 +191,7 @@ struct RowBits {
 
 impl RowBits {
     const MIN_BITS: u32 = 12;
-    const MAX_BITS: u32 = 19;
+    const MAX_BITS: u32 = 22;
 
     fn index(&self, slot: u64) -> usize {
         (slot >> (64 - self.shift)) as usize
@@ -212,7 +215,7 @@ impl RowBits {
         if self.full {
             return;
         }
-        if keys * 2 > 1 << Self::MAX_BITS {
+        if keys * 4 > 1 << Self::MAX_BITS {
             (self.full, self.words) = (true, Vec::new());
             return;
         }
@@ -323,7 +326,11 @@ mod tests {
         assert!(!f.contains("k0"), "an empty filter holds nothing");
         // selected: exactly the rows whose row hash is a held key's, through several rebuilds of
         // the bits (4096 hold 256 keys), at their cap, and past it (every row asked of the table)
-        for (n, shift, full) in [(30_000, RowBits::MAX_BITS, false), (300_000, RowBits::MAX_BITS, true)] {
+        for (n, shift, full) in [
+            (30_000, 19, false),
+            (300_000, RowBits::MAX_BITS, false),
+            (1_100_000, RowBits::MAX_BITS, true),
+        ] {
             for i in 0..n {
                 f.insert(&format!("k{i}"));
             }
