@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 // foldhash, not std's SipHash: the diff's key maps took a tenth of a change unit's CPU
+use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 use arrow::row::{Row, RowConverter, Rows, SortField};
@@ -239,13 +240,19 @@ fn winners<'r>(
     key_rows: &'r [Rows],
     order_of: &dyn Fn(RowRef) -> Option<&'r str>,
 ) -> HashMap<Row<'r>, (usize, RowRef)> {
-    let mut m: HashMap<Row<'r>, (usize, RowRef)> = HashMap::new();
+    // sized for the side's rows (keys are rarely repeated) and one hash a row: the entry
+    let rows = side.iter().flatten().map(|&b| batches[b as usize].num_rows()).sum();
+    let mut m: HashMap<Row<'r>, (usize, RowRef)> = HashMap::with_capacity(rows);
     for (s, r) in side_rows(batches, side) {
         let k = key_rows[r.batch as usize].row(r.row as usize);
-        match m.get(&k) {
-            Some((_, prev)) if order_of(*prev) > order_of(r) => {}
-            _ => {
-                m.insert(k, (s, r));
+        match m.entry(k) {
+            Entry::Occupied(mut e) => {
+                if order_of(e.get().1) <= order_of(r) {
+                    e.insert((s, r));
+                }
+            }
+            Entry::Vacant(e) => {
+                e.insert((s, r));
             }
         }
     }
