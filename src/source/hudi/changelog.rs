@@ -2,8 +2,9 @@
 //! record it wrote becomes an event, in write order, with the op its `_hoodie_operation` gives:
 //! `I` → `c`, `U` → `u` (paired with a preceding `-U` before-image of the same key, else with the
 //! key's current row), `D` → `d`; delete-block keys → `d`. A record that loses the table's
-//! event-time ordering changes nothing and emits nothing, so replaying still yields the merged
-//! table. `skip_merge` emits the records as written, ordering ignored (Flink's skip_merge).
+//! event-time ordering changes nothing and emits nothing — a late delete (soft, or a delete-block
+//! entry with an ordering value) included, and a record that does not outrank a delete before it
+//! in the instant — so replaying still yields the merged table. `skip_merge` emits the records as written, ordering ignored (Flink's skip_merge).
 
 use std::collections::HashMap;
 
@@ -12,6 +13,8 @@ use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
 use super::files::LAYOUT_META_COLUMNS;
+use super::log::DeletedKey;
+use super::merge::deletes::ordered_deletes;
 use super::slice::{InstantBlock, MergeConfig, MergeMode};
 use super::string_column;
 use crate::source::rows::{conform, nullable, RowKeys};
@@ -39,30 +42,42 @@ pub fn changelog_rows(
     let target = nullable(&newest.schema(), LAYOUT_META_COLUMNS);
     let mut batches: Vec<RecordBatch> = old.iter().map(|b| conform(b, &target)).collect::<Result<_, _>>()?;
     let old_count = batches.len();
-    // the operation of each record of the instant's batches (by batch index)
+    // the operation of each record of the instant's batches (by batch index); delete-block
+    // entries ordered by event time become records (`D`) that take part in the ordering
     let mut ops: HashMap<usize, Option<StringArray>> = HashMap::new();
+    let mut steps: Vec<Result<usize, Vec<DeletedKey>>> = Vec::new();
     for b in blocks {
-        if let InstantBlock::Data(v) = b {
-            for raw in v {
-                ops.insert(batches.len(), string_column(raw, "_hoodie_operation"));
-                batches.push(conform(raw, &target)?);
+        match b {
+            InstantBlock::Data(v) => {
+                for raw in v {
+                    ops.insert(batches.len(), string_column(raw, "_hoodie_operation"));
+                    steps.push(Ok(batches.len()));
+                    batches.push(conform(raw, &target)?);
+                }
+            }
+            InstantBlock::Delete(deleted) => {
+                let (by_time, by_commit) = match ordered {
+                    true => ordered_deletes(deleted.clone(), &target, merge)?,
+                    false => (None, deleted.clone()),
+                };
+                if let Some(d) = by_time {
+                    ops.insert(batches.len(), Some(StringArray::from(vec!["D"; d.num_rows()])));
+                    steps.push(Ok(batches.len()));
+                    batches.push(d);
+                }
+                steps.push(Err(by_commit));
             }
         }
     }
     let records = Records::new(&batches, &target, merge, ordered, ops)?;
     let mut changes = Changes::of_old(&records.keys[..old_count]);
-    let mut next = old_count;
-    for block in blocks {
-        match block {
-            InstantBlock::Delete(deleted) => {
-                for d in deleted {
+    for step in steps {
+        match step {
+            Ok(b) => changes.batch(&records, b),
+            Err(by_commit) => {
+                for d in by_commit {
+                    changes.tombstones.remove(&d.record_key);
                     changes.delete(&d.record_key);
-                }
-            }
-            InstantBlock::Data(v) => {
-                for _ in v {
-                    changes.batch(&records, next);
-                    next += 1;
                 }
             }
         }
@@ -148,6 +163,9 @@ impl Records {
 /// The change rows so far, with each key's current row and a pending `-U` before-image.
 struct Changes {
     current: HashMap<String, RowRef>,
+    /// Keys deleted in the instant by a delete with an ordering value: a later record must
+    /// outrank it (event-time ordering).
+    tombstones: HashMap<String, RowRef>,
     before_image: HashMap<String, RowRef>,
     rows: Vec<ChangeRow>,
 }
@@ -171,6 +189,7 @@ impl Changes {
         }
         Self {
             current,
+            tombstones: HashMap::new(),
             before_image: HashMap::new(),
             rows: Vec::new(),
         }
@@ -205,7 +224,13 @@ impl Changes {
                 }
                 "D" => {
                     self.before_image.remove(key);
+                    // a late delete loses to the row (or delete) it does not outrank
+                    let last = self.current.get(key).or(self.tombstones.get(key));
+                    if last.is_some_and(|&c| records.loses(this, c)) {
+                        continue;
+                    }
                     self.delete(key);
+                    self.tombstones.insert(key.to_string(), this);
                 }
                 _ => self.upsert(records, key, this),
             }
@@ -216,10 +241,14 @@ impl Changes {
     /// the current row), unless it loses the event-time ordering (then nothing changes).
     fn upsert(&mut self, records: &Records, key: &str, this: RowRef) {
         let cur = self.current.get(key).copied();
-        if cur.is_some_and(|c| records.loses(this, c)) {
+        if cur
+            .or(self.tombstones.get(key).copied())
+            .is_some_and(|c| records.loses(this, c))
+        {
             self.before_image.remove(key);
             return; // a late record loses: the table does not change
         }
+        self.tombstones.remove(key);
         let before = self.before_image.remove(key).or(cur);
         let op = if cur.is_some() { Op::Update } else { Op::Create };
         let before = if op == Op::Create { None } else { before };
@@ -292,157 +321,4 @@ pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-    use arrow_schema::{DataType, Field, Schema};
-
-    use super::*;
-    use crate::source::hudi::log::DeletedKey;
-    use crate::source::hudi::slice::MergeMode;
-
-    /// `(key, partition, ts, op)`.
-    type Row<'a> = (&'a str, &'a str, i64, Option<&'a str>);
-    /// (op, before (batch, row), after (batch, row)).
-    type Shape = (&'static str, Option<(u32, u32)>, Option<(u32, u32)>);
-
-    /// Rows as a log block (or slice) batch.
-    fn batch(rows: &[Row]) -> RecordBatch {
-        let col = |f: &dyn Fn(&Row) -> Option<String>| -> ArrayRef {
-            Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
-        };
-        let schema = Schema::new(vec![
-            Field::new("_hoodie_record_key", DataType::Utf8, true),
-            Field::new("_hoodie_partition_path", DataType::Utf8, true),
-            Field::new("ts", DataType::Int64, true),
-            Field::new("_hoodie_operation", DataType::Utf8, true),
-        ]);
-        RecordBatch::try_new(
-            Arc::new(schema),
-            vec![
-                col(&|r| Some(r.0.to_string())),
-                col(&|r| Some(r.1.to_string())),
-                Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
-                col(&|r| r.3.map(String::from)),
-            ],
-        )
-        .unwrap()
-    }
-
-    fn merge(mode: MergeMode) -> MergeConfig {
-        MergeConfig {
-            mode,
-            ordering: vec!["ts".into()],
-            virtual_keys: false,
-            key_fields: vec!["_hoodie_record_key".into()],
-        }
-    }
-
-    fn shape(rows: &[ChangeRow]) -> Vec<Shape> {
-        rows.iter()
-            .map(|r| {
-                (
-                    r.op.code(),
-                    r.before.map(|x| (x.batch, x.row)),
-                    r.after.map(|x| (x.batch, x.row)),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn changelog_rows_follow_operations_in_write_order() {
-        let old = [batch(&[("a", "p", 1, None), ("b", "p", 1, None)])];
-        let blocks = [
-            InstantBlock::Data(vec![batch(&[
-                ("a", "p", 2, Some("-U")),
-                ("a", "p", 2, Some("U")),
-                ("c", "p", 2, Some("I")),
-                ("c", "p", 3, Some("U")),
-            ])]),
-            InstantBlock::Delete(vec![DeletedKey {
-                record_key: "b".into(),
-                partition_path: None,
-            }]),
-            InstantBlock::Data(vec![batch(&[("c", "p", 4, Some("D"))])]),
-        ];
-        let (_, rows) = changelog_rows(&old, &blocks, &merge(MergeMode::CommitTime), true).unwrap();
-        assert_eq!(
-            shape(&rows),
-            vec![
-                ("u", Some((1, 0)), Some((1, 1))), // the -U before image pairs with its U
-                ("c", None, Some((1, 2))),
-                ("u", Some((1, 2)), Some((1, 3))), // an update of a key created in this instant
-                ("d", Some((0, 1)), None),         // delete block: the slice's row
-                ("d", Some((1, 3)), None),         // a D record deletes the current row
-            ]
-        );
-    }
-
-    #[test]
-    fn under_event_time_ordering_a_late_record_changes_nothing() {
-        let old = [batch(&[("a", "p", 5, None)])];
-        let blocks = [InstantBlock::Data(vec![batch(&[
-            ("a", "p", 3, Some("U")),
-            ("a", "p", 7, Some("U")),
-        ])])];
-        let (_, rows) = changelog_rows(&old, &blocks, &merge(MergeMode::EventTime), true).unwrap();
-        assert_eq!(
-            shape(&rows),
-            vec![("u", Some((0, 0)), Some((1, 1)))],
-            "ts 3 < 5 loses, ts 7 wins"
-        );
-        // skip_merge: every record as written
-        let (_, rows) = changelog_rows(&old, &blocks, &merge(MergeMode::EventTime), false).unwrap();
-        assert_eq!(shape(&rows).len(), 2);
-    }
-
-    #[test]
-    fn a_key_moving_between_file_groups_is_one_update() {
-        // batch 0: the key's old row (partition p1), batch 1: its new row (partition p2)
-        let batches = [
-            batch(&[("k", "p1", 1, None), ("x", "p1", 1, None)]),
-            batch(&[("k", "p2", 2, None)]),
-        ];
-        let at = |b, r| Some(RowRef { batch: b, row: r });
-        let split_rows = || {
-            vec![
-                vec![
-                    ChangeRow {
-                        op: Op::Delete,
-                        before: at(0, 0),
-                        after: None,
-                    },
-                    ChangeRow {
-                        op: Op::Delete,
-                        before: at(0, 1),
-                        after: None,
-                    },
-                ],
-                vec![ChangeRow {
-                    op: Op::Create,
-                    before: None,
-                    after: at(1, 0),
-                }],
-            ]
-        };
-        let mut per_split = split_rows();
-        pair_moves(&batches, &mut per_split, false);
-        assert_eq!(
-            shape(&per_split[0]),
-            vec![("d", Some((0, 1)), None)],
-            "the departure goes"
-        );
-        assert_eq!(
-            shape(&per_split[1]),
-            vec![("u", Some((0, 0)), Some((1, 0)))],
-            "the arrival is the update"
-        );
-        // keyed by partition path, the rows in p1 and p2 are two rows: nothing pairs
-        let mut per_split = split_rows();
-        pair_moves(&batches, &mut per_split, true);
-        assert_eq!(per_split.iter().map(Vec::len).sum::<usize>(), 3);
-        assert!(per_split.iter().flatten().all(|r| r.op != Op::Update));
-    }
-}
+mod tests;

@@ -342,7 +342,7 @@ mod content;
 use content::BATCH_RECORDS;
 pub use content::{
     avro_block_batches, avro_block_json, avro_data_content, delete_block_keys, encode_block, parquet_block_batches,
-    DeletedKey,
+    DeletedKey, OrderingValue,
 };
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 
 use super::log::{self, BlockType};
-use super::slice::{split_operations, BaseBatches, CachedLog, SliceReader, SliceState};
+use super::slice::{BaseBatches, CachedLog, SliceReader, SliceState};
 use crate::source::rows::conform;
 use crate::source::SourceError;
 
@@ -46,9 +46,11 @@ pub struct SliceMerge<'a> {
 /// (8 MiB of the default budget per reader thread).
 const KEEP_SHARE: usize = 16;
 
+pub(super) mod deletes;
 mod index;
 mod plan;
-use index::{soft, LogColumns, LogIndex, LogRecords, MergeColumns, Pos, Step, BASE_WON, HARD_DELETED, RESET, SOFT};
+use deletes::{log_deletes, ordered_deletes};
+use index::{soft, LogColumns, LogIndex, LogRecords, MergeColumns, Pos, Step, BASE_WON, HARD_DELETED, SOFT};
 
 impl SliceMerge<'_> {
     /// Merge, keeping every winning row in memory (change units diffed in memory, changelog mode).
@@ -93,7 +95,7 @@ impl SliceMerge<'_> {
             })
             .collect();
         let mut rows_read: u64 = log.proj.iter().map(|b| b.num_rows() as u64).sum();
-        let cols = LogColumns::new(&log.proj, &target, &merge)?;
+        let cols = LogColumns::new(&log, &target, &merge)?;
         let mut index = cols.index(&log.steps)?;
         if let Some(base) = self.base.take() {
             rows_read += self.stream_base(base, &target, &merge, &cols, &mut index, out)?;
@@ -113,14 +115,22 @@ impl SliceMerge<'_> {
     }
 
     /// The log blocks in commit order, as merge columns (and, while they are small, the decoded
-    /// rows too); delete blocks and changelog-mode `D` records as delete steps.
+    /// rows too), which records are deletes marked; a delete block's entries as records where
+    /// event-time ordering applies to them, else as a delete step (see [`deletes`]).
     fn log_records(&self, target: &SchemaRef, merge: &MergeColumns) -> Result<LogRecords, SourceError> {
         let mut log = LogRecords {
             proj: Vec::new(),
+            deleted: Vec::new(),
+            from_delete_block: Vec::new(),
             block_of: Vec::new(),
             steps: Vec::new(),
             full: Some(Vec::new()),
         };
+        let proj_schema = Arc::new(
+            target
+                .project(&merge.idx)
+                .map_err(SourceError::arrow("merge columns"))?,
+        );
         // small logs keep their decoded rows (no second decode) up to a fixed share of the
         // budget; past it they are all dropped and the winners decoded again
         let keep_limit = self.reader.spill.budget / KEEP_SHARE;
@@ -128,12 +138,28 @@ impl SliceMerge<'_> {
         for k in 0..self.blocks.len() {
             let (b, path) = self.block(k);
             match b.block_type {
-                BlockType::Delete => log.steps.push(Step::Delete(log::delete_block_keys(b, path)?)),
+                BlockType::Delete => {
+                    let keys = log::delete_block_keys(b, path)?;
+                    let (ordered, by_commit) = ordered_deletes(keys, &proj_schema, self.reader.merge)?;
+                    if let Some(p) = ordered {
+                        let n = p.num_rows();
+                        if let Some(f) = log.full.as_mut() {
+                            f.push(RecordBatch::new_empty(target.clone()));
+                        }
+                        log.steps.push(Step::Data(log.proj.len()));
+                        log.proj.push(p);
+                        log.deleted.push(Some(BooleanArray::from(vec![true; n])));
+                        log.from_delete_block.push(true);
+                        log.block_of.push(k);
+                    }
+                    if !by_commit.is_empty() {
+                        log.steps.push(Step::Delete(by_commit));
+                    }
+                }
                 BlockType::Corrupt => {}
                 _ => self.decode_each(k, &mut |x| {
-                    // changelog-mode records: before-images take no part, `D` deletes
-                    let (upserts, deletes) = split_operations(&x)?;
-                    let rows = conform(&self.reader.restrict(upserts)?, target)?;
+                    // changelog-mode before-images take no part; deletes keep their ordering value
+                    let (rows, deleted) = log_deletes(&conform(&self.reader.restrict(x)?, target)?, self.reader.merge)?;
                     let p = rows.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
                     if let Some(f) = log.full.as_mut() {
                         full_bytes += rows.get_array_memory_size();
@@ -144,10 +170,9 @@ impl SliceMerge<'_> {
                     }
                     log.steps.push(Step::Data(log.proj.len()));
                     log.proj.push(p);
+                    log.deleted.push(deleted);
+                    log.from_delete_block.push(false);
                     log.block_of.push(k);
-                    if !deletes.is_empty() {
-                        log.steps.push(Step::Delete(deletes));
-                    }
                     Ok(true)
                 })?,
             }
@@ -191,9 +216,6 @@ impl SliceMerge<'_> {
                     let (Some(st), texts) = index.find_mut(bk.value(r)) else {
                         return Some(!soft(&bd, r));
                     };
-                    if st.flags & RESET != 0 {
-                        return Some(false);
-                    }
                     let log_wins = match (&log.ord_rows, &bord) {
                         (Some(ord), Some(bo)) if st.cur != HARD_DELETED => {
                             let o = texts.pos(st.cur);
@@ -243,10 +265,10 @@ impl SliceMerge<'_> {
             let k = block_of[first as usize];
             let mut src = block_of.iter().position(|&x| x == k).expect("the pick's block") as u32;
             self.decode_each(k, &mut |x| {
-                let (upserts, _) = split_operations(&x)?;
                 let n = picks.iter().take_while(|p| p.0 == src).count();
                 if n > 0 {
-                    out(gather(conform(&self.reader.restrict(upserts)?, target)?, &picks[..n])?)?;
+                    let (rows, _) = log_deletes(&conform(&self.reader.restrict(x)?, target)?, self.reader.merge)?;
+                    out(gather(rows, &picks[..n])?)?;
                     picks = &picks[n..];
                 }
                 src += 1;

@@ -18,6 +18,7 @@ pub mod merge;
 mod monitor;
 mod narrow;
 mod reader;
+pub mod rule;
 mod selection;
 pub mod slice;
 pub mod timeline;
@@ -104,7 +105,7 @@ impl HudiSource {
                 },
             },
             read: cfg.read.clone(),
-            merge: MergeConfig::from_table(&table),
+            merge: MergeConfig::from_table(&table)?,
             spill: slice::SpillConfig {
                 budget: cfg.read.memory_budget,
                 dir: cfg.read.spill_dir.clone(),

@@ -1,9 +1,7 @@
 //! The merged state of a file group as of a point on the timeline: its base file plus the log
 //! blocks of completed instants (rolled-back blocks dropped), merged by record key with the
-//! table's merge mode: commit-time ordering (later write wins) or event-time ordering (the
-//! greater ordering value wins, ties to the later write; a late record with a lower value loses).
-//! Hard deletes (delete blocks) always win; soft deletes (`_hoodie_is_deleted = true`) take part
-//! in ordering and then remove the row. The merge itself streams (see [`super::merge`]).
+//! table's merge rule ([`super::rule`]: commit-time or event-time ordering, deletes ordered as
+//! Hudi orders them). The merge itself streams (see [`super::merge`]).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -11,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::files::{base_as_of, open_base, partition_dir, read_base, with_virtual_keys, BaseFile, LogFile};
@@ -20,55 +18,7 @@ use super::timeline::{TableConfig, Timeline};
 use crate::source::SourceError;
 use crate::storage::Storage;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergeMode {
-    CommitTime,
-    EventTime,
-}
-
-/// How a table merges records, from `hoodie.properties`.
-#[derive(Debug, Clone)]
-pub struct MergeConfig {
-    pub mode: MergeMode,
-    pub ordering: Vec<String>,
-    pub virtual_keys: bool,
-    pub key_fields: Vec<String>,
-}
-
-impl MergeConfig {
-    pub fn from_table(t: &TableConfig) -> Self {
-        let p = |k: &str| t.props.get(k).map(String::as_str);
-        let payload = p("hoodie.compaction.payload.class")
-            .or(p("hoodie.table.payload.class"))
-            .unwrap_or("");
-        let mode = match p("hoodie.record.merge.mode") {
-            Some("EVENT_TIME_ORDERING") => MergeMode::EventTime,
-            Some("COMMIT_TIME_ORDERING") => MergeMode::CommitTime,
-            _ if payload.ends_with("DefaultHoodieRecordPayload")
-                || payload.ends_with("EventTimeAvroPayload")
-                || payload.ends_with("PartialUpdateAvroPayload") =>
-            {
-                MergeMode::EventTime
-            }
-            _ => MergeMode::CommitTime,
-        };
-        let ordering = p("hoodie.table.ordering.fields")
-            .or(p("hoodie.table.precombine.field"))
-            .map(|s| {
-                s.split(',')
-                    .map(|f| f.trim().to_string())
-                    .filter(|f| !f.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
-        Self {
-            mode,
-            ordering,
-            virtual_keys: p("hoodie.populate.meta.fields") == Some("false"),
-            key_fields: t.key_fields.clone(),
-        }
-    }
-}
+pub use super::rule::{MergeConfig, MergeMode};
 
 /// One merged file slice: the winning rows in deterministic order (by source: base batches,
 /// then log batches in commit order).
@@ -359,38 +309,6 @@ impl SliceReader<'_> {
 pub enum InstantBlock {
     Data(Vec<RecordBatch>),
     Delete(Vec<log::DeletedKey>),
-}
-
-/// Split log records by `_hoodie_operation`: upserts (`I`, `U`, none) and the keys of `D` records;
-/// `-U` before-images are dropped.
-pub(super) fn split_operations(batch: &RecordBatch) -> Result<(RecordBatch, Vec<log::DeletedKey>), SourceError> {
-    let Some(ops) = batch
-        .column_by_name("_hoodie_operation")
-        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-    else {
-        return Ok((batch.clone(), Vec::new()));
-    };
-    let keys = batch
-        .column_by_name("_hoodie_record_key")
-        .and_then(|c| c.as_any().downcast_ref::<StringArray>());
-    let mut deletes = Vec::new();
-    let keep: BooleanArray = (0..batch.num_rows())
-        .map(|i| {
-            let op = if ops.is_valid(i) { ops.value(i) } else { "" };
-            if op == "D" {
-                if let Some(k) = keys.filter(|k| k.is_valid(i)) {
-                    deletes.push(log::DeletedKey {
-                        record_key: k.value(i).to_string(),
-                        partition_path: None,
-                    });
-                }
-            }
-            Some(op != "-U" && op != "D")
-        })
-        .collect();
-    let kept =
-        arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))?;
-    Ok((kept, deletes))
 }
 
 fn log_version(name: &str) -> u64 {

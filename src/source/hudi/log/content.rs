@@ -209,10 +209,78 @@ pub fn encode_block(block_type: i32, header: &[(i32, &str)], content: &[u8]) -> 
 }
 
 /// A key deleted by a delete block.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeletedKey {
     pub record_key: String,
     pub partition_path: Option<String>,
+    /// The ordering value the writer gave the delete (`None`: none, a delete that wins by commit
+    /// time; see [`crate::source::hudi::slice::MergeRule`]).
+    pub ordering: Option<OrderingValue>,
+}
+
+/// A delete record's ordering value as Hudi wraps it (`HoodieDeleteRecord.orderingVal`: one
+/// wrapper record per Java type, which decides how it compares).
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrderingValue {
+    Bool(bool),
+    Int(i32),
+    Long(i64),
+    Float(f32),
+    Double(f64),
+    Bytes(Vec<u8>),
+    String(String),
+    /// Days since the epoch.
+    Date(i32),
+    /// Unscaled big-endian two's complement, scale 15 (the wrapper's schema).
+    Decimal(Vec<u8>),
+    TimeMicros(i64),
+    TimestampMicros(i64),
+    /// Several ordering fields (`ArrayComparable`), each wrapped (`None`: null).
+    Array(Vec<Option<OrderingValue>>),
+}
+
+impl OrderingValue {
+    /// Hudi's "no ordering value" marker: an `Integer` 0 (`OrderingValues.isDefault`, the value a
+    /// delete gets when its record had none), which orders by commit time, not event time.
+    pub fn is_default(&self) -> bool {
+        matches!(self, OrderingValue::Int(0))
+    }
+
+    /// The value of a wrapper record (the union's branch `i`; `item`: an element of an array).
+    fn of(v: &apache_avro::types::Value, item: bool) -> Option<Self> {
+        use apache_avro::types::Value as V;
+        let V::Union(i, inner) = v else { return None };
+        let V::Record(f) = inner.as_ref() else { return None };
+        let value = &f.first()?.1;
+        Some(match (i, value) {
+            (12, V::Int(x) | V::Date(x)) if item => OrderingValue::Date(*x),
+            (12, V::Union(_, items)) if !item => match items.as_ref() {
+                V::Array(items) => OrderingValue::Array(
+                    items
+                        .iter()
+                        .map(|x| match x {
+                            V::Union(0, _) => Some(None),
+                            x => OrderingValue::of(x, true).map(Some),
+                        })
+                        .collect::<Option<_>>()?,
+                ),
+                _ => return None,
+            },
+            (1, V::Boolean(b)) => OrderingValue::Bool(*b),
+            (2, V::Int(x)) => OrderingValue::Int(*x),
+            (3, V::Long(x)) => OrderingValue::Long(*x),
+            (4, V::Float(x)) => OrderingValue::Float(*x),
+            (5, V::Double(x)) => OrderingValue::Double(*x),
+            (6, V::Bytes(b)) => OrderingValue::Bytes(b.clone()),
+            (7, V::String(s)) => OrderingValue::String(s.clone()),
+            (8, V::Int(x) | V::Date(x)) => OrderingValue::Date(*x),
+            (9, V::Decimal(d)) => OrderingValue::Decimal(Vec::<u8>::try_from(d).ok()?),
+            (9, V::Bytes(b)) => OrderingValue::Decimal(b.clone()),
+            (10, V::TimeMicros(x) | V::Long(x)) => OrderingValue::TimeMicros(*x),
+            (11, V::Long(x) | V::TimestampMicros(x)) => OrderingValue::TimestampMicros(*x),
+            _ => return None,
+        })
+    }
 }
 
 /// Keys of a delete block (content version 3: Avro `HoodieDeleteRecordList`).
@@ -257,10 +325,17 @@ pub fn delete_block_keys(block: &LogBlock, path: &Path) -> Result<Vec<DeletedKey
                         .iter()
                         .find(|(n, _)| n == "partitionPath")
                         .and_then(|(_, v)| unwrap(v));
+                    let ordering = match f.iter().find(|(n, _)| n == "orderingVal").map(|(_, v)| v) {
+                        None | Some(V::Union(0, _)) => None,
+                        Some(v) => Some(OrderingValue::of(v, false).ok_or_else(|| {
+                            bad(format!("delete record with an ordering value of no known type: {v:?}"))
+                        })?),
+                    };
                     match key {
                         Some(record_key) => out.push(DeletedKey {
                             record_key,
                             partition_path: part,
+                            ordering,
                         }),
                         None => return Err(bad("delete record without a record key".into())),
                     }
@@ -271,20 +346,25 @@ pub fn delete_block_keys(block: &LogBlock, path: &Path) -> Result<Vec<DeletedKey
     Ok(out)
 }
 
-/// `HoodieDeleteRecordList` (Hudi 0.13+): the ordering value wrappers matter only for decoding.
+/// `HoodieDeleteRecordList` (Hudi 0.13+): each delete's key, partition and ordering value; the
+/// wrapper union as Hudi 1.1 has it (0.13–1.0 wrote the first twelve branches, at the same indexes).
 const DELETE_RECORD_LIST_SCHEMA: &str = r#"{"type":"record","name":"HoodieDeleteRecordList","namespace":"org.apache.hudi.avro.model","fields":[{"name":"deleteRecordList","type":{"type":"array","items":{"type":"record","name":"HoodieDeleteRecord","fields":[
 {"name":"recordKey","type":["null","string"],"default":null},
 {"name":"partitionPath","type":["null","string"],"default":null},
 {"name":"orderingVal","type":["null",
- {"type":"record","name":"OrderingBooleanWrapper","fields":[{"name":"value","type":"boolean"}]},
- {"type":"record","name":"OrderingIntWrapper","fields":[{"name":"value","type":"int"}]},
- {"type":"record","name":"OrderingLongWrapper","fields":[{"name":"value","type":"long"}]},
- {"type":"record","name":"OrderingFloatWrapper","fields":[{"name":"value","type":"float"}]},
- {"type":"record","name":"OrderingDoubleWrapper","fields":[{"name":"value","type":"double"}]},
- {"type":"record","name":"OrderingBytesWrapper","fields":[{"name":"value","type":"bytes"}]},
- {"type":"record","name":"OrderingStringWrapper","fields":[{"name":"value","type":"string"}]},
- {"type":"record","name":"OrderingDateWrapper","fields":[{"name":"value","type":"int"}]},
- {"type":"record","name":"OrderingDecimalWrapper","fields":[{"name":"value","type":{"type":"bytes","logicalType":"decimal","precision":30,"scale":15}}]},
- {"type":"record","name":"OrderingTimeMicrosWrapper","fields":[{"name":"value","type":{"type":"long","logicalType":"time-micros"}}]},
- {"type":"record","name":"OrderingTimestampMicrosWrapper","fields":[{"name":"value","type":"long"}]}
+ {"type":"record","name":"BooleanWrapper","fields":[{"name":"value","type":"boolean"}]},
+ {"type":"record","name":"IntWrapper","fields":[{"name":"value","type":"int"}]},
+ {"type":"record","name":"LongWrapper","fields":[{"name":"value","type":"long"}]},
+ {"type":"record","name":"FloatWrapper","fields":[{"name":"value","type":"float"}]},
+ {"type":"record","name":"DoubleWrapper","fields":[{"name":"value","type":"double"}]},
+ {"type":"record","name":"BytesWrapper","fields":[{"name":"value","type":"bytes"}]},
+ {"type":"record","name":"StringWrapper","fields":[{"name":"value","type":"string"}]},
+ {"type":"record","name":"DateWrapper","fields":[{"name":"value","type":"int"}]},
+ {"type":"record","name":"DecimalWrapper","fields":[{"name":"value","type":{"type":"bytes","logicalType":"decimal","precision":30,"scale":15}}]},
+ {"type":"record","name":"TimeMicrosWrapper","fields":[{"name":"value","type":{"type":"long","logicalType":"time-micros"}}]},
+ {"type":"record","name":"TimestampMicrosWrapper","fields":[{"name":"value","type":"long"}]},
+ {"type":"record","name":"ArrayWrapper","fields":[{"name":"wrappedValues","type":["null",{"type":"array","items":["null",
+  "BooleanWrapper","IntWrapper","LongWrapper","FloatWrapper","DoubleWrapper","BytesWrapper","StringWrapper","DateWrapper",
+  "DecimalWrapper","TimeMicrosWrapper","TimestampMicrosWrapper",
+  {"type":"record","name":"LocalDateWrapper","fields":[{"name":"value","type":"int"}]}]}],"default":null}]}
 ],"default":null}]}}}]}"#;

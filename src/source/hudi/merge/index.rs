@@ -35,10 +35,9 @@ pub(super) struct Slot {
 
 pub(super) const DELETED_KEY: u32 = 1 << 31;
 pub(super) const HARD_DELETED: u32 = u32::MAX;
-/// The winner is a soft delete: it keeps its ordering value for later comparisons.
+/// The winner is a delete with an ordering value (a soft delete, or a delete-block entry that
+/// carries one): it keeps that value for later comparisons, the base row's included.
 pub(super) const SOFT: u8 = 1;
-/// A hard delete happened: rows before it (the base row too) take no part.
-pub(super) const RESET: u8 = 2;
 /// The base row outranked the log winner.
 pub(super) const BASE_WON: u8 = 4;
 
@@ -207,6 +206,11 @@ pub(super) enum Step {
 pub(super) struct LogRecords {
     /// The merge columns of each decoded batch.
     pub(super) proj: Vec<RecordBatch>,
+    /// Which of each batch's records are deletes (`_hoodie_is_deleted`, `_hoodie_operation = 'D'`,
+    /// the table's delete marker; every record of a batch made from a delete block).
+    pub(super) deleted: Vec<Option<BooleanArray>>,
+    /// The batches made from a delete block's entries that carry an ordering value.
+    pub(super) from_delete_block: Vec<bool>,
     /// The block (an index into [`SliceMerge::blocks`]) each batch came from.
     pub(super) block_of: Vec<usize>,
     pub(super) steps: Vec<Step>,
@@ -220,12 +224,14 @@ pub(super) struct LogRecords {
 pub(super) struct LogColumns {
     pub(super) keys: Vec<StringArray>,
     pub(super) deleted: Vec<Option<BooleanArray>>,
+    from_delete_block: Vec<bool>,
     pub(super) ord_conv: Option<RowKeys>,
     pub(super) ord_rows: Option<Vec<Rows>>,
 }
 
 impl LogColumns {
-    pub(super) fn new(proj: &[RecordBatch], target: &SchemaRef, merge: &MergeColumns) -> Result<Self, SourceError> {
+    pub(super) fn new(log: &LogRecords, target: &SchemaRef, merge: &MergeColumns) -> Result<Self, SourceError> {
+        let proj = &log.proj;
         let proj_schema = proj
             .first()
             .map(|b| b.schema())
@@ -240,14 +246,15 @@ impl LogColumns {
         };
         Ok(Self {
             keys: proj.iter().map(|b| merge.key(b)).collect::<Result<_, _>>()?,
-            deleted: proj.iter().map(|b| merge.deleted(b)).collect(),
+            deleted: log.deleted.clone(),
+            from_delete_block: log.from_delete_block.clone(),
             ord_conv,
             ord_rows,
         })
     }
 
     /// The log records among themselves, from an unknown base: each key's winning record, or
-    /// its hard delete.
+    /// its delete (a delete without an ordering value: [`HARD_DELETED`]).
     pub(super) fn index<'k>(&'k self, steps: &'k [Step]) -> Result<LogIndex<'k>, SourceError> {
         let deleted_keys: Vec<&str> = steps
             .iter()
@@ -267,17 +274,18 @@ impl LogColumns {
                         let key = next_deleted;
                         next_deleted += 1;
                         match index.entry(d.record_key.as_str()).0 {
+                            // a delete without an ordering value wins over every record before it
                             Entry::Occupied(mut o) => {
                                 let st = o.get_mut();
                                 st.cur = HARD_DELETED;
-                                st.flags = RESET;
+                                st.flags = 0;
                             }
                             // the key may be in the base file: it is deleted there too
                             Entry::Vacant(v) => {
                                 v.insert(Slot {
                                     key,
                                     cur: HARD_DELETED,
-                                    flags: RESET,
+                                    flags: 0,
                                 });
                             }
                         }
@@ -289,9 +297,12 @@ impl LogColumns {
     }
 
     /// Batch `b`'s records into the index: a record wins over its key's current one when it
-    /// outranks it (or follows a hard delete).
+    /// outranks it, or follows a delete without an ordering value. A delete-block entry with
+    /// an ordering value after one without changes nothing (`deltaMergeDeleteRecord` keeps the
+    /// earlier: both delete, and a later record outranks only the earlier).
     pub(super) fn index_batch(&self, index: &mut LogIndex<'_>, b: usize) {
         let keys = &self.keys[b];
+        let block_delete = self.from_delete_block[b];
         for r in 0..keys.len() {
             if !keys.is_valid(r) {
                 continue;
@@ -309,9 +320,13 @@ impl LogColumns {
                 }
                 (Entry::Occupied(mut o), texts) => {
                     let st = o.get_mut();
-                    if st.cur == HARD_DELETED || self.outranks(at, st.cur, texts) {
+                    let wins = match st.cur {
+                        HARD_DELETED => !block_delete,
+                        cur => self.outranks(at, cur, texts),
+                    };
+                    if wins {
                         st.cur = id;
-                        st.flags = (st.flags & RESET) | flags;
+                        st.flags = flags;
                     }
                 }
             }
