@@ -136,7 +136,16 @@ pub fn write(
         }
     });
     let block = encode_block(6, &[(INSTANT_TIME, instant), (SCHEMA, &mode.schema())], &content);
-    let rel = format!("{}/.{}_{instant}.log.1_0-{seq}-{seq}.cdc", p.name, p.file_id);
+    // named as the file slice's log file it accompanies (Hudi groups a `.cdc` file into the slice
+    // its name says, then leaves it out of the read; named after the instant on merge-on-read, it
+    // was a slice of its own, with no rows, and Hudi's time travel read the table as empty)
+    let base = p.last_commit.as_deref().unwrap_or(instant);
+    let rel = format!(
+        "{}/.{}_{base}.log.{}_0-{seq}-{seq}.cdc",
+        p.name,
+        p.file_id,
+        p.log_version.max(1)
+    );
     let path = root.join(&rel);
     fs::write(&path, &block).map_err(io(&path))?;
     Ok((rel, block.len() as u64))

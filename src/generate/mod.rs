@@ -6,6 +6,7 @@
 //! upserted rows, a delete block with the deleted keys) and compacts every `--compact-every` commits.
 
 mod cdc;
+mod plan;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -246,8 +247,10 @@ fn table_properties(o: &GenerateOptions) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "demo".into());
+    // Hudi refuses a hoodie.properties without it: CRC32 of "<database>.<name>" (no database here)
+    let checksum = crc32fast::hash(format!(".{name}").as_bytes());
     format!(
-        "hoodie.table.name={name}\nhoodie.table.type={}\nhoodie.table.version=6\n\
+        "hoodie.table.name={name}\nhoodie.table.checksum={checksum}\nhoodie.table.type={}\nhoodie.table.version=6\n\
          hoodie.timeline.layout.version=1\nhoodie.table.recordkey.fields=id\nhoodie.table.partition.fields=part\n\
          hoodie.table.precombine.field=ts\nhoodie.datasource.write.hive_style_partitioning=true\n\
          hoodie.table.keygenerator.class=org.apache.hudi.keygen.SimpleKeyGenerator\n\

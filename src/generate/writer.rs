@@ -201,7 +201,10 @@ impl Writer {
                 write_bytes(&mut datum, k.as_bytes());
                 datum.push(2);
                 write_bytes(&mut datum, p.name.as_bytes());
-                datum.push(0); // orderingVal: null
+                // orderingVal: what Hudi writes for a delete by key, Integer 0 (its default:
+                // ordered by commit time); Hudi 0.14's readers refuse a null one
+                write_long(&mut datum, 2); // the union's OrderingIntWrapper
+                write_long(&mut datum, 0);
             }
             datum.push(0);
             let mut content = Vec::new();
@@ -278,7 +281,8 @@ impl Writer {
             return Ok(None);
         }
         let instant = self.next_instant();
-        self.write_file(Path::new(&format!("{instant}.compaction.requested")), b"")?;
+        let plan = super::plan::compaction_plan(&self.path, &due.iter().map(|&i| &parts[i]).collect::<Vec<_>>())?;
+        self.write_file(Path::new(&format!("{instant}.compaction.requested")), &plan)?;
         self.write_file(Path::new(&format!("{instant}.compaction.inflight")), b"")?;
         let mut by_part = serde_json::Map::new();
         for i in due {
