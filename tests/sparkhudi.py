@@ -12,9 +12,19 @@ writes and run after the next one, so a delta commit lands while it is pending),
 "RECORD_INDEX": global, keys move partition), "move", "overwrite_at" (see `history`), "update",
 "delete", "insert" (fractions of the live keys per commit), "clean_retained" (automatic cleaning
 keeping that many commits: earlier instants cannot be time-travelled to afterwards, so the oracle
-is instead the table after every write, with the directory as it was then — `states`)}."""
+is instead the table after every write, with the directory as it was then — `states`)}.
+
+Merge semantics (issue 59): "merge_mode" (`hoodie.write.record.merge.mode`, table version 9),
+"payload" (`hoodie.datasource.write.payload.class`), "soft_deletes" (a `_hoodie_is_deleted`
+column; that share of the deletes are upserts with it set, the rest Spark's `delete`), "late" (that
+share of the updates and deletes carry a `ts` below the key's stored one: under event-time
+ordering they must lose), "ties" (that share carry the stored `ts` itself), "twice" (that share of
+an upsert's keys are written twice in the batch, an update and a soft delete), "dms" (an `Op`
+column, `D` marking the soft deletes, for `AWSDmsAvroPayload`), "ordering" (the ordering fields,
+`ts` unless named). Off, the writes are those of the scenarios before them."""
 
 import os
+import random
 import shutil
 
 import json
@@ -30,7 +40,7 @@ def options(s):
         "hoodie.table.name": s["name"].replace("-", "_"),
         "hoodie.datasource.write.recordkey.field": "id",
         "hoodie.datasource.write.partitionpath.field": "part",
-        "hoodie.datasource.write.precombine.field": "ts",
+        "hoodie.datasource.write.precombine.field": s.get("ordering", "ts"),
         "hoodie.datasource.write.hive_style_partitioning": "true",
         "hoodie.datasource.write.table.type": {"cow": "COPY_ON_WRITE", "mor": "MERGE_ON_READ"}[s["type"]],
         "hoodie.write.table.version": str(s.get("table_version", 9)),
@@ -44,6 +54,12 @@ def options(s):
     if s.get("clean_retained"):
         o["hoodie.cleaner.policy"] = "KEEP_LATEST_COMMITS"
         o["hoodie.cleaner.commits.retained"] = str(s["clean_retained"])
+    if s.get("ordering"):
+        o["hoodie.table.ordering.fields"] = s["ordering"]
+    if s.get("merge_mode"):
+        o["hoodie.write.record.merge.mode"] = s["merge_mode"]
+    if s.get("payload"):
+        o["hoodie.datasource.write.payload.class"] = s["payload"]
     if s.get("cdc_mode"):
         o["hoodie.table.cdc.enabled"] = "true"
         o["hoodie.table.cdc.supplemental.logging.mode"] = s["cdc_mode"]
@@ -64,16 +80,39 @@ def options(s):
 
 
 def history(s, rng):
-    """The scenario's writes: [(operation, rows)], rows as (id, part, ts, v, name, price). Every
-    fourth commit deletes; with "overwrite_at" that commit overwrites partition p0 (some of its
-    keys rewritten, the rest gone, new ones added); with a global index ("index") a share of the
-    updates ("move") moves its key to another partition."""
+    """The scenario's writes: [(operation, rows)], rows as (id, part, ts, v, name, price), with
+    `_hoodie_is_deleted` last where the scenario has soft deletes. Every fourth commit deletes;
+    with "overwrite_at" that commit overwrites partition p0 (some of its keys rewritten, the rest
+    gone, new ones added); with a global index ("index") a share of the updates ("move") moves its
+    key to another partition. "late", "ties" and "twice" (see the module doc) draw from their own
+    generator, so a scenario without them writes what it always did."""
     live, next_id, ts = {}, 0, 1000
     writes = []
+    soft = s.get("soft_deletes")
+    odd = random.Random(rng.random()) if any(s.get(k) for k in ("late", "ties", "twice")) else None
 
-    def row(i, gen, part=None):
+    def stamp(i):
+        """`ts` for a write of key i: the commit's, or (late, ties) below or at the stored one."""
+        if odd is None or i not in live:
+            return ts
+        x = odd.random()
+        if x < s.get("late", 0):
+            return live[i][2] - odd.randrange(1, 10)
+        if x < s.get("late", 0) + s.get("ties", 0):
+            return live[i][2]
+        return ts
+
+    def row(i, gen, part=None, at=None, deleted=False):
         part = part or (live[i][1] if i in live else f"p{rng.randrange(s['partitions'])}")
-        return (f"k{i:06d}", part, ts, gen, f"n{rng.randrange(10**6)}", round(rng.uniform(0, 1000), 2))
+        r = (f"k{i:06d}", part, ts if at is None else at, gen, f"n{rng.randrange(10**6)}",
+             round(rng.uniform(0, 1000), 2))
+        if s.get("dms"):
+            return r + ("D" if deleted else "U",)
+        return r + (deleted,) if soft else r
+
+    def wins(i, r):
+        """Does r replace key i's stored row (event-time ordering: a ts at least the stored one)?"""
+        return i not in live or r[2] >= live[i][2]
 
     rows = []
     for _ in range(s["rows"]):
@@ -95,13 +134,30 @@ def history(s, rng):
             continue
         if c % 4 == 3:  # a delete commit
             gone = rng.sample(keys, max(1, int(len(keys) * s.get("delete", 0.05))))
-            writes.append(("delete", [live.pop(i) for i in gone]))
+            if soft:
+                # soft deletes are upserts: half of them, the other half Spark's delete
+                flagged = [row(i, c, at=stamp(i), deleted=True) for i in gone[::2]]
+                hard = [row(i, c, at=stamp(i)) for i in gone[1::2]]
+                for i, r in zip(gone[::2], flagged):
+                    if wins(i, r):
+                        live.pop(i)
+                writes.append(("upsert", flagged))
+                for i in gone[1::2]:
+                    live.pop(i, None)
+                writes.append(("delete", hard))
+            else:
+                writes.append(("delete", [live.pop(i) for i in gone]))
             continue
         rows = []
         for i in rng.sample(keys, max(1, int(len(keys) * s.get("update", 0.1)))):
             moved = s.get("index") and rng.random() < s.get("move", 0.2)
-            rows.append(row(i, c, f"p{rng.randrange(s['partitions'])}" if moved else None))
-            live[i] = rows[-1]
+            r = row(i, c, f"p{rng.randrange(s['partitions'])}" if moved else None, at=stamp(i))
+            rows.append(r)
+            if odd is not None and odd.random() < s.get("twice", 0):
+                # the same key again in the batch: a soft delete, its ts one side of the update's
+                rows.append(row(i, c, r[1], at=r[2] + odd.choice((-1, 1)), deleted=True))
+            if wins(i, r):
+                live[i] = r
         for _ in range(max(1, int(len(keys) * s.get("insert", 0.05)))):
             rows.append(row(next_id, c))
             live[next_id] = rows[-1]
@@ -124,12 +180,42 @@ def completed(table, layout):
     return sorted(out, key=lambda x: x[1] or x[0])
 
 
+def read_generated(spark, s, path: Path):
+    """A table `lakestream generate hudi` writes (`s["generate"]`: its arguments; the binary named
+    by LAKESTREAM_BIN), read back by Spark's Hudi: the table as of every completed instant (time
+    travel), and the incremental query of each instant (the rows it wrote that are live then)."""
+    import subprocess
+    r = subprocess.run([os.environ["LAKESTREAM_BIN"], "generate", "hudi", "--path", str(path), *s["generate"]],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"lakestream generate failed: {r.stderr[-3000:]}")
+    instants, prev = [], "000"
+    for req, done, action in completed(path, 1):
+        rows = [{k: v for k, v in row.asDict().items() if k not in LAYOUT}
+                for row in spark.read.format("hudi").option("as.of.instant", req).load(str(path)).collect()]
+        inc = [{k: v for k, v in row.asDict().items() if k not in LAYOUT}
+               for row in spark.read.format("hudi").option("hoodie.datasource.query.type", "incremental")
+               .option("hoodie.datasource.read.begin.instanttime", prev)
+               .option("hoodie.datasource.read.end.instanttime", req).load(str(path)).collect()]
+        op = json.loads((path / ".hoodie" / f"{req}.{action}").read_text() or "{}").get("operationType")
+        instants.append({"requested": req, "completed": done, "action": action, "operation": op, "rows": rows,
+                         "incremental": inc})
+        prev = req
+    schema_of = [{"name": f.name, "type": f.dataType.simpleString()} for f in spark.read.format("hudi")
+                 .load(str(path)).schema.fields if f.name not in LAYOUT]
+    return {"schema": schema_of, "record_key_fields": ["id"], "timeline_layout_version": 1, "instants": instants}
+
+
 def write(spark, s, path: Path, rng):
-    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+    if s.get("generate"):
+        return read_generated(spark, s, path)
+    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
     schema = StructType([StructField("id", StringType(), False), StructField("part", StringType(), False),
                          StructField("ts", LongType(), False), StructField("v", LongType(), True),
-                         StructField("name", StringType(), True), StructField("price", DoubleType(), True)])
+                         StructField("name", StringType(), True), StructField("price", DoubleType(), True)]
+                        + ([StructField("Op", StringType(), True)] if s.get("dms") else
+                           [StructField("_hoodie_is_deleted", BooleanType(), True)] if s.get("soft_deletes") else []))
     o = options(s)
     # what made each instant: the write's own operation, or the table service it ran inline
     # (its instants follow the write's: compaction a `commit` of a merge-on-read table,
