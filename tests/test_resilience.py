@@ -137,6 +137,7 @@ def test_a_newer_instance_stops_a_busy_one_mid_stream(env, registry, tmp_path):
     call meets the fence (add partitions, produce, or a commit the newer instance broke and the
     abort after it), the first stops as fenced instead of riding it out with a new producer
     (which would fence the newer one), and the replay stays exact."""
+    testkit.require_fixtures()
     fixture = KILL_FIXTURES[1]
     first_instant = testkit.load_oracle(fixture)["instants"][0]["requested"]
     oracle, instants, revealed, topic, props = setup(
