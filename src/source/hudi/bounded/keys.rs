@@ -159,6 +159,9 @@ impl HudiSource {
             .collect();
         only.extend(self.info.key_fields.iter().cloned());
         only.extend(self.merge.ordering.iter().cloned());
+        // the merge must see which log records are deletes (`_hoodie_operation`, the marker)
+        only.push("_hoodie_operation".into());
+        only.extend(self.merge.delete_marker.iter().map(|(f, _)| f.clone()));
         only
     }
 
