@@ -9,6 +9,13 @@ WORK="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 install_and_build() {
+  install_deps
+  cargo build --release --locked --bins
+}
+
+# Everything the tests need but the build: the Python venv and packages, helm, podman, Kafka's
+# and the Spark writers' jars.
+install_deps() {
   mkdir -p "$CARGO_TARGET_DIR"
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   PIP_CACHE_DIR="${PIP_CACHE_DIR:-/var/cache/lakestream-pip}" \
@@ -17,7 +24,22 @@ install_and_build() {
   install_podman
   install_kafka
   install_spark_writers
-  cargo build --release --locked --bins
+}
+
+# The Spark-written test tables not cached yet, written in the background (they need no build:
+# on a cold machine their ~20 minutes of Spark overlap the build); `wait_spark_tables` joins it.
+SPARK_PREWRITE_PID=""
+prewrite_spark_tables() {
+  command -v java >/dev/null && command -v mvn >/dev/null || return 0
+  "$VENV/bin/python" tests/sparkkit.py prewrite >"$WORK/spark-prewrite.log" 2>&1 &
+  SPARK_PREWRITE_PID=$!
+}
+wait_spark_tables() {
+  [ -n "$SPARK_PREWRITE_PID" ] || return 0
+  local started=$SECONDS
+  # a failed prewrite is not fatal: the tests write what is missing themselves, and say why
+  wait "$SPARK_PREWRITE_PID" || { echo "Spark prewrite failed (the tests write on demand):" >&2; tail -20 "$WORK/spark-prewrite.log" >&2; }
+  echo "Spark tables: $(tail -1 "$WORK/spark-prewrite.log") (waited $((SECONDS - started)) s after the build)"
 }
 
 # podman (Debian apt) builds the image FROM scratch for tests/test_image.py; without root or apt

@@ -5,6 +5,7 @@ own change query of it. Written tables are cached under /var/cache by the scenar
 test run pays the JVM start-up only when a scenario (or this file's writer) changed.
 
     python tests/sparkkit.py install            # the jars (pyspark comes from requirements.txt)
+    python tests/sparkkit.py prewrite           # every test module's scenarios not cached yet
     python tests/sparkkit.py write FORMAT SCENARIOS.json   # what `written()` runs
 
 Tests call `skip_reason()` first: no Java, no pyspark or no jars is a skip with a clear message.
@@ -202,6 +203,22 @@ def session(fmt):
 def main(argv):
     if argv[:1] == ["install"]:
         print("\n".join(str(j) for j in install()))
+        return 0
+    if argv[:1] == ["prewrite"]:
+        # every Spark-written scenario of the test modules, not cached yet (one JVM a format)
+        import test_hudi_merge_semantics
+        import test_spark_delta
+        import test_spark_hudi
+        import test_spark_iceberg
+        scenarios = (test_spark_hudi.SCENARIOS + test_spark_hudi.CLEANING + test_hudi_merge_semantics.SCENARIOS
+                     + test_spark_delta.SCENARIOS + test_spark_iceberg.SCENARIOS)
+        if skip_reason():
+            print(f"not written: {skip_reason()}")
+            return 0
+        import time
+        started = time.monotonic()
+        written(scenarios)
+        print(f"{len(scenarios)} scenarios written or cached in {time.monotonic() - started:.0f} s")
         return 0
     if argv[:1] == ["write"] and len(argv) == 3:
         import sparkdelta
