@@ -126,15 +126,20 @@ def assert_same_events(oracle, got, label):
             have = {k: h for k, h in have.items() if not (h[0] == "u" and testkit.same(h[1], h[2]))}
         else:
             want, which = spark.get(inst["requested"], {}), "Spark's CDC"
-        assert have.keys() == want.keys(), (
-            f"{label} {inst['action']} {inst['requested']}: keys only in ours {sorted(have.keys() - want.keys())[:5]}, "
-            f"only in {which} {sorted(want.keys() - have.keys())[:5]}")
-        for k, w in want.items():
-            h = have[k]
-            assert h[0] == w[0] and testkit.same(h[1], w[1]) and testkit.same(h[2], w[2]), \
-                f"{label} {inst['requested']} {k}: ours {h}, {which} {w}"
+        assert_instant_events(label, inst, have, want, which)
     assert compared, "nothing compared"
     return failed
+
+
+def assert_instant_events(label, inst, have, want, which):
+    """One instant's events, {id: (op, before, after)}: ours (`have`) equal `which`'s (`want`)."""
+    assert have.keys() == want.keys(), (
+        f"{label} {inst['action']} {inst['requested']}: keys only in ours {sorted(have.keys() - want.keys())[:5]}, "
+        f"only in {which} {sorted(want.keys() - have.keys())[:5]}")
+    for k, w in want.items():
+        h = have[k]
+        assert h[0] == w[0] and testkit.same(h[1], w[1]) and testkit.same(h[2], w[2]), \
+            f"{label} {inst['requested']} {k}: ours {h}, {which} {w}"
 
 
 @pytest.mark.parametrize("name", [s["name"] for s in SCENARIOS])

@@ -132,26 +132,16 @@ impl Table {
 
     /// A delete block of instant `t` (keys of base rows).
     fn delete(&mut self, t: &str, rows: &[usize]) {
-        let mut datum = Vec::new();
-        write_long(&mut datum, rows.len() as i64);
-        for k in rows {
-            datum.push(2);
-            write_bytes(&mut datum, self.key(*k).as_bytes());
-            datum.push(2);
-            write_bytes(&mut datum, self.part.as_bytes());
-            datum.push(0);
-        }
-        datum.push(0);
-        let mut content = Vec::new();
-        content.extend_from_slice(&3i32.to_be_bytes());
-        content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
-        content.extend_from_slice(&datum);
-        self.log.extend(encode_block(1, &[(INSTANT_TIME, t)], &content));
+        self.delete_block(t, &rows.iter().map(|&k| (k, None)).collect::<Vec<_>>());
     }
 
     /// A delete block of instant `t` whose entries carry an ordering value (`LongWrapper`, as
     /// Spark writes a soft delete's): base row `k`'s `ts` moved by `dts`.
     fn delete_ordered(&mut self, t: &str, rows: &[(usize, i64)]) {
+        self.delete_block(t, &rows.iter().map(|&(k, dts)| (k, Some(dts))).collect::<Vec<_>>());
+    }
+
+    fn delete_block(&mut self, t: &str, rows: &[(usize, Option<i64>)]) {
         let mut datum = Vec::new();
         write_long(&mut datum, rows.len() as i64);
         for &(k, dts) in rows {
@@ -159,8 +149,13 @@ impl Table {
             write_bytes(&mut datum, self.key(k).as_bytes());
             datum.push(2);
             write_bytes(&mut datum, self.part.as_bytes());
-            write_long(&mut datum, 3); // the union's OrderingLongWrapper
-            write_long(&mut datum, self.ts(k) + dts);
+            match dts {
+                Some(dts) => {
+                    write_long(&mut datum, 3); // the union's LongWrapper
+                    write_long(&mut datum, self.ts(k) + dts);
+                }
+                None => datum.push(0),
+            }
         }
         datum.push(0);
         let mut content = Vec::new();
