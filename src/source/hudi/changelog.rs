@@ -4,7 +4,8 @@
 //! key's current row), `D` → `d`; delete-block keys → `d`. A record that loses the table's
 //! event-time ordering changes nothing and emits nothing — a late delete (soft, or a delete-block
 //! entry with an ordering value) included, and a record that does not outrank a delete before it
-//! in the instant — so replaying still yields the merged table. `skip_merge` emits the records as written, ordering ignored (Flink's skip_merge).
+//! in the instant — so replaying still yields the merged table. `skip_merge` emits the records as
+//! written, ordering ignored (Flink's skip_merge).
 
 use std::collections::HashMap;
 

@@ -49,7 +49,7 @@ const KEEP_SHARE: usize = 16;
 pub(super) mod deletes;
 mod index;
 mod plan;
-use deletes::{log_deletes, ordered_deletes};
+use deletes::{log_deletes, ordered_deletes, without_before_images};
 use index::{soft, LogColumns, LogIndex, LogRecords, MergeColumns, Pos, Step, BASE_WON, HARD_DELETED, SOFT};
 
 impl SliceMerge<'_> {
@@ -267,7 +267,7 @@ impl SliceMerge<'_> {
             self.decode_each(k, &mut |x| {
                 let n = picks.iter().take_while(|p| p.0 == src).count();
                 if n > 0 {
-                    let (rows, _) = log_deletes(&conform(&self.reader.restrict(x)?, target)?, self.reader.merge)?;
+                    let rows = without_before_images(&conform(&self.reader.restrict(x)?, target)?)?;
                     out(gather(rows, &picks[..n])?)?;
                     picks = &picks[n..];
                 }

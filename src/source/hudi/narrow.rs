@@ -325,16 +325,17 @@ impl HudiSource {
     }
 
     /// The columns that decide whether a row changed: record key (a virtual-key table's key
-    /// fields), commit time, soft-delete flag, and the ordering fields, operation and delete
-    /// marker where the file group has log files to merge (a base file alone needs no ordering: on a 2M-row copy-on-write table
-    /// they were a third of the candidate pass's decoding).
+    /// fields), commit time, soft-delete flag, and where the file group has log files to merge
+    /// the ordering fields and the rest of the delete columns (a base file alone needs neither:
+    /// on a 2M-row copy-on-write table the ordering fields were a third of the candidate pass's
+    /// decoding).
     fn narrow_columns(&self, has_logs: bool) -> Vec<String> {
-        let mut c: Vec<String> = vec![RECORD_KEY.into(), COMMIT_TIME.into(), "_hoodie_is_deleted".into()];
+        let mut c: Vec<String> = vec![RECORD_KEY.into(), COMMIT_TIME.into()];
         if has_logs {
             c.extend(self.merge.ordering.iter().cloned());
-            // which log records are deletes: changelog operations, the table's delete marker
-            c.push("_hoodie_operation".into());
-            c.extend(self.merge.delete_marker.iter().map(|(f, _)| f.clone()));
+            c.extend(self.merge.delete_columns());
+        } else {
+            c.push("_hoodie_is_deleted".into());
         }
         if self.merge.virtual_keys {
             c.extend(self.merge.key_fields.iter().cloned());

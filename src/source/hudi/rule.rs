@@ -58,6 +58,15 @@ const DELETE_FIELD: &str = "hoodie.record.merge.property.hoodie.payload.delete.f
 const DELETE_MARKER: &str = "hoodie.record.merge.property.hoodie.payload.delete.marker";
 
 impl MergeConfig {
+    /// The columns that say whether a record is a delete (read by every pass that merges, the
+    /// narrow ones included; a table lacking one simply has none).
+    pub fn delete_columns(&self) -> impl Iterator<Item = String> + '_ {
+        ["_hoodie_is_deleted", "_hoodie_operation"]
+            .into_iter()
+            .map(String::from)
+            .chain(self.delete_marker.iter().map(|(f, _)| f.clone()))
+    }
+
     /// The table's rule, or a configuration error naming what this build does not evaluate.
     pub fn from_table(t: &TableConfig) -> Result<Self, SourceError> {
         let (mode, mut delete_marker) = mode_of(t.version, &t.props).map_err(|why| SourceError::Config {
@@ -68,7 +77,7 @@ impl MergeConfig {
                 t.path.display()
             ),
         })?;
-        let p = |k: &str| t.props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let p = |k: &str| prop(&t.props, k);
         if let Some(m) = p("hoodie.table.partial.update.mode").filter(|m| !m.eq_ignore_ascii_case("NONE")) {
             return Err(SourceError::Config {
                 message: format!(
@@ -93,8 +102,7 @@ impl MergeConfig {
         }
         let ordering = match mode {
             MergeMode::CommitTime => Vec::new(),
-            MergeMode::EventTime => p("hoodie.table.ordering.fields")
-                .or(p("hoodie.table.precombine.field"))
+            MergeMode::EventTime => ordering_fields(&t.props)
                 .map(|s| {
                     s.split(',')
                         .map(|f| f.trim().to_string())
@@ -121,7 +129,7 @@ impl MergeConfig {
 /// The merge mode a table of `version` with `props` declares, and a delete marker its payload
 /// implies; `Err`: why it is not evaluated here.
 fn mode_of(version: u32, props: &HashMap<String, String>) -> Result<(MergeMode, Option<(String, String)>), String> {
-    let p = |k: &str| props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let p = |k: &str| prop(props, k);
     let payload = p("hoodie.compaction.payload.class")
         .or(p("hoodie.table.payload.class"))
         .or(p("hoodie.datasource.write.payload.class"));
@@ -143,10 +151,7 @@ fn mode_of(version: u32, props: &HashMap<String, String>) -> Result<(MergeMode, 
             "hoodie.record.merge.mode={other} is not a merge mode Hudi 1.1 knows"
         )),
         None if version >= 8 && payload.is_none() => Ok((
-            if p("hoodie.table.ordering.fields")
-                .or(p("hoodie.table.precombine.field"))
-                .is_some()
-            {
+            if ordering_fields(props).is_some() {
                 MergeMode::EventTime
             } else {
                 MergeMode::CommitTime
@@ -155,6 +160,17 @@ fn mode_of(version: u32, props: &HashMap<String, String>) -> Result<(MergeMode, 
         )),
         None => of_payload(payload.unwrap_or("org.apache.hudi.common.model.DefaultHoodieRecordPayload")),
     }
+}
+
+/// A table property, trimmed; `None` where it is absent or empty.
+fn prop<'p>(props: &'p HashMap<String, String>, key: &str) -> Option<&'p str> {
+    props.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// The ordering fields as the table names them (`hoodie.table.ordering.fields`, before it
+/// `hoodie.table.precombine.field`), comma-separated.
+fn ordering_fields(props: &HashMap<String, String>) -> Option<&str> {
+    prop(props, "hoodie.table.ordering.fields").or(prop(props, "hoodie.table.precombine.field"))
 }
 
 /// The mode a (pre-version-8) payload class stands for.

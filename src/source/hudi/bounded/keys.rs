@@ -153,15 +153,10 @@ impl HashRuns {
 impl HudiSource {
     /// Columns the key pre-pass reads.
     fn key_pass_columns(&self) -> Vec<String> {
-        let mut only: Vec<String> = ["_hoodie_record_key", "_hoodie_commit_time", "_hoodie_is_deleted"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut only: Vec<String> = vec!["_hoodie_record_key".into(), "_hoodie_commit_time".into()];
         only.extend(self.info.key_fields.iter().cloned());
         only.extend(self.merge.ordering.iter().cloned());
-        // the merge must see which log records are deletes (`_hoodie_operation`, the marker)
-        only.push("_hoodie_operation".into());
-        only.extend(self.merge.delete_marker.iter().map(|(f, _)| f.clone()));
+        only.extend(self.merge.delete_columns());
         only
     }
 

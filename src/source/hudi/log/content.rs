@@ -214,7 +214,7 @@ pub struct DeletedKey {
     pub record_key: String,
     pub partition_path: Option<String>,
     /// The ordering value the writer gave the delete (`None`: none, a delete that wins by commit
-    /// time; see [`crate::source::hudi::slice::MergeRule`]).
+    /// time; see [`crate::source::hudi::rule`]).
     pub ordering: Option<OrderingValue>,
 }
 

@@ -25,18 +25,7 @@ pub(in crate::source::hudi) fn log_deletes(
     batch: &RecordBatch,
     merge: &MergeConfig,
 ) -> Result<(RecordBatch, Option<BooleanArray>), SourceError> {
-    let ops = batch
-        .column_by_name("_hoodie_operation")
-        .and_then(|c| c.as_any().downcast_ref::<StringArray>());
-    let kept = match ops {
-        Some(ops) if (0..ops.len()).any(|i| ops.is_valid(i) && ops.value(i) == "-U") => {
-            let keep: BooleanArray = (0..ops.len())
-                .map(|i| Some(!(ops.is_valid(i) && ops.value(i) == "-U")))
-                .collect();
-            arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))?
-        }
-        _ => batch.clone(),
-    };
+    let kept = without_before_images(batch)?;
     let n = kept.num_rows();
     let flag = |name: &str| kept.column_by_name(name);
     let soft = flag("_hoodie_is_deleted").and_then(|c| c.as_any().downcast_ref::<BooleanArray>().cloned());
@@ -60,6 +49,22 @@ pub(in crate::source::hudi) fn log_deletes(
         })
         .collect();
     Ok((kept, (deleted.true_count() > 0).then_some(deleted)))
+}
+
+/// A log batch without its changelog before-images (`-U`), which take no part in a merge.
+pub(in crate::source::hudi) fn without_before_images(batch: &RecordBatch) -> Result<RecordBatch, SourceError> {
+    let ops = batch
+        .column_by_name("_hoodie_operation")
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>());
+    match ops {
+        Some(ops) if (0..ops.len()).any(|i| ops.is_valid(i) && ops.value(i) == "-U") => {
+            let keep: BooleanArray = (0..ops.len())
+                .map(|i| Some(!(ops.is_valid(i) && ops.value(i) == "-U")))
+                .collect();
+            arrow::compute::filter_record_batch(batch, &keep).map_err(SourceError::arrow("filtering log records"))
+        }
+        _ => Ok(batch.clone()),
+    }
 }
 
 /// Which values of `c` read as `marker` (Hudi compares `value.toString()`, case-sensitive).
