@@ -21,7 +21,12 @@ share of the updates and deletes carry a `ts` below the key's stored one: under 
 ordering they must lose), "ties" (that share carry the stored `ts` itself), "twice" (that share of
 an upsert's keys are written twice in the batch, an update and a soft delete), "dms" (an `Op`
 column, `D` marking the soft deletes, for `AWSDmsAvroPayload`), "ordering" (the ordering fields,
-`ts` unless named). Off, the writes are those of the scenarios before them."""
+`ts` unless named), "partial" (that share of the rows written leave `v`, `name` or `price` null:
+the partial-update payloads and modes fill them from the other record, a late one included), "debezium" (`postgres`: an
+`_event_lsn` column carrying `ts`; `mysql`: `_event_bin_file` and `_event_pos` carrying it; both
+with `_change_operation_type`, `d` marking the soft deletes), "toast" (that share of the updates
+carry Debezium's `__debezium_unavailable_value` as `name`). Off, the writes are those of the
+scenarios before them."""
 
 import os
 import random
@@ -90,6 +95,7 @@ def history(s, rng):
     writes = []
     soft = s.get("soft_deletes")
     odd = random.Random(rng.random()) if any(s.get(k) for k in ("late", "ties", "twice")) else None
+    holes = random.Random(rng.random()) if any(s.get(k) for k in ("partial", "toast")) else None
 
     def stamp(i):
         """`ts` for a write of key i: the commit's, or (late, ties) below or at the stored one."""
@@ -106,8 +112,21 @@ def history(s, rng):
         part = part or (live[i][1] if i in live else f"p{rng.randrange(s['partitions'])}")
         r = (f"k{i:06d}", part, ts if at is None else at, gen, f"n{rng.randrange(10**6)}",
              round(rng.uniform(0, 1000), 2))
+        if not deleted and holes is not None:
+            r = list(r)
+            if holes.random() < s.get("partial", 0):
+                for c in holes.sample((3, 4, 5), holes.randrange(1, 3)):
+                    r[c] = None
+            if holes.random() < s.get("toast", 0):
+                r[4] = "__debezium_unavailable_value"
+            r = tuple(r)
         if s.get("dms"):
             return r + ("D" if deleted else "U",)
+        op = "d" if deleted else "u" if i in live else "c"
+        if s.get("debezium") == "postgres":
+            return r + (r[2], op)
+        if s.get("debezium") == "mysql":
+            return r + ("binlog.000001", r[2], op)
         return r + (deleted,) if soft else r
 
     def wins(i, r):
@@ -211,11 +230,18 @@ def write(spark, s, path: Path, rng):
         return read_generated(spark, s, path)
     from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
+    extra = {
+        "postgres": [StructField("_event_lsn", LongType(), False), StructField("_change_operation_type", StringType())],
+        "mysql": [StructField("_event_bin_file", StringType(), False), StructField("_event_pos", LongType(), False),
+                  StructField("_change_operation_type", StringType())],
+    }.get(s.get("debezium"))
+    if extra is None:
+        extra = ([StructField("Op", StringType(), True)] if s.get("dms") else
+                 [StructField("_hoodie_is_deleted", BooleanType(), True)] if s.get("soft_deletes") else [])
     schema = StructType([StructField("id", StringType(), False), StructField("part", StringType(), False),
                          StructField("ts", LongType(), False), StructField("v", LongType(), True),
                          StructField("name", StringType(), True), StructField("price", DoubleType(), True)]
-                        + ([StructField("Op", StringType(), True)] if s.get("dms") else
-                           [StructField("_hoodie_is_deleted", BooleanType(), True)] if s.get("soft_deletes") else []))
+                        + extra)
     o = options(s)
     # what made each instant: the write's own operation, or the table service it ran inline
     # (its instants follow the write's: compaction a `commit` of a merge-on-read table,

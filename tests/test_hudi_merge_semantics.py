@@ -18,6 +18,7 @@ import testkit
 from test_spark_hudi import assert_instant_events, our_events, snapshot_events, spark_events
 
 DATA = ("id", "part", "ts", "v", "name", "price")
+PAYLOAD = "org.apache.hudi.common.model."
 
 
 def scenario(name, kind, version, **extra):
@@ -46,6 +47,21 @@ SCENARIOS = [
              payload="org.apache.hudi.common.model.AWSDmsAvroPayload"),
     scenario("mor-v9-aws-dms", "mor", 9, dms=True, cdc_mode=None,
              payload="org.apache.hudi.common.model.AWSDmsAvroPayload"),
+    # column-wise merges: updates leave columns null (or TOAST-marked) for the stored row to
+    # fill; table version 9 names a partial-update mode, version 6 the payload Hudi 1.1 calls
+    scenario("mor-v9-partial-update", "mor", 9, payload=PAYLOAD + "PartialUpdateAvroPayload", partial=0.5),
+    scenario("cow-v9-partial-update", "cow", 9, payload=PAYLOAD + "PartialUpdateAvroPayload", partial=0.5,
+             cdc_mode=None),
+    scenario("mor-v6-partial-update", "mor", 6, payload=PAYLOAD + "PartialUpdateAvroPayload", partial=0.5,
+             cdc_mode=None),
+    scenario("mor-v9-overwrite-non-defaults", "mor", 9, payload=PAYLOAD + "OverwriteNonDefaultsWithLatestAvroPayload",
+             partial=0.5, cdc_mode=None),
+    scenario("mor-v6-overwrite-non-defaults", "mor", 6, payload=PAYLOAD + "OverwriteNonDefaultsWithLatestAvroPayload",
+             partial=0.5, cdc_mode=None),
+    scenario("mor-v9-postgres-debezium", "mor", 9, payload=PAYLOAD + "debezium.PostgresDebeziumAvroPayload",
+             debezium="postgres", ordering="_event_lsn", toast=0.4, cdc_mode=None),
+    scenario("mor-v9-mysql-debezium", "mor", 9, payload=PAYLOAD + "debezium.MySqlDebeziumAvroPayload",
+             debezium="mysql", ordering="_event_bin_file,_event_pos", cdc_mode=None),
 ]
 
 
@@ -105,7 +121,8 @@ def test_spark_written_merge_modes_replay_to_sparks_snapshots(env, registry, tmp
     replay, _ = testkit.replay_steps(env, registry, revealed, oracle, oracle["instants"], props, topic, name)
     assert {e["op"] for e in replay.events} >= {"r", "c", "u", "d"}
     assert_events_are_snapshot_diffs(oracle, replay.events, name)
-    if s.get("merge_mode") == "EVENT_TIME_ORDERING" or "Default" in s.get("payload", ""):
+    event_time = ("DefaultHoodieRecordPayload", "PartialUpdateAvroPayload", "DebeziumAvroPayload")
+    if s.get("merge_mode") == "EVENT_TIME_ORDERING" or s.get("payload", "").endswith(event_time):
         # event-time ordering: a late write never wins, so no ts goes back in Spark's snapshots
         assert late_losers(oracle) == 0, f"{name}: a snapshot took a lower ts under event-time ordering"
     if s.get("cdc_mode"):
@@ -137,12 +154,18 @@ def test_late_records_were_written(spark_tables):
 
 @pytest.mark.parametrize("props,named", [
     ({"hoodie.compaction.payload.class": "com.acme.orders.OrdersPayload"}, "com.acme.orders.OrdersPayload"),
-    ({"hoodie.compaction.payload.class": "org.apache.hudi.common.model.PartialUpdateAvroPayload"},
-     "PartialUpdateAvroPayload"),
+    ({"hoodie.compaction.payload.class": "org.apache.hudi.common.model.debezium.MySqlDebeziumAvroPayload"},
+     "MySqlDebeziumAvroPayload"),
+    ({"hoodie.compaction.payload.class": "org.apache.hudi.common.model.debezium.PostgresDebeziumAvroPayload"},
+     "PostgresDebeziumAvroPayload"),
+    ({"hoodie.table.version": "9", "hoodie.timeline.layout.version": "2",
+      "hoodie.record.merge.mode": "EVENT_TIME_ORDERING", "hoodie.table.partial.update.mode": "KEEP_VALUES"},
+     "hoodie.table.partial.update.mode=KEEP_VALUES"),
     ({"hoodie.table.version": "9", "hoodie.timeline.layout.version": "2", "hoodie.record.merge.mode": "CUSTOM",
       "hoodie.record.merge.custom.implementation.classes": "com.acme.LatestNonNullMerger"},
      "com.acme.LatestNonNullMerger"),
-], ids=["custom-payload", "partial-update-payload", "custom-merger"])
+], ids=["custom-payload", "mysql-debezium-v6", "postgres-debezium-v6", "keep-values-partial-mode",
+                           "custom-merger"])
 def test_a_merge_it_cannot_evaluate_stops_at_validate_naming_it(env, tmp_path, props, named):
     """Never a silent fallback to commit-time ordering: `validate` and `run` exit 2 naming the
     class (the generated table's hoodie.properties rewritten to declare it)."""
@@ -159,6 +182,23 @@ def test_a_merge_it_cannot_evaluate_stops_at_validate_naming_it(env, tmp_path, p
         r = subprocess.run([str(testkit.BIN), *cmd, str(conn)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (cmd, r.returncode, r.stderr[-2000:])
         assert named in r.stderr, r.stderr[-2000:]
+
+
+def test_changelog_mode_is_refused_where_records_merge_column_by_column(env, tmp_path):
+    """Changelog mode emits log records one by one; a partial update is not a row of its own, so a
+    table that merges column by column refuses it (exit 2, naming the setting)."""
+    import subprocess
+    table = tmp_path / "t"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "mor", "--path", str(table), "--rows", "50"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    hp = table / ".hoodie" / "hoodie.properties"
+    lines = [l for l in hp.read_text().splitlines() if not l.startswith("hoodie.compaction.payload.class=")]
+    hp.write_text("\n".join(lines + ["hoodie.compaction.payload.class=" + PAYLOAD + "PartialUpdateAvroPayload"]) + "\n")
+    conn = testkit.connector_props(tmp_path, "partial-changelog", table, "partial-changelog", env,
+                                   **{"changelog.enabled": "true"})
+    r = subprocess.run([str(testkit.BIN), "validate", str(conn)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "changelog.enabled" in r.stderr, (r.returncode, r.stderr[-2000:])
 
 
 def generator_digest():

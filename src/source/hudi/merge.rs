@@ -48,6 +48,7 @@ const KEEP_SHARE: usize = 16;
 
 pub(super) mod deletes;
 mod index;
+mod partial;
 mod plan;
 use deletes::{log_deletes, ordered_deletes, without_before_images};
 use index::{soft, LogColumns, LogIndex, LogRecords, MergeColumns, Pos, Step, BASE_WON, HARD_DELETED, SOFT};
@@ -96,6 +97,9 @@ impl SliceMerge<'_> {
             .collect();
         let mut rows_read: u64 = log.proj.iter().map(|b| b.num_rows() as u64).sum();
         let cols = LogColumns::new(&log, &target, &merge)?;
+        if let Some(rule) = self.reader.merge.partial.clone() {
+            return Ok(rows_read + self.run_partial(&rule, &log, &cols, &target, &merge, out)?);
+        }
         let mut index = cols.index(&log.steps)?;
         if let Some(base) = self.base.take() {
             rows_read += self.stream_base(base, &target, &merge, &cols, &mut index, out)?;
@@ -132,8 +136,12 @@ impl SliceMerge<'_> {
                 .map_err(SourceError::arrow("merge columns"))?,
         );
         // small logs keep their decoded rows (no second decode) up to a fixed share of the
-        // budget; past it they are all dropped and the winners decoded again
-        let keep_limit = self.reader.spill.budget / KEEP_SHARE;
+        // budget; past it they are all dropped and the winners decoded again (a column-wise
+        // merge keeps them up to the whole budget, see [`partial`])
+        let keep_limit = match self.reader.merge.partial {
+            Some(_) => self.reader.spill.budget,
+            None => self.reader.spill.budget / KEEP_SHARE,
+        };
         let mut full_bytes = 0;
         for k in 0..self.blocks.len() {
             let (b, path) = self.block(k);

@@ -90,6 +90,17 @@ impl HudiSource {
             && by_path
             && cfg.read.key_partition_path.is_none()
             && cfg.ownership == crate::config::TaskOwnership::Auto;
+        let merge = MergeConfig::from_table(&table)?;
+        if merge.partial.is_some() && (cfg.read.changelog || cfg.read.skip_merge) && table.is_mor() {
+            return Err(SourceError::Config {
+                message: format!(
+                    "Hudi table {}: its records merge column by column (a partial-update mode or payload), and \
+                     changelog.enabled / skip_merge emit log records one by one, which such records are not; \
+                     unset them to read its net changes",
+                    table.path.display()
+                ),
+            });
+        }
         Ok(Self {
             ownership,
             ownership_from_key,
@@ -105,7 +116,7 @@ impl HudiSource {
                 },
             },
             read: cfg.read.clone(),
-            merge: MergeConfig::from_table(&table)?,
+            merge,
             spill: slice::SpillConfig {
                 budget: cfg.read.memory_budget,
                 dir: cfg.read.spill_dir.clone(),

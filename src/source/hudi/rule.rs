@@ -26,10 +26,23 @@
 //!   `delete_prepped` and SQL `DELETE` write) orders by commit time: it wins over everything
 //!   before it, and anything after it wins over it (`isCommitTimeOrderingDelete`).
 //!
+//! Column-wise merges ([`Partial`], applied by `merge/partial.rs`): from table version 9,
+//! `hoodie.table.partial.update.mode` `IGNORE_DEFAULTS` (a null left to the other record) and
+//! `FILL_UNAVAILABLE` (a string value equal to
+//! `hoodie.record.merge.property.hoodie.write.partial.update.unavailable.value`, Debezium's TOAST
+//! marker), the winner chosen by the mode as above (`EventTimePartialRecordMerger`,
+//! `CommitTimePartialRecordMerger`, `PartialUpdateHandler`); before it the payloads Hudi 1.1 reads
+//! through `HoodieAvroRecordMerger` (`combineAndGetUpdateValue`; a later delete always wins):
+//! `PartialUpdateAvroPayload` (event time, nulls filled both ways, meta columns from the later
+//! record), `OverwriteNonDefaultsWithLatestAvroPayload` (commit time, nulls filled from the earlier
+//! record).
+//!
 //! What is not evaluated here stops the connector at `validate` and at start (exit 2): the
-//! `CUSTOM` mode (a `HoodieRecordMerger` or payload class of the user's), payloads that merge
-//! column by column (`PartialUpdateAvroPayload`, `OverwriteNonDefaultsWithLatestAvroPayload`,
-//! the Debezium payloads before table version 9) and `hoodie.table.partial.update.mode`.
+//! `CUSTOM` mode (a `HoodieRecordMerger` or payload class of the user's), other payload classes
+//! (the Debezium payloads before table version 9: `MySqlDebeziumAvroPayload` orders by its own
+//! `_event_seq`, and Hudi 1.1.1's Spark reader fills `PostgresDebeziumAvroPayload`'s TOAST markers
+//! from a base file in some slices only — seen: not from a compaction's — so neither is guessed
+//! at) and the other partial-update modes.
 
 use std::collections::HashMap;
 
@@ -52,6 +65,33 @@ pub struct MergeConfig {
     pub key_fields: Vec<String>,
     /// A row whose `.0` column's text equals `.1` is a delete.
     pub delete_marker: Option<(String, String)>,
+    /// Records merge column by column (a partial-update mode, or a payload class read through
+    /// its `combineAndGetUpdateValue`): see [`Partial`].
+    pub partial: Option<Partial>,
+}
+
+/// A column-wise merge: the record that wins by the mode's ordering is the *high* one, and
+/// columns it leaves [`Missing`] are taken from the other (Hudi 1.1's `PartialUpdateHandler`
+/// from table version 9, the legacy payloads' `combineAndGetUpdateValue` before it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    pub missing: Missing,
+    /// Before table version 9 (`HoodieAvroRecordMerger` over the payload): a later delete wins
+    /// whatever its ordering value, and a later record always wins over a delete.
+    pub deletes_win: bool,
+    /// Where the earlier record outranks the later one, the Hudi meta columns still come from
+    /// the later one (`PartialUpdateAvroPayload.mergeDisorderRecordsWithMetadata`).
+    pub meta_from_newer: bool,
+}
+
+/// Which of the high record's values are left to the lower one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// A null (`IGNORE_DEFAULTS`: a nullable column's default).
+    Null,
+    /// A string value equal to this text (`FILL_UNAVAILABLE`, Debezium's TOAST marker; Hudi's
+    /// Spark row reader never matches a bytes value).
+    Unavailable(String),
 }
 
 const DELETE_FIELD: &str = "hoodie.record.merge.property.hoodie.payload.delete.field";
@@ -69,26 +109,18 @@ impl MergeConfig {
 
     /// The table's rule, or a configuration error naming what this build does not evaluate.
     pub fn from_table(t: &TableConfig) -> Result<Self, SourceError> {
-        let (mode, mut delete_marker) = mode_of(t.version, &t.props).map_err(|why| SourceError::Config {
+        let refused = |why: String| SourceError::Config {
             message: format!(
                 "Hudi table {}: {why}; lakestream merges records exactly as Hudi does only for \
-                 COMMIT_TIME_ORDERING and EVENT_TIME_ORDERING (and the payloads that are one of them), \
-                 so it does not read this table rather than emit what Hudi would not return",
+                 COMMIT_TIME_ORDERING and EVENT_TIME_ORDERING, their partial-update modes and the payloads that \
+                 are one of them, so it does not read this table rather than emit what Hudi would not return",
                 t.path.display()
             ),
-        })?;
+        };
+        let mut rule = rule_of(t.version, &t.props).map_err(refused)?;
         let p = |k: &str| prop(&t.props, k);
-        if let Some(m) = p("hoodie.table.partial.update.mode").filter(|m| !m.eq_ignore_ascii_case("NONE")) {
-            return Err(SourceError::Config {
-                message: format!(
-                    "Hudi table {}: hoodie.table.partial.update.mode={m} (column-wise partial updates) is not \
-                     evaluated by this build",
-                    t.path.display()
-                ),
-            });
-        }
         match (p(DELETE_FIELD), p(DELETE_MARKER)) {
-            (Some(f), Some(m)) => delete_marker = Some((f.to_string(), m.to_string())),
+            (Some(f), Some(m)) => rule.delete_marker = Some((f.to_string(), m.to_string())),
             (None, None) => {}
             _ => {
                 return Err(SourceError::Config {
@@ -100,7 +132,7 @@ impl MergeConfig {
                 })
             }
         }
-        let ordering = match mode {
+        let ordering = match rule.mode {
             MergeMode::CommitTime => Vec::new(),
             MergeMode::EventTime => ordering_fields(&t.props)
                 .map(|s| {
@@ -116,19 +148,41 @@ impl MergeConfig {
             mode: if ordering.is_empty() {
                 MergeMode::CommitTime
             } else {
-                mode
+                rule.mode
             },
             ordering,
             virtual_keys: p("hoodie.populate.meta.fields") == Some("false"),
             key_fields: t.key_fields.clone(),
-            delete_marker,
+            delete_marker: rule.delete_marker,
+            partial: rule.partial,
         })
     }
 }
 
-/// The merge mode a table of `version` with `props` declares, and a delete marker its payload
-/// implies; `Err`: why it is not evaluated here.
-fn mode_of(version: u32, props: &HashMap<String, String>) -> Result<(MergeMode, Option<(String, String)>), String> {
+/// What a table's settings say of its merge (before the delete-marker properties and the
+/// ordering fields are read).
+#[derive(Debug, PartialEq)]
+struct Rule {
+    mode: MergeMode,
+    delete_marker: Option<(String, String)>,
+    partial: Option<Partial>,
+}
+
+impl Rule {
+    fn of(mode: MergeMode) -> Self {
+        Rule {
+            mode,
+            delete_marker: None,
+            partial: None,
+        }
+    }
+}
+
+const UNAVAILABLE: &str = "hoodie.record.merge.property.hoodie.write.partial.update.unavailable.value";
+const DEBEZIUM_UNAVAILABLE: &str = "__debezium_unavailable_value";
+
+/// The rule a table of `version` with `props` declares; `Err`: why it is not evaluated here.
+fn rule_of(version: u32, props: &HashMap<String, String>) -> Result<Rule, String> {
     let p = |k: &str| prop(props, k);
     let payload = p("hoodie.compaction.payload.class")
         .or(p("hoodie.table.payload.class"))
@@ -138,28 +192,56 @@ fn mode_of(version: u32, props: &HashMap<String, String>) -> Result<(MergeMode, 
     } else {
         None
     };
-    match declared {
-        Some("EVENT_TIME_ORDERING") => Ok((MergeMode::EventTime, None)),
-        Some("COMMIT_TIME_ORDERING") => Ok((MergeMode::CommitTime, None)),
-        Some("CUSTOM") => Err(format!(
-            "hoodie.record.merge.mode=CUSTOM (merger {}, payload {}, strategy {})",
-            p("hoodie.record.merge.custom.implementation.classes").unwrap_or("not named"),
-            payload.unwrap_or("not named"),
-            p("hoodie.record.merge.strategy.id").unwrap_or("not named"),
+    let mut rule = match declared {
+        Some("EVENT_TIME_ORDERING") => Rule::of(MergeMode::EventTime),
+        Some("COMMIT_TIME_ORDERING") => Rule::of(MergeMode::CommitTime),
+        Some("CUSTOM") => {
+            return Err(format!(
+                "hoodie.record.merge.mode=CUSTOM (merger {}, payload {}, strategy {})",
+                p("hoodie.record.merge.custom.implementation.classes").unwrap_or("not named"),
+                payload.unwrap_or("not named"),
+                p("hoodie.record.merge.strategy.id").unwrap_or("not named"),
+            ))
+        }
+        Some(other) => {
+            return Err(format!(
+                "hoodie.record.merge.mode={other} is not a merge mode Hudi 1.1 knows"
+            ))
+        }
+        None if version >= 8 && payload.is_none() => Rule::of(if ordering_fields(props).is_some() {
+            MergeMode::EventTime
+        } else {
+            MergeMode::CommitTime
+        }),
+        None => of_payload(payload.unwrap_or("org.apache.hudi.common.model.DefaultHoodieRecordPayload"))?,
+    };
+    // the partial-update mode is read from table version 9 on (`getPartialUpdateMode`)
+    let partial = if version >= 9 {
+        p("hoodie.table.partial.update.mode")
+    } else {
+        None
+    };
+    let missing = match partial.map(str::to_ascii_uppercase).as_deref() {
+        None | Some("NONE") => None,
+        Some("IGNORE_DEFAULTS") => Some(Missing::Null),
+        Some("FILL_UNAVAILABLE") => Some(Missing::Unavailable(
+            p(UNAVAILABLE).unwrap_or(DEBEZIUM_UNAVAILABLE).to_string(),
         )),
-        Some(other) => Err(format!(
-            "hoodie.record.merge.mode={other} is not a merge mode Hudi 1.1 knows"
-        )),
-        None if version >= 8 && payload.is_none() => Ok((
-            if ordering_fields(props).is_some() {
-                MergeMode::EventTime
-            } else {
-                MergeMode::CommitTime
-            },
-            None,
-        )),
-        None => of_payload(payload.unwrap_or("org.apache.hudi.common.model.DefaultHoodieRecordPayload")),
+        Some(other) => {
+            return Err(format!(
+                "hoodie.table.partial.update.mode={other} is not evaluated by this build (IGNORE_DEFAULTS and \
+                 FILL_UNAVAILABLE are)"
+            ))
+        }
+    };
+    if let Some(missing) = missing {
+        rule.partial = Some(Partial {
+            missing,
+            deletes_win: false,
+            meta_from_newer: false,
+        });
     }
+    Ok(rule)
 }
 
 /// A table property, trimmed; `None` where it is absent or empty.
@@ -173,18 +255,36 @@ fn ordering_fields(props: &HashMap<String, String>) -> Option<&str> {
     prop(props, "hoodie.table.ordering.fields").or(prop(props, "hoodie.table.precombine.field"))
 }
 
-/// The mode a (pre-version-8) payload class stands for.
-fn of_payload(class: &str) -> Result<(MergeMode, Option<(String, String)>), String> {
+/// The rule a (pre-version-8) payload class stands for: the payloads Hudi 1.1 reads through its
+/// own mergers, and those it reads through `HoodieAvroRecordMerger` and the payload's
+/// `combineAndGetUpdateValue` (a later delete always wins there; `getTableMergeProperties` adds
+/// the DMS delete marker).
+fn of_payload(class: &str) -> Result<Rule, String> {
     let class = class.replace("com.uber.hoodie", "org.apache.hudi");
-    match class.rsplit('.').next().unwrap_or_default() {
-        "DefaultHoodieRecordPayload" | "EventTimeAvroPayload" => Ok((MergeMode::EventTime, None)),
-        "OverwriteWithLatestAvroPayload" => Ok((MergeMode::CommitTime, None)),
-        "AWSDmsAvroPayload" => Ok((MergeMode::CommitTime, Some(("Op".into(), "D".into())))),
-        _ => Err(format!(
-            "payload class {class} (hoodie.compaction.payload.class) merges in its own way (Hudi 1.1 reads it \
-             through the payload's combineAndGetUpdateValue)"
-        )),
-    }
+    let by_payload = |mode, meta_from_newer| Rule {
+        partial: Some(Partial {
+            missing: Missing::Null,
+            deletes_win: true,
+            meta_from_newer,
+        }),
+        ..Rule::of(mode)
+    };
+    Ok(match class.rsplit('.').next().unwrap_or_default() {
+        "DefaultHoodieRecordPayload" | "EventTimeAvroPayload" => Rule::of(MergeMode::EventTime),
+        "OverwriteWithLatestAvroPayload" => Rule::of(MergeMode::CommitTime),
+        "AWSDmsAvroPayload" => Rule {
+            delete_marker: Some(("Op".into(), "D".into())),
+            ..Rule::of(MergeMode::CommitTime)
+        },
+        "PartialUpdateAvroPayload" => by_payload(MergeMode::EventTime, true),
+        "OverwriteNonDefaultsWithLatestAvroPayload" => by_payload(MergeMode::CommitTime, false),
+        _ => {
+            return Err(format!(
+                "payload class {class} (hoodie.compaction.payload.class) merges in its own way (Hudi 1.1 reads it \
+                 through the payload's combineAndGetUpdateValue)"
+            ))
+        }
+    })
 }
 
 #[cfg(test)]
@@ -192,7 +292,11 @@ mod tests {
     use super::*;
 
     fn mode(version: u32, kv: &[(&str, &str)]) -> Result<(MergeMode, Option<(String, String)>), String> {
-        mode_of(
+        rule(version, kv).map(|r| (r.mode, r.delete_marker))
+    }
+
+    fn rule(version: u32, kv: &[(&str, &str)]) -> Result<Rule, String> {
+        rule_of(
             version,
             &kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         )
@@ -236,7 +340,53 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("com.acme.Merger"), "{e}");
-        let partial = "org.apache.hudi.common.model.PartialUpdateAvroPayload";
-        assert!(mode(6, &[("hoodie.compaction.payload.class", partial)]).is_err());
+        let e = mode(
+            6,
+            &[(
+                "hoodie.compaction.payload.class",
+                "org.apache.hudi.common.model.MySqlDebeziumAvroPayload",
+            )],
+        )
+        .unwrap_err();
+        assert!(e.contains("MySqlDebeziumAvroPayload"), "{e}");
+    }
+
+    #[test]
+    fn column_wise_merges_are_read_from_the_payload_or_the_partial_update_mode() {
+        let partial = |kv: &[(&str, &str)], v| rule(v, kv).unwrap().partial;
+        let pu = "org.apache.hudi.common.model.PartialUpdateAvroPayload";
+        let p = partial(&[("hoodie.compaction.payload.class", pu)], 6).unwrap();
+        assert_eq!(
+            (p.missing, p.deletes_win, p.meta_from_newer),
+            (Missing::Null, true, true)
+        );
+        let e = mode(
+            6,
+            &[(
+                "hoodie.compaction.payload.class",
+                "org.apache.hudi.common.model.debezium.PostgresDebeziumAvroPayload",
+            )],
+        )
+        .unwrap_err();
+        assert!(e.contains("PostgresDebeziumAvroPayload"), "{e}");
+        // from table version 9 the mode and the partial-update mode say it
+        let v9 = [
+            ("hoodie.record.merge.mode", "EVENT_TIME_ORDERING"),
+            ("hoodie.table.partial.update.mode", "FILL_UNAVAILABLE"),
+        ];
+        let p = partial(&v9, 9).unwrap();
+        assert_eq!(p.missing, Missing::Unavailable("__debezium_unavailable_value".into()));
+        assert!(!p.deletes_win);
+        // table version 8 does not read the partial-update mode
+        assert_eq!(partial(&v9, 8), None);
+        let e = rule(
+            9,
+            &[
+                ("hoodie.record.merge.mode", "EVENT_TIME_ORDERING"),
+                ("hoodie.table.partial.update.mode", "KEEP_VALUES"),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.contains("KEEP_VALUES"), "{e}");
     }
 }

@@ -41,6 +41,7 @@ fn merge(mode: MergeMode) -> MergeConfig {
         virtual_keys: false,
         key_fields: vec!["_hoodie_record_key".into()],
         delete_marker: None,
+        partial: None,
     }
 }
 

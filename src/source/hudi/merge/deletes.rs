@@ -218,6 +218,7 @@ mod tests {
             virtual_keys: false,
             key_fields: vec!["id".into()],
             delete_marker: None,
+            partial: None,
         }
     }
 

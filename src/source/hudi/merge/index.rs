@@ -224,7 +224,7 @@ pub(super) struct LogRecords {
 pub(super) struct LogColumns {
     pub(super) keys: Vec<StringArray>,
     pub(super) deleted: Vec<Option<BooleanArray>>,
-    from_delete_block: Vec<bool>,
+    pub(super) from_delete_block: Vec<bool>,
     pub(super) ord_conv: Option<RowKeys>,
     pub(super) ord_rows: Option<Vec<Rows>>,
 }
@@ -336,11 +336,13 @@ impl LogColumns {
     /// Does log record `new` outrank `old` (a later write with an equal or greater ordering
     /// value; always, under commit-time ordering)?
     pub(super) fn outranks(&self, new: Pos, old: u32, texts: &KeyTexts<'_>) -> bool {
+        self.ord_ge(new, texts.pos(old))
+    }
+
+    /// Is log record `a`'s ordering value at least `b`'s (always, under commit-time ordering)?
+    pub(super) fn ord_ge(&self, a: Pos, b: Pos) -> bool {
         match &self.ord_rows {
-            Some(ord) => {
-                let old = texts.pos(old);
-                ord[new.0 as usize].row(new.1 as usize) >= ord[old.0 as usize].row(old.1 as usize)
-            }
+            Some(ord) => ord[a.0 as usize].row(a.1 as usize) >= ord[b.0 as usize].row(b.1 as usize),
             None => true,
         }
     }
