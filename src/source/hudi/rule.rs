@@ -40,9 +40,11 @@
 //! What is not evaluated here stops the connector at `validate` and at start (exit 2): the
 //! `CUSTOM` mode (a `HoodieRecordMerger` or payload class of the user's), other payload classes
 //! (the Debezium payloads before table version 9: `MySqlDebeziumAvroPayload` orders by its own
-//! `_event_seq`, and Hudi 1.1.1's Spark reader fills `PostgresDebeziumAvroPayload`'s TOAST markers
-//! from a base file in some slices only — seen: not from a compaction's — so neither is guessed
-//! at) and the other partial-update modes.
+//! `_event_seq`; `PostgresDebeziumAvroPayload` fills TOAST markers in place, and Hudi 1.1.1 keeps
+//! the fill only where `BaseAvroPayload.getRecord` copied the record — where the schema object is
+//! the merger's own it hands back the same record, `HoodieAvroRecordMerger` sees `newer` and
+//! returns the unfilled row; seen with Spark: filled from an insert's base file, never from a
+//! compaction's — so neither is guessed at) and the other partial-update modes.
 
 use std::collections::HashMap;
 
