@@ -198,6 +198,18 @@ metric!(
         REGISTRY
     )
 );
+metric!(HEADROOM_COMMITS, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_history_headroom_commits", "Commits between the oldest one whose inputs the table still keeps (Hudi's earliest retained instant of its latest clean) and the task's position: 0 means the next unit may already be unreadable; -1 nothing bounds it", &["connector", "task"], REGISTRY));
+metric!(
+    HEADROOM_SECONDS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_history_headroom_seconds",
+        "The same span in seconds of commit time (-1: nothing bounds it)",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
 metric!(LAG_SECONDS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_source_lag_seconds", "0 when every committed instant / snapshot is emitted, else now minus the commit time of the oldest one not yet emitted", &["connector", "task"], REGISTRY));
 metric!(

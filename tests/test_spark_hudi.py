@@ -225,3 +225,40 @@ def test_spark_written_hudi_with_cleaning_replays_write_by_write(env, registry, 
     assert any(f.name.endswith(".clean") for f in timeline.iterdir()), "no completed clean"
     assert {e["op"] for e in replay.events} >= {"r", "c", "u", "d"}
     testkit.assert_verified(props, scenario["name"])
+
+
+def online_headroom(props):
+    """The `history headroom` line `validate --online` prints for a connector."""
+    import subprocess
+    r = subprocess.run([str(testkit.BIN), "validate", "--online", str(props)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [l for l in (r.stdout + r.stderr).splitlines() if "history headroom" in l]
+    assert lines, r.stdout[-2000:]
+    return lines[0]
+
+
+def test_history_headroom_says_how_far_the_cleaner_is(env, tmp_path):
+    """Issue 60's early warning: a connector at the head of a table cleaned to 2 commits has
+    commits of headroom; one left at the first writes while the cleaner moved on has none, and
+    `validate --online` says it is low (the next unit's slices may be gone)."""
+    scenario = next(s for s in CLEANING if s["name"] == "hudi-mor-cleaning")
+    cached, oracle = sparkkit.written_or_skip([scenario])[scenario["name"]]
+    states, table = cached.parent / "states", tmp_path / "table"
+    topic = "headroom-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    mirror(states / oracle["states"][1]["dir"], table)
+    testkit.run_once(props)
+    mirror(states / oracle["states"][-1]["dir"], table)
+    behind = online_headroom(props)
+    assert "headroom: 0 commits" in behind and "(low" in behind, behind
+    # the task warns of it before its next unit's read finds the slices gone
+    import subprocess
+    r = subprocess.run([str(testkit.BIN), "run", "--once", str(props)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "history headroom low" in r.stderr, (r.returncode, r.stderr[-3000:])
+    fresh = testkit.connector_props(tmp_path, "c-" + topic + "-latest", table, topic + "-latest", env,
+                                    **{"read.start-commit": "latest"})
+    testkit.run_once(fresh)
+    ahead = online_headroom(fresh)
+    commits = int(ahead.split("headroom: ")[1].split(" commits")[0])
+    assert commits >= 1, ahead

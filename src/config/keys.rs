@@ -119,6 +119,7 @@ pub const KEYS: &[(&str, &str, &str, Formats)] = &[
     ("bootstrap.timeout.ms", "30000", "at start, how long `bootstrap.servers` may stay unreachable before the task fails naming the addresses and the cause (later outages are ridden out)", ANY),
     ("transaction.timeout.ms", "60000", "producer `transaction.timeout.ms` (1000 to 900000: the broker's default `transaction.max.timeout.ms`)", ANY),
     ("idle.release", "(off)", "release the Kafka producer after this long with nothing to publish (`60s`): a caught-up task then holds no librdkafka threads or connections; work takes it back as a restart would (fenced, the position re-read), never from a newer instance of the task", ANY),
+    ("history.headroom.warn.commits", "2", "warn (every 10 minutes at most) while fewer commits than this separate the task's position from the oldest one the table's retention keeps (`lakestream_history_headroom_commits`)", ANY),
     ("verify.interval", "(off)", "audit in the background of `lakestream run`: every this long (`24h`), compare the topic replayed by key with the table at the committed position (`lakestream verify`), exported as `lakestream_verify_*` metrics", ANY),
     ("metrics.port", "(none)", "serve `/metrics`, `/healthz`, `/ready` on this port (CLI `--metrics-port` wins)", ANY),
     ("topic.creation.default.partitions", "1", "partitions of the change topic when lakestream creates it", ANY),

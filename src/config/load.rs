@@ -161,6 +161,7 @@ fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
             .map(|_| v.u64_in("metrics.port", 0, 1..=65_535))
             .transpose()?
             .map(|p| p as u16),
+        headroom_warn_commits: v.u64_or("history.headroom.warn.commits", 2)?,
         verify_interval: match v.get("verify.interval") {
             None => None,
             Some(_) => Some(v.duration_or("verify.interval", Duration::ZERO)?).filter(|d| !d.is_zero()),

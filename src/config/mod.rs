@@ -256,6 +256,8 @@ pub struct RuntimeConfig {
     pub metrics_port: Option<u16>,
     /// `verify.interval`: audit the topic against the table in the background (off: `None`).
     pub verify_interval: Option<std::time::Duration>,
+    /// `history.headroom.warn.commits`.
+    pub headroom_warn_commits: u64,
     /// `idle.release`: drop the producer after this long with nothing to publish (off: `None`).
     pub idle_release: Option<std::time::Duration>,
 }

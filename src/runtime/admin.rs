@@ -172,6 +172,26 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
     lines.extend(crate::sink::describe_topics(&cfg.sink()).await?);
     let c = cfg.clone();
     let stored = tokio::task::spawn_blocking(move || show_offsets(&c)).await.joined()?;
+    if let Some(at) = stored.as_ref().and_then(|o| o.issued.clone()) {
+        let s = source.clone();
+        let headroom = tokio::task::spawn_blocking(move || s.history_headroom(&at))
+            .await
+            .joined()?;
+        lines.push(match headroom {
+            None => "history headroom: unbounded (no retention removes what the next units read)".to_string(),
+            Some(h) => format!(
+                "history headroom: {} commits ({:.0} s) between the oldest retained commit {} and the position{}",
+                h.commits,
+                h.seconds,
+                h.oldest,
+                if h.commits < cfg.runtime.headroom_warn_commits {
+                    " (low: raise the table's retention or let the connector catch up)"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
     lines.push(match stored {
         None => "position: none stored (the start strategy applies at the first run)".to_string(),
         Some(o) => format!(

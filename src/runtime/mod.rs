@@ -14,6 +14,7 @@ mod error;
 pub use error::RuntimeError;
 mod emit;
 mod head;
+mod headroom;
 pub mod memory;
 mod outage;
 pub mod park;
@@ -90,6 +91,7 @@ struct Task {
     head: Option<head::HeadStart>,
     opts: RunOptions,
     health: TaskHealthHandle,
+    headroom: headroom::Watch,
 }
 
 enum Flow {
@@ -221,6 +223,7 @@ async fn run_inner(
         head,
         opts,
         health,
+        headroom: Default::default(),
     };
     // (a failed first commit leaves its transaction on record like any other)
     let mut res = match (new_state || release) && !single {
@@ -364,6 +367,7 @@ impl Task {
                 .with_label_values(&[&self.cfg.name])
                 .set(units.len() as f64);
             self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
+            self.check_headroom().await;
             if units.is_empty() {
                 if self.first_record {
                     self.commit().await?;

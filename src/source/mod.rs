@@ -387,4 +387,24 @@ pub trait Source: Send + Sync {
     fn unstable_columns(&self) -> Result<Vec<String>, SourceError> {
         Ok(Vec::new())
     }
+
+    /// How far the table's retention is from `position`: the commits (and seconds) between the
+    /// oldest commit whose inputs still exist and the position, before a cleaner or an expiry
+    /// removes what the next unit reads. `None`: nothing bounds it (no clean yet, or a format
+    /// that does not say).
+    fn history_headroom(&self, _position: &Position) -> Result<Option<Headroom>, SourceError> {
+        Ok(None)
+    }
+}
+
+/// See [`Source::history_headroom`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Headroom {
+    /// Commits from the oldest retained one up to the position (0: the position is at or before
+    /// it, and its next unit may already be unreadable).
+    pub commits: u64,
+    pub seconds: f64,
+    /// The oldest commit whose inputs still exist (a Hudi instant, an Iceberg snapshot, a Delta
+    /// version).
+    pub oldest: String,
 }

@@ -55,6 +55,8 @@ pub struct HudiSource {
     ownership_from_key: bool,
     /// Archived instants, by the active timeline's oldest instant when read.
     archived: std::sync::Mutex<Option<ArchivedInstants>>,
+    /// The latest clean read for the history headroom, and the oldest instant it retained.
+    retained: std::sync::Mutex<Option<(String, Option<String>)>>,
 }
 
 impl HudiSource {
@@ -126,6 +128,7 @@ impl HudiSource {
             connector: cfg.name.clone(),
             threads: super::par::default_threads(),
             archived: Default::default(),
+            retained: Default::default(),
             table,
         })
     }
@@ -216,6 +219,34 @@ impl Source for HudiSource {
 
     fn order(&self, p: &Position) -> Result<String, SourceError> {
         Ok(p.order_key().to_string())
+    }
+
+    /// From the latest completed clean: the instants from its earliest retained one up to the
+    /// position (a clean's metadata is read once).
+    fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
+        let tl = timeline::Timeline::load(&self.table)?;
+        let Some(clean) = tl.completed.iter().rev().find(|i| i.action == "clean") else {
+            return Ok(None);
+        };
+        let mut cache = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.as_ref().map(|(c, _)| c) != Some(&clean.requested) {
+            *cache = Some((clean.requested.clone(), timeline::retained_from(&self.table, clean)?));
+        }
+        let Some(Some(oldest)) = cache.as_ref().map(|(_, o)| o.clone()) else {
+            return Ok(None);
+        };
+        let at = position.instant.as_str();
+        let commits = tl
+            .completed
+            .iter()
+            .filter(|i| i.is_write() && i.requested.as_str() >= oldest.as_str() && i.requested.as_str() < at)
+            .count() as u64;
+        let ms = |t: &str| timeline::instant_millis(t).unwrap_or(0);
+        Ok(Some(super::Headroom {
+            commits,
+            seconds: ((ms(at) - ms(&oldest)) as f64 / 1000.0).max(0.0),
+            oldest,
+        }))
     }
 
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {

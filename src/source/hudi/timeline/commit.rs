@@ -151,6 +151,25 @@ fn metadata_json(bytes: &[u8], file: &Path, what: &str) -> Result<serde_json::Va
     }
 }
 
+/// The oldest instant whose file slices a completed clean kept
+/// (`HoodieCleanMetadata.earliestCommitToRetain`; `None` where the clean policy keeps file versions
+/// rather than commits, or the metadata is empty).
+pub fn retained_from(table: &TableConfig, clean: &super::Instant) -> Result<Option<String>, SourceError> {
+    let MetaSource::File(file) = &clean.meta else {
+        return Ok(None);
+    };
+    let bytes = table.storage.read(file).map_err(SourceError::io(file))?;
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(None);
+    }
+    let json = metadata_json(&bytes, file, "clean")?;
+    Ok(json
+        .get("earliestCommitToRetain")
+        .and_then(|v| v.as_str().or_else(|| v.get("string").and_then(|s| s.as_str())))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string))
+}
+
 /// The completed clean on the active timeline that deleted a file named `file_name`
 /// (`HoodieCleanMetadata.partitionMetadata.*.successDeleteFiles`, or its `deletePathPatterns`),
 /// by requested time.
