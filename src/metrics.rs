@@ -199,13 +199,13 @@ metric!(
     )
 );
 metric!(HEADROOM_COMMITS, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_history_headroom_commits", "Commits between the oldest one whose inputs the table still keeps (Hudi's earliest retained instant of its latest clean) and the task's position: 0 means the next unit may already be unreadable; -1 nothing bounds it", &["connector", "task"], REGISTRY));
+    "lakestream_history_headroom_commits", "Commits between the oldest one whose inputs the table still keeps (Hudi's earliest retained instant of its latest clean, Iceberg's oldest ancestor snapshot, Delta's oldest commit file) and the task's position: 0 means the next unit may already be unreadable; -1 nothing bounds it", &["connector", "task"], REGISTRY));
 metric!(
     HEADROOM_SECONDS,
     GaugeVec,
     register_gauge_vec_with_registry!(
         "lakestream_history_headroom_seconds",
-        "The same span in seconds of commit time (-1: nothing bounds it)",
+        "The same span in seconds of commit time (-1: nothing bounds it, or the format names no time)",
         &["connector", "task"],
         REGISTRY
     )

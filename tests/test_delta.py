@@ -6,6 +6,7 @@ import collections
 import json
 import random
 import signal
+import subprocess
 import time
 import uuid
 
@@ -112,6 +113,11 @@ def test_vacuumed_files_and_cleaned_log_stop_loudly_with_the_way_out(env, tmp_pa
     r = testkit.run_once(props, check=False)
     assert r.returncode != 0 and "00000000000000000002.json is gone" in r.stderr and "starting-version=earliest" in r.stderr, \
         r.stderr[-2000:]
+    # issue 60's early warning: the position's successor is gone, so no headroom is left
+    assert "history headroom low" in r.stderr, r.stderr[-2000:]
+    online = subprocess.run([str(testkit.BIN), "validate", "--online", str(props)], capture_output=True, text=True,
+                            timeout=120)
+    assert "history headroom: 0 commits" in online.stdout + online.stderr, online.stdout[-2000:]
     # VACUUM: a file the next version removes is gone
     t2 = dk.RevealedDelta(src, tmp_path / "table2")
     t2.reveal(0)

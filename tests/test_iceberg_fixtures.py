@@ -164,6 +164,11 @@ def test_expired_snapshot_fails_loudly_with_the_way_out(env, registry, tmp_path)
     gone = str(t.current(versions[1]))
     assert gone in r.stderr and "expired" in r.stderr and "starting-strategy" in r.stderr, r.stderr[-2000:]
     assert testkit.consume_all(env, topic) == []
+    # issue 60's early warning: the position is no longer an ancestor, so no headroom is left
+    assert "history headroom low" in r.stderr, r.stderr[-2000:]
+    online = subprocess.run([str(testkit.BIN), "validate", "--online", str(props)], capture_output=True, text=True,
+                            timeout=120)
+    assert "history headroom: 0 commits" in online.stdout + online.stderr, online.stdout[-2000:]
 
 
 def test_end_snapshot_and_max_planning_count(env, registry, tmp_path):

@@ -180,9 +180,9 @@ pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, Runti
         lines.push(match headroom {
             None => "history headroom: unbounded (no retention removes what the next units read)".to_string(),
             Some(h) => format!(
-                "history headroom: {} commits ({:.0} s) between the oldest retained commit {} and the position{}",
+                "history headroom: {} commits ({}) between the oldest retained commit {} and the position{}",
                 h.commits,
-                h.seconds,
+                h.seconds.map_or("time not known".to_string(), |s| format!("{s:.0} s")),
                 h.oldest,
                 if h.commits < cfg.runtime.headroom_warn_commits {
                     " (low: raise the table's retention or let the connector catch up)"

@@ -1,4 +1,4 @@
-//! History headroom (see [`Source::history_headroom`]): after a poll, at most once a minute, how
+//! History headroom (see [`crate::source::Source::history_headroom`]): before a poll, at most once a minute, how
 //! many commits (and seconds) the table's retention leaves between the oldest commit whose inputs
 //! still exist and the task's position, as gauges, and a warning while it is below
 //! `history.headroom.warn.commits` (every ten minutes at most): a connector about to fall behind
@@ -38,7 +38,9 @@ impl Task {
                 metrics::HEADROOM_COMMITS
                     .with_label_values(&labels)
                     .set(h.commits as f64);
-                metrics::HEADROOM_SECONDS.with_label_values(&labels).set(h.seconds);
+                metrics::HEADROOM_SECONDS
+                    .with_label_values(&labels)
+                    .set(h.seconds.unwrap_or(-1.0));
                 self.warn_headroom(&h);
             }
             Ok(None) => {
@@ -57,7 +59,7 @@ impl Task {
         }
         self.headroom.warned = Some(Instant::now());
         tracing::warn!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, commits = h.commits,
-            seconds = h.seconds, oldest_retained = %h.oldest,
+            seconds = h.seconds.unwrap_or(-1.0), oldest_retained = %h.oldest,
             position = %self.state.issued.as_ref().map_or("", |p| p.instant.as_str()),
             "history headroom low: the table's retention is about to remove what the next units read \
              (raise the cleaner's or the expiry's retention, or let the connector catch up)");

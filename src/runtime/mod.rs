@@ -346,6 +346,8 @@ impl Task {
                     self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
                 }
             }
+            // before the poll: where the position's successors are gone, the poll is what fails
+            self.check_headroom().await;
             let units = match self.head.as_mut().and_then(head::HeadStart::take_units) {
                 Some(units) => units,
                 None => self.poll().await?,
@@ -367,7 +369,6 @@ impl Task {
                 .with_label_values(&[&self.cfg.name])
                 .set(units.len() as f64);
             self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
-            self.check_headroom().await;
             if units.is_empty() {
                 if self.first_record {
                     self.commit().await?;

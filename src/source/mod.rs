@@ -403,7 +403,8 @@ pub struct Headroom {
     /// Commits from the oldest retained one up to the position (0: the position is at or before
     /// it, and its next unit may already be unreadable).
     pub commits: u64,
-    pub seconds: f64,
+    /// The same span in seconds of commit time (`None`: the format does not say).
+    pub seconds: Option<f64>,
     /// The oldest commit whose inputs still exist (a Hudi instant, an Iceberg snapshot, a Delta
     /// version).
     pub oldest: String,

@@ -274,6 +274,19 @@ impl Source for DeltaSource {
         Ok(out.into_iter().collect())
     }
 
+    /// The oldest commit file log cleanup left: the position's successor must still be there.
+    fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
+        let listing = self.log.list()?;
+        let (Some(&oldest), Ok(at)) = (listing.commits.keys().next(), position.instant.parse::<u64>()) else {
+            return Ok(None);
+        };
+        Ok(Some(super::Headroom {
+            commits: (at + 1).saturating_sub(oldest),
+            seconds: None,
+            oldest: oldest.to_string(),
+        }))
+    }
+
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
         let listing = self.log.list()?;
         match id.parse::<u64>() {

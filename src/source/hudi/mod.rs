@@ -244,7 +244,7 @@ impl Source for HudiSource {
         let ms = |t: &str| timeline::instant_millis(t).unwrap_or(0);
         Ok(Some(super::Headroom {
             commits,
-            seconds: ((ms(at) - ms(&oldest)) as f64 / 1000.0).max(0.0),
+            seconds: Some(((ms(at) - ms(&oldest)) as f64 / 1000.0).max(0.0)),
             oldest,
         }))
     }

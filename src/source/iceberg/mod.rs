@@ -264,6 +264,31 @@ impl Source for IcebergSource {
         Ok(self.metadata()?.unstable_columns())
     }
 
+    /// The current snapshot's ancestors still in the metadata older than the position (expiry
+    /// removes the oldest first; the position, or its child, must stay an ancestor to continue).
+    fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
+        let md = self.metadata()?;
+        let mut chain = Vec::new();
+        let mut at = md.current_snapshot_id;
+        while let Some(s) = at.and_then(|id| md.snapshot(id)) {
+            chain.push(s);
+            at = s.parent_snapshot_id;
+        }
+        let (Some(oldest), Ok(pos)) = (chain.last(), position.instant.parse::<i64>()) else {
+            return Ok(None);
+        };
+        let older = chain
+            .iter()
+            .position(|s| s.snapshot_id == pos)
+            .map(|n| chain.len() - 1 - n);
+        let at_ms = md.snapshot(pos).map(|s| s.timestamp_ms);
+        Ok(Some(super::Headroom {
+            commits: older.unwrap_or(0) as u64,
+            seconds: Some(at_ms.map_or(0.0, |t| ((t - oldest.timestamp_ms) as f64 / 1000.0).max(0.0))),
+            oldest: oldest.snapshot_id.to_string(),
+        }))
+    }
+
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
         let file = metadata::current_metadata_file(&self.storage, &self.opts.location, &self.rest, None)?;
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
