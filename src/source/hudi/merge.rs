@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_array::{Array, BooleanArray, RecordBatch};
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::SchemaRef;
 
 use super::log::{self, BlockType};
@@ -201,10 +201,8 @@ impl SliceMerge<'_> {
     ) -> Result<u64, SourceError> {
         let mut rows_read = 0;
         for b in base {
-            let b = conform(&self.with_keys(b?)?, target)?;
+            let (b, p, bk, bd) = self.base_batch(b, target, merge)?;
             rows_read += b.num_rows() as u64;
-            let p = b.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
-            let (bk, bd) = (merge.key(&p)?, merge.deleted(&p));
             if index.is_empty() {
                 // nothing logged to merge with (copy-on-write, a base file alone): a base row stays
                 // unless its key is null or it is soft-deleted, and no mask is built where none is
@@ -243,6 +241,21 @@ impl SliceMerge<'_> {
             }
         }
         Ok(rows_read)
+    }
+
+    /// A base batch conformed to the slice's schema (virtual keys derived), with its merge
+    /// columns, record keys and soft-delete flags.
+    #[allow(clippy::type_complexity)]
+    fn base_batch(
+        &self,
+        b: Result<RecordBatch, SourceError>,
+        target: &SchemaRef,
+        merge: &MergeColumns,
+    ) -> Result<(RecordBatch, RecordBatch, StringArray, Option<BooleanArray>), SourceError> {
+        let b = conform(&self.with_keys(b?)?, target)?;
+        let p = b.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
+        let (bk, bd) = (merge.key(&p)?, merge.deleted(&p));
+        Ok((b, p, bk, bd))
     }
 
     /// The winning log records (`picks`, sorted), in log order: from the kept rows, or their

@@ -19,7 +19,6 @@ use arrow_schema::{DataType, SchemaRef};
 use super::index::{soft, LogColumns, LogRecords, MergeColumns, Pos, Step};
 use super::{keep_rows, BaseBatches, SliceMerge};
 use crate::source::hudi::rule::{Missing, Partial};
-use crate::source::rows::conform;
 use crate::source::SourceError;
 
 /// The Hudi meta columns ([`Partial::meta_from_newer`]).
@@ -140,10 +139,8 @@ impl SliceMerge<'_> {
     ) -> Result<u64, SourceError> {
         let mut rows_read = 0;
         for b in base {
-            let b = conform(&self.with_keys(b?)?, target)?;
+            let (b, p, bk, bd) = self.base_batch(b, target, merge)?;
             rows_read += b.num_rows() as u64;
-            let p = b.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
-            let (bk, bd) = (merge.key(&p)?, merge.deleted(&p));
             let bord = fold.cols.ord_conv.as_ref().map(|c| c.rows(&p)).transpose()?;
             let bmissing = missing(&b, &fold.rule.missing);
             let mut merged: Vec<Vec<Src>> = Vec::new();
