@@ -142,6 +142,23 @@ def test_an_extra_tombstone_is_found_by_key(env, registry, tmp_path, streamed):
     assert report["total"]["missing"] == 1 and keys_named(report["examples"]["missing"]) == [key]
 
 
+def test_a_topic_whose_head_was_deleted_is_not_replayed(env, registry, tmp_path, streamed):
+    """Records deleted from a partition's head (retention, DeleteRecords) leave keys whose last
+    event is gone: verify exits 1 naming the topic, the partition and the way out, rather than
+    report a difference the topic cannot show (issue 60: only a topic that holds the state is
+    replayed)."""
+    from confluent_kafka import TopicPartition
+    props, _, records = streamed
+    copy = copy_topic(env, records, props, tmp_path)
+    topic = next(l.split("=", 1)[1] for l in copy.read_text().splitlines() if l.startswith("topic="))
+    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 1)]).values():
+        f.result(timeout=30)
+    code, report, err = testkit.verify(copy)
+    assert code == 1 and report is None, (code, report, err[-2000:])
+    assert f"{topic}: partition 0 starts at offset 1" in err and "cleanup.policy=compact" in err, err[-2000:]
+
+
 def test_a_row_changed_in_the_table_after_the_position_is_found_by_key(env, registry, streamed):
     props, table, _ = streamed
     # the newest base file of a file group holds its live rows: change one row's value in place

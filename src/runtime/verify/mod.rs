@@ -142,6 +142,21 @@ fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Resul
     Ok(Target { position, tasks, first })
 }
 
+/// The topic holds every key's last event only while nothing was deleted from its head: a
+/// partition whose log starts past offset 0 lost records (retention under
+/// `cleanup.policy=delete`, `DeleteRecords`), and a replay of it cannot say what the table is.
+fn trusted(topic: &str, ends: &std::collections::HashMap<i32, (i64, i64)>) -> Result<(), VerifyError> {
+    match ends.iter().filter(|(_, (lo, _))| *lo > 0).min_by_key(|(p, _)| **p) {
+        None => Ok(()),
+        Some((p, (lo, _))) => Err(VerifyError::Topic(format!(
+            "{topic}: partition {p} starts at offset {lo}, not 0: records were deleted from it (retention under \
+             cleanup.policy=delete, or DeleteRecords), so it no longer holds every key's last event and cannot be \
+             replayed into the table's state. Set cleanup.policy=compact on the change topic; to compare again, stream \
+             the table into a new topic (a new connector name, read.start-commit=earliest)"
+        ))),
+    }
+}
+
 /// What a verify reads: the table opened whole, the commit, its unit, where the runs go.
 struct Plan {
     source: std::sync::Arc<dyn Source>,
@@ -174,6 +189,7 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
     let (c, t) = (cfg.sink(), cfg.kafka.topic.clone());
     // taken after the position was read: every record it accounts for is below them
     let ends = blocking(move || crate::sink::scan::watermarks(&c, &t)).await?;
+    trusted(&cfg.kafka.topic, &ends)?;
     let expected: u64 = ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
     let buckets = runs::buckets_for(expected, cfg.read.memory_budget);
     let spill = |e: std::io::Error| VerifyError::Spill(format!("{}: {e}", cfg.read.spill_dir.display()));
