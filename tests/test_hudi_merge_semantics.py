@@ -211,9 +211,10 @@ def generator_digest():
 GENERATED = [
     ("cow", ["--type", "cow", "--rows", "300", "--partitions", "2", "--commits", "5", "--update-fraction", "0.2",
              "--delete-fraction", "0.05", "--cdc", "data-before-after"]),
-    # a second between commits: Hudi 1.1.1's time travel to a delta commit written within the
-    # same second as the compaction before it returns the compacted state (its log files unread);
-    # the generator's instants are otherwise milliseconds apart
+    # a second between commits, as a stream writes them (the generator completes an instant at
+    # least 8 ms after its time: Hudi 1.x reads a version-6 completion time from the file's mtime,
+    # and a compaction completed "at or before" its own time made Spark's time travel to the
+    # delta commits after it read the compacted state alone, in 4 of 8 tables)
     ("mor", ["--type", "mor", "--rows", "300", "--partitions", "2", "--commits", "6", "--update-fraction", "0.2",
              "--delete-fraction", "0.05", "--compact-every", "2", "--cdc", "data-before-after", "--interval", "1100ms"]),
     ("mor-operation-field", ["--type", "mor", "--rows", "300", "--partitions", "2", "--commits", "5",

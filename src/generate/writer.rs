@@ -42,6 +42,9 @@ pub struct GroupWrite {
     pub intermediate: std::collections::HashMap<String, Row>,
 }
 
+/// How long after its instant time an instant completes, at least (two file-system clock ticks).
+const COMPLETION_AFTER_MS: i64 = 8;
+
 impl Writer {
     pub fn new(path: PathBuf, mor: bool, operation: bool) -> Self {
         Self {
@@ -303,7 +306,7 @@ impl Writer {
     }
 
     fn complete(
-        &self,
+        &mut self,
         instant: &str,
         action: &str,
         by_part: &serde_json::Map<String, serde_json::Value>,
@@ -313,10 +316,22 @@ impl Writer {
             "partitionToWriteStats": by_part, "compacted": op == "COMPACT",
             "extraMetadata": {"schema": AVRO_SCHEMA}, "operationType": op,
         });
+        // completed after the instant's own time, as a writer's commit is: Hudi 1.x reads a
+        // table-version-6 instant's completion time from the file's mtime, which the file
+        // system keeps at its clock tick (4 ms here); a compaction whose mtime fell at or before
+        // its instant time made Spark's time travel to the delta commits after it read the
+        // compacted state alone (4 of 8 tables written without this wait)
+        let at = crate::source::hudi::timeline::instant_millis(instant).unwrap_or(0);
+        while chrono::Utc::now().timestamp_millis() < at + COMPLETION_AFTER_MS {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         // the completed instant file appears last: readers never see a half-written commit
         let tmp = self.hoodie().join(format!(".{instant}.{action}.tmp"));
         fs::write(&tmp, serde_json::to_vec_pretty(&md).unwrap_or_default()).map_err(io(&tmp))?;
         let done = self.hoodie().join(format!("{instant}.{action}"));
-        fs::rename(&tmp, &done).map_err(io(&done))
+        fs::rename(&tmp, &done).map_err(io(&done))?;
+        // the next instant is requested after this one completed
+        self.last_instant = chrono::Utc::now().format("%Y%m%d%H%M%S%3f").to_string();
+        Ok(())
     }
 }
