@@ -23,8 +23,9 @@ an upsert's keys are written twice in the batch, an update and a soft delete), "
 column, `D` marking the soft deletes, for `AWSDmsAvroPayload`), "ordering" (the ordering fields,
 `ts` unless named), "partial" (that share of the rows written leave `v`, `name` or `price` null:
 the partial-update payloads and modes fill them from the other record, a late one included), "debezium" (`postgres`: an
-`_event_lsn` column carrying `ts`; `mysql`: `_event_bin_file` and `_event_pos` carrying it; both
-with `_change_operation_type`, `d` marking the soft deletes), "toast" (that share of the updates
+`_event_lsn` column carrying `ts`; `mysql`: `_event_bin_file` and `_event_pos` carrying it;
+`mysql6`: `_event_seq` = `<(ts - 950) // 10>.<ts>`; all with `_change_operation_type`, `d`
+marking the soft deletes), "toast" (that share of the updates
 carry Debezium's `__debezium_unavailable_value` as `name`). Off, the writes are those of the
 scenarios before them."""
 
@@ -127,6 +128,9 @@ def history(s, rng):
             return r + (r[2], op)
         if s.get("debezium") == "mysql":
             return r + ("binlog.000001", r[2], op)
+        if s.get("debezium") == "mysql6":
+            # `<binlog file>.<position>`: the file number crosses 9 → 10, where text order is wrong
+            return r + (f"{(r[2] - 950) // 10}.{r[2]}", op)
         return r + (deleted,) if soft else r
 
     def wins(i, r):
@@ -234,6 +238,7 @@ def write(spark, s, path: Path, rng):
         "postgres": [StructField("_event_lsn", LongType(), False), StructField("_change_operation_type", StringType())],
         "mysql": [StructField("_event_bin_file", StringType(), False), StructField("_event_pos", LongType(), False),
                   StructField("_change_operation_type", StringType())],
+        "mysql6": [StructField("_event_seq", StringType(), False), StructField("_change_operation_type", StringType())],
     }.get(s.get("debezium"))
     if extra is None:
         extra = ([StructField("Op", StringType(), True)] if s.get("dms") else

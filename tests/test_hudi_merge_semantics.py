@@ -62,6 +62,9 @@ SCENARIOS = [
              debezium="postgres", ordering="_event_lsn", toast=0.4, cdc_mode=None),
     scenario("mor-v9-mysql-debezium", "mor", 9, payload=PAYLOAD + "debezium.MySqlDebeziumAvroPayload",
              debezium="mysql", ordering="_event_bin_file,_event_pos", cdc_mode=None),
+    # version 6: the payload orders by `_event_seq` as two numbers (binlog file, position)
+    scenario("mor-v6-mysql-debezium", "mor", 6, payload=PAYLOAD + "debezium.MySqlDebeziumAvroPayload",
+             debezium="mysql6", ordering="_event_seq", cdc_mode=None),
 ]
 
 
@@ -154,8 +157,6 @@ def test_late_records_were_written(spark_tables):
 
 @pytest.mark.parametrize("props,named", [
     ({"hoodie.compaction.payload.class": "com.acme.orders.OrdersPayload"}, "com.acme.orders.OrdersPayload"),
-    ({"hoodie.compaction.payload.class": "org.apache.hudi.common.model.debezium.MySqlDebeziumAvroPayload"},
-     "MySqlDebeziumAvroPayload"),
     ({"hoodie.compaction.payload.class": "org.apache.hudi.common.model.debezium.PostgresDebeziumAvroPayload"},
      "PostgresDebeziumAvroPayload"),
     ({"hoodie.table.version": "9", "hoodie.timeline.layout.version": "2",
@@ -164,7 +165,7 @@ def test_late_records_were_written(spark_tables):
     ({"hoodie.table.version": "9", "hoodie.timeline.layout.version": "2", "hoodie.record.merge.mode": "CUSTOM",
       "hoodie.record.merge.custom.implementation.classes": "com.acme.LatestNonNullMerger"},
      "com.acme.LatestNonNullMerger"),
-], ids=["custom-payload", "mysql-debezium-v6", "postgres-debezium-v6", "keep-values-partial-mode",
+], ids=["custom-payload", "postgres-debezium-v6", "keep-values-partial-mode",
                            "custom-merger"])
 def test_a_merge_it_cannot_evaluate_stops_at_validate_naming_it(env, tmp_path, props, named):
     """Never a silent fallback to commit-time ordering: `validate` and `run` exit 2 naming the

@@ -130,11 +130,7 @@ impl SliceMerge<'_> {
             steps: Vec::new(),
             full: Some(Vec::new()),
         };
-        let proj_schema = Arc::new(
-            target
-                .project(&merge.idx)
-                .map_err(SourceError::arrow("merge columns"))?,
-        );
+        let proj_schema = merge.schema(target)?;
         // small logs keep their decoded rows (no second decode) up to a fixed share of the
         // budget; past it they are all dropped and the winners decoded again (a column-wise
         // merge keeps them up to the whole budget, see [`partial`])
@@ -168,7 +164,7 @@ impl SliceMerge<'_> {
                 _ => self.decode_each(k, &mut |x| {
                     // changelog-mode before-images take no part; deletes keep their ordering value
                     let (rows, deleted) = log_deletes(&conform(&self.reader.restrict(x)?, target)?, self.reader.merge)?;
-                    let p = rows.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
+                    let p = merge.project(&rows)?;
                     if let Some(f) = log.full.as_mut() {
                         full_bytes += rows.get_array_memory_size();
                         f.push(rows);
@@ -253,7 +249,7 @@ impl SliceMerge<'_> {
         merge: &MergeColumns,
     ) -> Result<(RecordBatch, RecordBatch, StringArray, Option<BooleanArray>), SourceError> {
         let b = conform(&self.with_keys(b?)?, target)?;
-        let p = b.project(&merge.idx).map_err(SourceError::arrow("merge columns"))?;
+        let p = merge.project(&b)?;
         let (bk, bd) = (merge.key(&p)?, merge.deleted(&p));
         Ok((b, p, bk, bd))
     }

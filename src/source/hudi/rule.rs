@@ -35,16 +35,19 @@
 //! through `HoodieAvroRecordMerger` (`combineAndGetUpdateValue`; a later delete always wins):
 //! `PartialUpdateAvroPayload` (event time, nulls filled both ways, meta columns from the later
 //! record), `OverwriteNonDefaultsWithLatestAvroPayload` (commit time, nulls filled from the earlier
-//! record).
+//! record), `MySqlDebeziumAvroPayload` (no fill: ordered by `_event_seq` as two numbers, binlog
+//! file then position, a tie to the later record; a delete row ordered too, a delete-block entry
+//! winning).
 //!
 //! What is not evaluated here stops the connector at `validate` and at start (exit 2): the
 //! `CUSTOM` mode (a `HoodieRecordMerger` or payload class of the user's), other payload classes
-//! (the Debezium payloads before table version 9: `MySqlDebeziumAvroPayload` orders by its own
-//! `_event_seq`; `PostgresDebeziumAvroPayload` fills TOAST markers in place, and Hudi 1.1.1 keeps
-//! the fill only where `BaseAvroPayload.getRecord` copied the record — where the schema object is
-//! the merger's own it hands back the same record, `HoodieAvroRecordMerger` sees `newer` and
-//! returns the unfilled row; seen with Spark: filled from an insert's base file, never from a
-//! compaction's — so neither is guessed at) and the other partial-update modes.
+//! (`PostgresDebeziumAvroPayload` before table version 9: it fills TOAST markers in place, and
+//! Hudi 1.1.1 keeps the fill only where `BaseAvroPayload.getRecord` copied the record; where the
+//! Avro serializer Spark's record context caches by schema *equality* was built with the very
+//! schema object the merger passes, `getRecord` hands back the same record, the merger returns
+//! the unfilled `newer`; so Spark's answer depends on which schema object came first in the
+//! reader, not on the table — seen: filled from an insert's base file, never from a compaction's)
+//! and the other partial-update modes.
 
 use std::collections::HashMap;
 
@@ -70,6 +73,9 @@ pub struct MergeConfig {
     /// Records merge column by column (a partial-update mode, or a payload class read through
     /// its `combineAndGetUpdateValue`): see [`Partial`].
     pub partial: Option<Partial>,
+    /// The one ordering field is MySQL Debezium's `_event_seq`, `<binlog file>.<position>`,
+    /// compared as two numbers (`MySqlDebeziumAvroPayload.isCurrentSeqLatest`).
+    pub binlog_seq: bool,
 }
 
 /// A column-wise merge: the record that wins by the mode's ordering is the *high* one, and
@@ -78,9 +84,13 @@ pub struct MergeConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partial {
     pub missing: Missing,
-    /// Before table version 9 (`HoodieAvroRecordMerger` over the payload): a later delete wins
-    /// whatever its ordering value, and a later record always wins over a delete.
+    /// Before table version 9 (`HoodieAvroRecordMerger` over the payload): a later delete-block
+    /// entry wins whatever its ordering value, and a later record always wins over it.
     pub deletes_win: bool,
+    /// So do deletes written as rows (`_hoodie_is_deleted`, the delete marker), where the
+    /// payload says a delete before it orders (not `MySqlDebeziumAvroPayload`, which compares
+    /// positions first).
+    pub soft_deletes_win: bool,
     /// Where the earlier record outranks the later one, the Hudi meta columns still come from
     /// the later one (`PartialUpdateAvroPayload.mergeDisorderRecordsWithMetadata`).
     pub meta_from_newer: bool,
@@ -89,6 +99,8 @@ pub struct Partial {
 /// Which of the high record's values are left to the lower one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Missing {
+    /// None: records are not filled, only ordered the payload's way.
+    Nothing,
     /// A null (`IGNORE_DEFAULTS`: a nullable column's default).
     Null,
     /// A string value equal to this text (`FILL_UNAVAILABLE`, Debezium's TOAST marker; Hudi's
@@ -136,6 +148,7 @@ impl MergeConfig {
         }
         let ordering = match rule.mode {
             MergeMode::CommitTime => Vec::new(),
+            MergeMode::EventTime if rule.binlog_seq => vec!["_event_seq".to_string()],
             MergeMode::EventTime => ordering_fields(&t.props)
                 .map(|s| {
                     s.split(',')
@@ -157,6 +170,7 @@ impl MergeConfig {
             key_fields: t.key_fields.clone(),
             delete_marker: rule.delete_marker,
             partial: rule.partial,
+            binlog_seq: rule.binlog_seq,
         })
     }
 }
@@ -168,6 +182,7 @@ struct Rule {
     mode: MergeMode,
     delete_marker: Option<(String, String)>,
     partial: Option<Partial>,
+    binlog_seq: bool,
 }
 
 impl Rule {
@@ -176,6 +191,7 @@ impl Rule {
             mode,
             delete_marker: None,
             partial: None,
+            binlog_seq: false,
         }
     }
 }
@@ -240,6 +256,7 @@ fn rule_of(version: u32, props: &HashMap<String, String>) -> Result<Rule, String
         rule.partial = Some(Partial {
             missing,
             deletes_win: false,
+            soft_deletes_win: false,
             meta_from_newer: false,
         });
     }
@@ -259,13 +276,14 @@ fn ordering_fields(props: &HashMap<String, String>) -> Option<&str> {
 
 /// The rule a (pre-version-8) payload class stands for: the payloads Hudi 1.1 reads through its
 /// own mergers, and those it reads through `HoodieAvroRecordMerger` and the payload's
-/// `combineAndGetUpdateValue` (a later delete always wins there; `getTableMergeProperties` adds
-/// the DMS delete marker).
+/// `combineAndGetUpdateValue` (a later delete-block entry always wins there;
+/// `getTableMergeProperties` adds the DMS and Debezium delete markers).
 fn of_payload(class: &str) -> Result<Rule, String> {
     let class = class.replace("com.uber.hoodie", "org.apache.hudi");
-    let by_payload = |mode, meta_from_newer| Rule {
+    let by_payload = |mode, missing, meta_from_newer| Rule {
         partial: Some(Partial {
-            missing: Missing::Null,
+            soft_deletes_win: missing != Missing::Nothing,
+            missing,
             deletes_win: true,
             meta_from_newer,
         }),
@@ -278,8 +296,13 @@ fn of_payload(class: &str) -> Result<Rule, String> {
             delete_marker: Some(("Op".into(), "D".into())),
             ..Rule::of(MergeMode::CommitTime)
         },
-        "PartialUpdateAvroPayload" => by_payload(MergeMode::EventTime, true),
-        "OverwriteNonDefaultsWithLatestAvroPayload" => by_payload(MergeMode::CommitTime, false),
+        "PartialUpdateAvroPayload" => by_payload(MergeMode::EventTime, Missing::Null, true),
+        "OverwriteNonDefaultsWithLatestAvroPayload" => by_payload(MergeMode::CommitTime, Missing::Null, false),
+        "MySqlDebeziumAvroPayload" => Rule {
+            delete_marker: Some(("_change_operation_type".into(), "d".into())),
+            binlog_seq: true,
+            ..by_payload(MergeMode::EventTime, Missing::Nothing, false)
+        },
         _ => {
             return Err(format!(
                 "payload class {class} (hoodie.compaction.payload.class) merges in its own way (Hudi 1.1 reads it \
@@ -342,15 +365,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("com.acme.Merger"), "{e}");
-        let e = mode(
+        let mysql = rule(
             6,
             &[(
                 "hoodie.compaction.payload.class",
-                "org.apache.hudi.common.model.MySqlDebeziumAvroPayload",
+                "org.apache.hudi.common.model.debezium.MySqlDebeziumAvroPayload",
             )],
         )
-        .unwrap_err();
-        assert!(e.contains("MySqlDebeziumAvroPayload"), "{e}");
+        .unwrap();
+        assert!(
+            mysql.binlog_seq
+                && mysql
+                    .partial
+                    .is_some_and(|p| p.missing == Missing::Nothing && !p.soft_deletes_win)
+        );
     }
 
     #[test]

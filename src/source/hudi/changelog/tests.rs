@@ -42,6 +42,7 @@ fn merge(mode: MergeMode) -> MergeConfig {
         key_fields: vec!["_hoodie_record_key".into()],
         delete_marker: None,
         partial: None,
+        binlog_seq: false,
     }
 }
 

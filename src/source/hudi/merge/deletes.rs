@@ -219,6 +219,7 @@ mod tests {
             key_fields: vec!["id".into()],
             delete_marker: None,
             partial: None,
+            binlog_seq: false,
         }
     }
 

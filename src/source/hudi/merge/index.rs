@@ -5,7 +5,6 @@
 //! storing it.
 
 use std::hash::BuildHasher;
-use std::sync::Arc;
 
 use arrow::row::Rows;
 use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
@@ -140,6 +139,9 @@ pub(super) struct MergeColumns {
     /// How many ordering fields follow the key.
     pub(super) ordering: usize,
     pub(super) soft_delete: bool,
+    /// The ordering field is `_event_seq`, projected as its two numbers (see
+    /// [`MergeConfig::binlog_seq`](super::super::rule::MergeConfig::binlog_seq)).
+    seq: bool,
 }
 
 impl MergeColumns {
@@ -156,14 +158,31 @@ impl MergeColumns {
         if reader.merge.mode == MergeMode::EventTime {
             idx.extend(reader.merge.ordering.iter().filter_map(|f| target.index_of(f).ok()));
         }
-        let ordering = idx.len() - 1;
+        let seq = reader.merge.binlog_seq && idx.len() == 2;
+        let ordering = if seq { 2 } else { idx.len() - 1 };
         let soft_delete = target.index_of("_hoodie_is_deleted").ok();
         idx.extend(soft_delete);
         Ok(Self {
             idx,
             ordering,
             soft_delete: soft_delete.is_some(),
+            seq,
         })
+    }
+
+    /// The merge columns of a batch of the slice's schema.
+    pub(super) fn project(&self, b: &RecordBatch) -> Result<RecordBatch, SourceError> {
+        let p = b.project(&self.idx).map_err(SourceError::arrow("merge columns"))?;
+        if self.seq {
+            binlog_seq(&p)
+        } else {
+            Ok(p)
+        }
+    }
+
+    /// The schema of [`Self::project`]'s batches.
+    pub(super) fn schema(&self, target: &SchemaRef) -> Result<SchemaRef, SourceError> {
+        Ok(self.project(&RecordBatch::new_empty(target.clone()))?.schema())
     }
 
     /// The record keys of a projected batch.
@@ -188,6 +207,53 @@ impl MergeColumns {
             })
             .flatten()
     }
+}
+
+/// A projected batch with its `_event_seq` (column 1, `<binlog file>.<position>`) as two numbers
+/// (`MySqlDebeziumAvroPayload.isCurrentSeqLatest` compares `Long.parseLong` of each part); a
+/// null stays null (the oldest: Hudi lets any record replace a row without one).
+fn binlog_seq(p: &RecordBatch) -> Result<RecordBatch, SourceError> {
+    use arrow_array::{ArrayRef, Int64Array};
+    use arrow_schema::{DataType, Field, Schema};
+    let text = arrow::compute::cast(p.column(1), &DataType::Utf8).map_err(SourceError::arrow("_event_seq"))?;
+    let text = text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .expect("cast to Utf8 gives a StringArray");
+    let (mut file, mut pos) = (Vec::with_capacity(p.num_rows()), Vec::with_capacity(p.num_rows()));
+    for v in text.iter() {
+        let parsed = match v {
+            None => None,
+            Some(v) => {
+                let mut parts = v.split('.');
+                let mut num = || parts.next().and_then(|x| x.trim().parse::<i64>().ok());
+                match (num(), num()) {
+                    (Some(f), Some(n)) => Some((f, n)),
+                    _ => {
+                        return Err(SourceError::Unreadable {
+                            message: format!(
+                                "_event_seq `{v}` is not `<binlog file number>.<position>` (MySqlDebeziumAvroPayload \
+                                 orders records by it; Hudi fails on it too)"
+                            ),
+                        })
+                    }
+                }
+            }
+        };
+        file.push(parsed.map(|x| x.0));
+        pos.push(parsed.map(|x| x.1));
+    }
+    let mut fields: Vec<Field> = vec![p.schema().field(0).clone()];
+    fields.push(Field::new("_event_seq.file", DataType::Int64, true));
+    fields.push(Field::new("_event_seq.pos", DataType::Int64, true));
+    let mut cols: Vec<ArrayRef> = vec![p.column(0).clone()];
+    cols.push(std::sync::Arc::new(Int64Array::from(file)));
+    cols.push(std::sync::Arc::new(Int64Array::from(pos)));
+    for i in 2..p.num_columns() {
+        fields.push(p.schema().field(i).clone());
+        cols.push(p.column(i).clone());
+    }
+    RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), cols).map_err(SourceError::arrow("_event_seq"))
 }
 
 /// Is row `r` a soft delete (`_hoodie_is_deleted` true)?
@@ -232,10 +298,10 @@ pub(super) struct LogColumns {
 impl LogColumns {
     pub(super) fn new(log: &LogRecords, target: &SchemaRef, merge: &MergeColumns) -> Result<Self, SourceError> {
         let proj = &log.proj;
-        let proj_schema = proj
-            .first()
-            .map(|b| b.schema())
-            .unwrap_or_else(|| Arc::new(target.project(&merge.idx).expect("merge columns")));
+        let proj_schema = match proj.first() {
+            Some(b) => b.schema(),
+            None => merge.schema(target)?,
+        };
         let ord_conv = match merge.ordering {
             0 => None,
             n => Some(RowKeys::new(&proj_schema, Some((1..=n).collect()))?),
@@ -345,5 +411,35 @@ impl LogColumns {
             Some(ord) => ord[a.0 as usize].row(a.1 as usize) >= ord[b.0 as usize].row(b.1 as usize),
             None => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch, StringArray};
+
+    use super::binlog_seq;
+
+    #[test]
+    fn binlog_seq_orders_by_file_then_position_as_numbers() {
+        let seq = StringArray::from(vec![Some("10.1050"), Some("9.1049"), None]);
+        let key = StringArray::from(vec!["a", "b", "c"]);
+        let p = RecordBatch::try_from_iter([
+            ("_hoodie_record_key", Arc::new(key) as _),
+            ("_event_seq", Arc::new(seq) as _),
+        ])
+        .unwrap();
+        let out = binlog_seq(&p).unwrap();
+        let col = |i: usize| out.column(i).as_any().downcast_ref::<Int64Array>().unwrap().clone();
+        assert_eq!(col(1), Int64Array::from(vec![Some(10), Some(9), None]));
+        assert_eq!(col(2), Int64Array::from(vec![Some(1050), Some(1049), None]));
+        let bad = RecordBatch::try_from_iter([
+            ("_hoodie_record_key", Arc::new(StringArray::from(vec!["a"])) as _),
+            ("_event_seq", Arc::new(StringArray::from(vec!["mysql-bin"])) as _),
+        ])
+        .unwrap();
+        assert!(binlog_seq(&bad).unwrap_err().to_string().contains("mysql-bin"));
     }
 }

@@ -43,6 +43,8 @@ struct State {
     /// without an ordering value.
     cur: Option<Pos>,
     deleted: bool,
+    /// The delete is a delete-block entry's.
+    block: bool,
     /// Where each column comes from, where not all from `cur`.
     src: Option<Vec<Pos>>,
     /// The base row met it.
@@ -98,6 +100,7 @@ impl SliceMerge<'_> {
                             State {
                                 cur: None,
                                 deleted: true,
+                                block: true,
                                 src: None,
                                 met: false,
                             },
@@ -149,14 +152,14 @@ impl SliceMerge<'_> {
                     if !bk.is_valid(r) {
                         return Some(false);
                     }
-                    let Some((cur, deleted, src)) = fold.meet(bk.value(r)) else {
+                    let Some((cur, deleted, deleted_anyway, src)) = fold.meet(bk.value(r)) else {
                         return Some(!soft(&bd, r));
                     };
                     let Some(cur) = cur else {
                         return Some(false);
                     };
                     // does the log's result outrank the base row (ties to the log)?
-                    let log_wins = deleted && fold.rule.deletes_win
+                    let log_wins = deleted_anyway
                         || match (&fold.cols.ord_rows, &bord) {
                             (Some(ord), Some(bo)) => ord[cur.0 as usize].row(cur.1 as usize) >= bo.row(r),
                             _ => true,
@@ -220,11 +223,21 @@ impl<'a> Fold<'a> {
     }
 
     /// The key's state after the base row met it: `None` where the log has no record of it.
-    fn meet(&mut self, key: &str) -> Option<(Option<Pos>, bool, Vec<Pos>)> {
+    fn meet(&mut self, key: &str) -> Option<(Option<Pos>, bool, bool, Vec<Pos>)> {
         let st = self.states.get_mut(key)?;
         st.met = true;
         let st = &self.states[key];
-        Some((st.cur, st.deleted, self.sources(st)))
+        Some((
+            st.cur,
+            st.deleted,
+            self.wins_as_delete(st.deleted, st.block),
+            self.sources(st),
+        ))
+    }
+
+    /// Does a delete (`del`; a delete-block entry's where `block`) win whatever the ordering?
+    fn wins_as_delete(&self, del: bool, block: bool) -> bool {
+        self.rule.deletes_win && del && (block || self.rule.soft_deletes_win)
     }
 
     /// Batch `b`'s records folded into their keys' states.
@@ -243,6 +256,7 @@ impl<'a> Fold<'a> {
                     State {
                         cur: Some(at),
                         deleted: del,
+                        block,
                         src: None,
                         met: false,
                     },
@@ -253,10 +267,10 @@ impl<'a> Fold<'a> {
                 // after a delete without an ordering value: a record wins, a delete-block entry
                 // with one keeps the earlier delete (both delete)
                 None => !block,
-                Some(_) if self.rule.deletes_win && (del || st.deleted) => true,
+                Some(_) if self.wins_as_delete(del, block) || self.wins_as_delete(st.deleted, st.block) => true,
                 Some(cur) => cols.ord_ge(at, cur),
             };
-            let (old_cur, old_deleted) = (st.cur, st.deleted);
+            let (old_cur, old_deleted, old_block) = (st.cur, st.deleted, st.block);
             let next = if del || old_deleted || old_cur.is_none() {
                 // a delete on either side: the high record stands as it is
                 new_wins.then_some((Some(at), None))
@@ -285,12 +299,17 @@ impl<'a> Fold<'a> {
                 }
             };
             if let Some((cur, src)) = next {
-                let deleted = if cur == Some(at) { del } else { old_deleted };
+                let (deleted, block) = if cur == Some(at) {
+                    (del, block)
+                } else {
+                    (old_deleted, old_block)
+                };
                 self.states.insert(
                     keys.value(r),
                     State {
                         cur,
                         deleted,
+                        block,
                         src,
                         met: false,
                     },
@@ -305,6 +324,7 @@ fn missing(b: &RecordBatch, m: &Missing) -> Vec<Option<BooleanArray>> {
     b.columns()
         .iter()
         .map(|c| match m {
+            Missing::Nothing => None,
             Missing::Null => (c.null_count() > 0).then(|| arrow::compute::is_null(c).ok()).flatten(),
             Missing::Unavailable(text) => unavailable(c, text),
         })
