@@ -40,6 +40,8 @@ SCENARIOS = [
     scenario("mor-v6-default-payload", "mor", 6, payload="org.apache.hudi.common.model.DefaultHoodieRecordPayload"),
     scenario("mor-v6-overwrite-latest", "mor", 6, cdc_mode=None,
              payload="org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"),
+    scenario("mor-v6-event-time-payload", "mor", 6, cdc_mode=None, cluster_every=5,
+             payload="org.apache.hudi.common.model.EventTimeAvroPayload"),
     # two ordering fields, compared as a tuple (ties on ts broken by v)
     scenario("mor-two-ordering-fields", "mor", 9, merge_mode="EVENT_TIME_ORDERING", ordering="ts,v", cdc_mode=None),
     # AWS DMS: an `Op` column, `D` a delete (table version 6: the payload; 9: a delete marker)
@@ -124,7 +126,8 @@ def test_spark_written_merge_modes_replay_to_sparks_snapshots(env, registry, tmp
     replay, _ = testkit.replay_steps(env, registry, revealed, oracle, oracle["instants"], props, topic, name)
     assert {e["op"] for e in replay.events} >= {"r", "c", "u", "d"}
     assert_events_are_snapshot_diffs(oracle, replay.events, name)
-    event_time = ("DefaultHoodieRecordPayload", "PartialUpdateAvroPayload", "DebeziumAvroPayload")
+    event_time = ("DefaultHoodieRecordPayload", "EventTimeAvroPayload", "PartialUpdateAvroPayload",
+                  "DebeziumAvroPayload")
     if s.get("merge_mode") == "EVENT_TIME_ORDERING" or s.get("payload", "").endswith(event_time):
         # event-time ordering: a late write never wins, so no ts goes back in Spark's snapshots
         assert late_losers(oracle) == 0, f"{name}: a snapshot took a lower ts under event-time ordering"
