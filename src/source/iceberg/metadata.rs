@@ -140,6 +140,17 @@ impl TableMetadata {
         self.snapshots.iter().find(|s| s.snapshot_id == id)
     }
 
+    /// The current snapshot and its ancestors still in the metadata, newest first.
+    pub fn ancestors(&self) -> Vec<&Snapshot> {
+        let mut chain = Vec::new();
+        let mut at = self.current_snapshot_id;
+        while let Some(s) = at.and_then(|id| self.snapshot(id)) {
+            chain.push(s);
+            at = s.parent_snapshot_id;
+        }
+        chain
+    }
+
     pub fn schema_of(&self, snap: Option<&Snapshot>) -> Result<&IcebergSchema, SourceError> {
         let id = snap.and_then(|s| s.schema_id).or(self.current_schema_id).unwrap_or(0);
         self.schemas

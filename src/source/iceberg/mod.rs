@@ -268,12 +268,7 @@ impl Source for IcebergSource {
     /// removes the oldest first; the position, or its child, must stay an ancestor to continue).
     fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
         let md = self.metadata()?;
-        let mut chain = Vec::new();
-        let mut at = md.current_snapshot_id;
-        while let Some(s) = at.and_then(|id| md.snapshot(id)) {
-            chain.push(s);
-            at = s.parent_snapshot_id;
-        }
+        let chain = md.ancestors();
         let (Some(oldest), Ok(pos)) = (chain.last(), position.instant.parse::<i64>()) else {
             return Ok(None);
         };

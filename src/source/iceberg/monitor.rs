@@ -140,12 +140,7 @@ impl IcebergSource {
             return Ok((Vec::new(), First::Changes));
         };
         // the current snapshot's ancestors still in the metadata, newest first
-        let mut chain: Vec<&Snapshot> = Vec::new();
-        let mut at = Some(current);
-        while let Some(s) = at.and_then(|id| md.snapshot(id)) {
-            chain.push(s);
-            at = s.parent_snapshot_id;
-        }
+        let chain = md.ancestors();
         let oldest_first = |c: Vec<&Snapshot>| c.into_iter().rev().map(|s| s.snapshot_id).collect::<Vec<_>>();
         let mut ids = match after.map(parse_id).transpose()? {
             Some(last) => {

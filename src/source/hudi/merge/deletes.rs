@@ -68,8 +68,8 @@ pub(in crate::source::hudi) fn without_before_images(batch: &RecordBatch) -> Res
 }
 
 /// Which values of `c` read as `marker` (Hudi compares `value.toString()`, case-sensitive).
-fn text_equals(c: &ArrayRef, marker: &str) -> Result<BooleanArray, SourceError> {
-    let text = arrow::compute::cast(c, &DataType::Utf8).map_err(SourceError::arrow("the delete marker column"))?;
+pub(super) fn text_equals(c: &ArrayRef, marker: &str) -> Result<BooleanArray, SourceError> {
+    let text = arrow::compute::cast(c, &DataType::Utf8).map_err(SourceError::arrow("a marker column"))?;
     let text = text
         .as_any()
         .downcast_ref::<StringArray>()

@@ -13,9 +13,10 @@
 
 use std::collections::HashMap;
 
-use arrow_array::{Array, ArrayRef, BooleanArray, LargeStringArray, RecordBatch, StringArray};
+use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 
+use super::deletes::text_equals;
 use super::index::{soft, LogColumns, LogRecords, MergeColumns, Pos, Step};
 use super::{keep_rows, BaseBatches, SliceMerge};
 use crate::source::hudi::rule::{Missing, Partial};
@@ -326,29 +327,13 @@ fn missing(b: &RecordBatch, m: &Missing) -> Vec<Option<BooleanArray>> {
         .map(|c| match m {
             Missing::Nothing => None,
             Missing::Null => (c.null_count() > 0).then(|| arrow::compute::is_null(c).ok()).flatten(),
-            Missing::Unavailable(text) => unavailable(c, text),
+            // string columns only (Hudi's Spark row reader never matches a bytes value)
+            Missing::Unavailable(text) => matches!(c.data_type(), DataType::Utf8 | DataType::LargeUtf8)
+                .then(|| text_equals(c, text).ok())
+                .flatten()
+                .filter(|eq| eq.true_count() > 0),
         })
         .collect()
-}
-
-/// The string values of `c` equal to `text` (`None`: another type, or none is).
-fn unavailable(c: &ArrayRef, text: &str) -> Option<BooleanArray> {
-    let eq: BooleanArray = match c.data_type() {
-        DataType::Utf8 => c
-            .as_any()
-            .downcast_ref::<StringArray>()?
-            .iter()
-            .map(|v| Some(v == Some(text)))
-            .collect(),
-        DataType::LargeUtf8 => c
-            .as_any()
-            .downcast_ref::<LargeStringArray>()?
-            .iter()
-            .map(|v| Some(v == Some(text)))
-            .collect(),
-        _ => return None,
-    };
-    (eq.true_count() > 0).then_some(eq)
 }
 
 /// Rows of `target` made column by column from the base batch and the log rows.

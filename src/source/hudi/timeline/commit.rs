@@ -151,10 +151,8 @@ fn metadata_json(bytes: &[u8], file: &Path, what: &str) -> Result<serde_json::Va
     }
 }
 
-/// The oldest instant whose file slices a completed clean kept
-/// (`HoodieCleanMetadata.earliestCommitToRetain`; `None` where the clean policy keeps file versions
-/// rather than commits, or the metadata is empty).
-pub fn retained_from(table: &TableConfig, clean: &super::Instant) -> Result<Option<String>, SourceError> {
+/// A completed clean's `HoodieCleanMetadata` as JSON (`None`: archived, or an empty file).
+fn clean_metadata(table: &TableConfig, clean: &super::Instant) -> Result<Option<serde_json::Value>, SourceError> {
     let MetaSource::File(file) = &clean.meta else {
         return Ok(None);
     };
@@ -162,7 +160,16 @@ pub fn retained_from(table: &TableConfig, clean: &super::Instant) -> Result<Opti
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(None);
     }
-    let json = metadata_json(&bytes, file, "clean")?;
+    metadata_json(&bytes, file, "clean").map(Some)
+}
+
+/// The oldest instant whose file slices a completed clean kept
+/// (`HoodieCleanMetadata.earliestCommitToRetain`; `None` where the clean policy keeps file versions
+/// rather than commits, or the metadata is empty).
+pub fn retained_from(table: &TableConfig, clean: &super::Instant) -> Result<Option<String>, SourceError> {
+    let Some(json) = clean_metadata(table, clean)? else {
+        return Ok(None);
+    };
     Ok(json
         .get("earliestCommitToRetain")
         .and_then(|v| v.as_str().or_else(|| v.get("string").and_then(|s| s.as_str())))
@@ -176,12 +183,9 @@ pub fn retained_from(table: &TableConfig, clean: &super::Instant) -> Result<Opti
 pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>, SourceError> {
     let timeline = Timeline::load(table)?;
     for clean in timeline.completed.iter().filter(|i| i.action == "clean") {
-        let MetaSource::File(file) = &clean.meta else { continue };
-        let bytes = table.storage.read(file).map_err(SourceError::io(file))?;
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        let Some(json) = clean_metadata(table, clean)? else {
             continue;
-        }
-        let json = metadata_json(&bytes, file, "clean")?;
+        };
         let partitions = json
             .get("partitionMetadata")
             .and_then(|p| p.as_object())
