@@ -198,6 +198,28 @@ metric!(
         REGISTRY
     )
 );
+metric!(RESYNCS, IntCounterVec, register_int_counter_vec_with_registry!(
+    "lakestream_resyncs_total", "Resyncs finished: the net change from the topic's state to the table's current commit, published where the commits after the position were gone (`history.gap=resync`)", &["connector", "task"], REGISTRY));
+metric!(
+    RESYNC_KEYS,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_resync_keys_total",
+        "Keys (keyless tables: rows) a resync published a change for, by op (c, u, d)",
+        &["connector", "op"],
+        REGISTRY
+    )
+);
+metric!(
+    RESYNC_PROGRESS,
+    GaugeVec,
+    register_gauge_vec_with_registry!(
+        "lakestream_resync_progress_ratio",
+        "The running resync's buckets compared and published, as a fraction (0 when none runs)",
+        &["connector", "task"],
+        REGISTRY
+    )
+);
 metric!(HEADROOM_COMMITS, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_history_headroom_commits", "Commits between the oldest one whose inputs the table still keeps (Hudi's earliest retained instant of its latest clean, Iceberg's oldest ancestor snapshot, Delta's oldest commit file) and the task's position: 0 means the next unit may already be unreadable; -1 nothing bounds it", &["connector", "task"], REGISTRY));
 metric!(

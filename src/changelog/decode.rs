@@ -161,6 +161,22 @@ impl EventDecoder {
         Ok(v)
     }
 
+    /// The `after` image of a framed envelope, as decoded with its writer schema (`None`: a
+    /// delete's null).
+    pub fn after_image(&self, framed: &[u8]) -> Result<Option<Value>, ChangelogError> {
+        let Value::Record(fields) = self.datum(framed)? else {
+            return Err(bad("the value is not a record"));
+        };
+        Ok(fields
+            .into_iter()
+            .find(|(n, _)| n == "after")
+            .map(|(_, v)| match v {
+                Value::Union(_, inner) => *inner,
+                v => v,
+            })
+            .filter(|v| !matches!(v, Value::Null)))
+    }
+
     /// A framed key record.
     pub fn key(&self, framed: &[u8]) -> Result<Key, ChangelogError> {
         let v = self.datum(framed)?;

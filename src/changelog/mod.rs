@@ -4,6 +4,7 @@
 pub mod avro;
 pub mod decode;
 pub mod registry;
+pub mod resync;
 pub mod temporal;
 pub mod transaction;
 
@@ -383,6 +384,14 @@ impl SplitEncoder {
         buf.clear();
         e.keys[r.batch as usize].write(r.row as usize, buf);
         crc32fast::hash(buf)
+    }
+
+    /// The `after` image of a change row as a datum of the events' `Value` schema (a resync keeps
+    /// the table's rows so).
+    pub fn write_after(&self, row: &ChangeRow, out: &mut Vec<u8>) {
+        if let (Some(e), Some(r)) = (&self.inner, row.after) {
+            e.values[r.batch as usize].write(r.row as usize, out);
+        }
     }
 
     /// The Kafka records of one change row: the event, and a tombstone after a delete. `txn`:

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::values::Validator;
 use super::{
     checks, delta, iceberg, keys, parse_size, ConfigError, ConnectorConfig, ConnectorKind, DeltaOptions, EventsConfig,
-    IcebergOptions, KafkaConfig, Properties, ReadConfig, RegistryOptions, RuntimeConfig, StartCommit, TableLocation,
-    TaskOwnership, TimeMode, TxnBoundary,
+    HistoryGap, IcebergOptions, KafkaConfig, Properties, ReadConfig, RegistryOptions, RuntimeConfig, StartCommit,
+    TableLocation, TaskOwnership, TimeMode, TxnBoundary,
 };
 
 /// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
@@ -134,6 +134,7 @@ fn kafka(v: &Validator, props: &Properties) -> Result<KafkaConfig, ConfigError> 
         retry_delay_max: Duration::from_millis(v.u64_in("errors.retry.delay.max.ms", 60_000, 1..=3_600_000)?),
         bootstrap_timeout: Duration::from_millis(v.u64_in("bootstrap.timeout.ms", 30_000, 1_000..=3_600_000)?),
         topic_partitions: v.u64_in("topic.creation.default.partitions", 1, 1..=10_000)? as i32,
+        topic_cleanup_policy: cleanup_policy(v)?,
         replication_factor: v.u64_in("topic.creation.default.replication.factor", 1, 1..=16)? as i32,
         producer_overrides,
     })
@@ -162,6 +163,11 @@ fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
             .transpose()?
             .map(|p| p as u16),
         headroom_warn_commits: v.u64_or("history.headroom.warn.commits", 2)?,
+        history_gap: v.one_of(
+            "history.gap",
+            HistoryGap::Resync,
+            &[("resync", HistoryGap::Resync), ("fail", HistoryGap::Fail)],
+        )?,
         verify_interval: match v.get("verify.interval") {
             None => None,
             Some(_) => Some(v.duration_or("verify.interval", Duration::ZERO)?).filter(|d| !d.is_zero()),
@@ -412,4 +418,25 @@ fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
 /// (`s3://bucket/key`, `s3a://`, `gs://`, `az://`, `abfs[s]://`).
 pub(super) fn local_path(raw: &str) -> Result<PathBuf, String> {
     crate::storage::parse_location(raw.trim_end_matches('/'))
+}
+
+/// `topic.creation.default.cleanup.policy`: `compact` unless the table is keyless (`key.mode=none`:
+/// null keys, which a compacted topic refuses).
+fn cleanup_policy(v: &Validator) -> Result<String, ConfigError> {
+    let key = "topic.creation.default.cleanup.policy";
+    let keyless = v.get("key.mode").as_deref() == Some("none");
+    let default = if keyless { "delete" } else { "compact" };
+    let choices = [
+        ("compact", "compact"),
+        ("delete", "delete"),
+        ("compact,delete", "compact,delete"),
+    ];
+    let policy = v.one_of(key, default, &choices)?;
+    if keyless && policy.contains("compact") {
+        return Err(v.invalid(
+            key,
+            format!("`{policy}`: a keyless table (key.mode=none) publishes null keys, which a compacted topic refuses"),
+        ));
+    }
+    Ok(policy.to_string())
 }

@@ -236,11 +236,20 @@ pub struct KafkaConfig {
     /// `bootstrap.timeout.ms`: how long an unreachable `bootstrap.servers` is waited for at start.
     pub bootstrap_timeout: Duration,
     pub topic_partitions: i32,
+    /// `topic.creation.default.cleanup.policy` of the change topic lakestream creates.
+    pub topic_cleanup_policy: String,
     pub replication_factor: i32,
     /// librdkafka settings from `producer.override.*` (and `kafka.*`), passed through verbatim.
     pub producer_overrides: BTreeMap<String, String>,
     /// `consumer.override.*`: librdkafka settings of the consumer `verify` reads the topic with.
     pub consumer_overrides: BTreeMap<String, String>,
+}
+
+/// `history.gap`: converge from the topic's state, or stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryGap {
+    Resync,
+    Fail,
 }
 
 /// How the task loop runs: which task this is and how tasks divide the table, where
@@ -258,6 +267,8 @@ pub struct RuntimeConfig {
     pub verify_interval: Option<std::time::Duration>,
     /// `history.headroom.warn.commits`.
     pub headroom_warn_commits: u64,
+    /// `history.gap`: what the task does where the commits after its position are gone.
+    pub history_gap: HistoryGap,
     /// `idle.release`: drop the producer after this long with nothing to publish (off: `None`).
     pub idle_release: Option<std::time::Duration>,
 }

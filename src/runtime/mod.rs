@@ -22,6 +22,7 @@ pub mod placement;
 pub mod polls;
 mod progress;
 mod resume;
+mod resync;
 pub mod state;
 pub mod tasks;
 pub mod verify;
@@ -325,7 +326,15 @@ impl Task {
 
     /// One poll and everything it found. `Stop` when done (`--once`, end commit, shutdown).
     async fn cycle(&mut self) -> Result<Flow, RuntimeError> {
-        loop {
+        'poll: loop {
+            if self.state.resync.is_some() {
+                // a resync an earlier run left under way: finished before anything else
+                self.resync(None).await?;
+                if self.stopping() {
+                    return Ok(Flow::Stop);
+                }
+                continue;
+            }
             if self.end_reached() {
                 tracing::info!(connector = %self.cfg.name, "configured end reached (read.end-commit / end-snapshot-id)");
                 return Ok(Flow::Stop);
@@ -350,7 +359,13 @@ impl Task {
             self.check_headroom().await;
             let units = match self.head.as_mut().and_then(head::HeadStart::take_units) {
                 Some(units) => units,
-                None => self.poll().await?,
+                None => match self.poll().await {
+                    Err(e) if resync::is_gap(&e) => {
+                        self.resync(Some(e)).await?;
+                        continue;
+                    }
+                    polled => polled?,
+                },
             };
             if fresh && self.cfg.runtime.task_id == 0 {
                 self.opts.first_units.publish(
@@ -384,7 +399,15 @@ impl Task {
                     self.flush().await?;
                     return Ok(Flow::Stop);
                 }
-                self.emit_unit(&unit).await?;
+                match self.emit_unit(&unit).await {
+                    Err(e) if resync::is_gap(&e) => {
+                        // (what the open transaction held of the unit is aborted)
+                        self.head = None;
+                        self.resync(Some(e)).await?;
+                        continue 'poll;
+                    }
+                    emitted => emitted?,
+                }
                 if self.end_reached() {
                     self.flush().await?;
                     return Ok(Flow::Stop);

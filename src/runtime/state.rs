@@ -92,6 +92,23 @@ pub struct Offsets {
     /// The instance running the task, recorded with `idle.release` (see `park`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<Holder>,
+    /// A resync under way (see `resync`): `issued` stays the position it started from until the
+    /// transaction that finishes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<ResyncProgress>,
+}
+
+/// How far a resync got (see `resync`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResyncProgress {
+    /// The table's commit it converges to.
+    pub target: Position,
+    /// Key buckets both sides are spilled into.
+    pub buckets: u32,
+    /// Buckets whose events are all committed (a resumed resync starts after them).
+    pub done: u32,
+    /// Events committed so far: `c`, `u`, `d`.
+    pub events: [u64; 3],
 }
 
 /// An instance of a task: a process's random id and start time (see `park`).
@@ -361,6 +378,7 @@ pub(super) mod tests {
             tasks: 3,
             epoch: 2,
             handoff: None,
+            resync: None,
             first: None,
             ownership: Ownership::Partition,
             key: vec!["id".into()],

@@ -35,6 +35,7 @@ mod stats;
 mod topics;
 
 pub use reach::{describe_topics, login, reach};
+pub use topics::cleanup_policy;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -33,7 +33,8 @@ async fn create_missing(admin: &AdminClient<QuietContext>, cfg: &SinkSettings) -
             &cfg.kafka.topic,
             cfg.kafka.topic_partitions,
             TopicReplication::Fixed(cfg.kafka.replication_factor),
-        ),
+        )
+        .set("cleanup.policy", &cfg.kafka.topic_cleanup_policy),
     ];
     if cfg.txn_metadata {
         // one partition: BEGIN and END of every commit in order
@@ -77,9 +78,35 @@ async fn create_missing(admin: &AdminClient<QuietContext>, cfg: &SinkSettings) -
 }
 
 /// Positions kept by retention would be deleted: a restart would rescan or skip (Kafka Connect
-/// refuses such an offsets topic too). A description without the entry (a topic another client
-/// created a moment ago) is asked again for a few seconds before it counts as unknown.
+/// refuses such an offsets topic too).
 async fn check_offsets_policy(admin: &AdminClient<QuietContext>, topic: &str) -> Result<(), SinkError> {
+    match policy_of(admin, topic).await? {
+        Some(p) if p.split(',').any(|p| p.trim() == "compact") => Ok(()),
+        Some(p) => Err(SinkError::Topic(format!(
+            "offsets topic `{topic}` has cleanup.policy={p}: retention would delete connector positions. Set it to \
+             compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic"
+        ))),
+        None => Err(SinkError::Topic(format!(
+            "offsets topic `{topic}`: the cluster does not say its cleanup.policy (asked for 5 s); it must be \
+             compact, or name another offsets.storage.topic"
+        ))),
+    }
+}
+
+/// The `cleanup.policy` of `topic` (`None`: the cluster does not say).
+pub async fn cleanup_policy(cfg: &SinkSettings, topic: &str) -> Result<Option<String>, SinkError> {
+    let admin: AdminClient<QuietContext> = client_config(cfg)
+        .create_with_context(QuietContext::new(cfg, "admin"))
+        .map_err(|e| SinkError::kafka("admin client", e))?;
+    super::oauth::seeded(admin.inner(), cfg)?;
+    let res = policy_of(&admin, topic).await;
+    super::client::close_detached(admin);
+    res
+}
+
+/// A topic's `cleanup.policy`. A description without the entry (a topic another client created
+/// a moment ago) is asked again for a few seconds before it counts as unknown.
+async fn policy_of(admin: &AdminClient<QuietContext>, topic: &str) -> Result<Option<String>, SinkError> {
     let mut tries = 0;
     loop {
         let described = admin
@@ -88,34 +115,22 @@ async fn check_offsets_policy(admin: &AdminClient<QuietContext>, topic: &str) ->
                 &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
             )
             .await
-            .map_err(|e| SinkError::kafka("describe offsets topic", e))?;
+            .map_err(|e| SinkError::kafka("describe topic", e))?;
         let mut policy = None;
         for r in described {
-            let resource =
-                r.map_err(|code| SinkError::Topic(format!("cannot describe offsets topic `{topic}`: {code}")))?;
+            let resource = r.map_err(|code| SinkError::Topic(format!("cannot describe topic `{topic}`: {code}")))?;
             policy = resource
                 .get("cleanup.policy")
                 .and_then(|e| e.value.clone())
                 .filter(|v| !v.is_empty());
         }
         match policy {
-            Some(p) if p.split(',').any(|p| p.trim() == "compact") => return Ok(()),
-            Some(p) => {
-                return Err(SinkError::Topic(format!(
-                    "offsets topic `{topic}` has cleanup.policy={p}: retention would delete connector positions. Set it to \
-                     compact (kafka-configs --alter --add-config cleanup.policy=compact) or name another offsets.storage.topic"
-                )))
-            }
+            Some(p) => return Ok(Some(p)),
             None if tries < 20 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            None => {
-                return Err(SinkError::Topic(format!(
-                    "offsets topic `{topic}`: the cluster does not say its cleanup.policy (asked for 5 s); it must be \
-                     compact, or name another offsets.storage.topic"
-                )))
-            }
+            None => return Ok(None),
         }
     }
 }

@@ -27,6 +27,11 @@ pub enum SourceError {
     },
     #[error("{message}")]
     Unreadable { message: String },
+    /// The commits after the position can no longer be read: a cleaner, a snapshot expiry, log
+    /// retention, a rollback or restore removed them (`history.gap=resync` converges from the
+    /// topic's state instead; `fail` stops with this message and its ways out).
+    #[error("{message}")]
+    HistoryGone { message: String },
     #[error("{message}")]
     Unsupported { message: String },
     /// Reading was stopped from outside (the task shutting down, or failing elsewhere): not a
@@ -83,7 +88,7 @@ impl SourceError {
         match self {
             SourceError::Io { source, .. } => storage(crate::storage::IoClass::of(source).is_transient()),
             SourceError::Parquet { transient, .. } | SourceError::Arrow { transient, .. } => storage(*transient),
-            SourceError::Format { .. } | SourceError::Unreadable { .. } => K::Data,
+            SourceError::Format { .. } | SourceError::Unreadable { .. } | SourceError::HistoryGone { .. } => K::Data,
             SourceError::Unsupported { .. } => K::Unsupported,
             SourceError::Stopped => K::Stopped,
             SourceError::Config { .. } => K::Config,

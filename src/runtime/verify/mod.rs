@@ -9,11 +9,11 @@
 mod compare;
 mod periodic;
 mod report;
-mod runs;
-mod table;
+pub(super) mod runs;
+pub(super) mod table;
 #[cfg(test)]
 mod tests;
-mod topic;
+pub(super) mod topic;
 
 use std::time::Instant;
 
@@ -216,26 +216,60 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
     })
 }
 
+/// What both sides are read with: the table's unit, where the runs go, which events count.
+pub(super) struct SideSpec {
+    pub source: std::sync::Arc<dyn Source>,
+    pub unit: crate::source::Unit,
+    pub dir: std::path::PathBuf,
+    pub buckets: u32,
+    pub buffer: usize,
+    /// Columns left out of the digests.
+    pub skip: std::collections::HashSet<String>,
+    /// Where the topic's read ends (its watermarks taken after the position was read).
+    pub ends: std::collections::HashMap<i32, (i64, i64)>,
+    /// Events of lake commits after this one are left out (`None`: every event counts).
+    pub up_to: Option<Position>,
+    /// Keep each image's encoded payload beside the runs (a resync publishes from them).
+    pub payloads: bool,
+    /// Only what this task owns, by framed key and table partition (`None`: all).
+    pub mine: Option<topic::SharedMine>,
+}
+
 /// Both sides read at once, each on a blocking thread, into their runs.
-async fn read_sides(cfg: &ConnectorConfig, plan: &Plan) -> Result<(topic::TopicSide, table::TableSide), RuntimeError> {
-    let keyless = plan.source.info().keyless();
+pub(super) async fn read_sides(
+    cfg: &ConnectorConfig,
+    spec: &SideSpec,
+) -> Result<(topic::TopicSide, table::TableSide), RuntimeError> {
+    let keyless = spec.source.info().keyless();
     let decoder = || RegistryClient::new(&cfg.registry, &cfg.name).map(EventDecoder::new);
-    let topic_out =
-        RunWriter::new(plan.dir.path(), Side::Topic, plan.buckets, plan.buffer).map_err(VerifyError::spill)?;
-    let table_out =
-        RunWriter::new(plan.dir.path(), Side::Table, plan.buckets, plan.buffer).map_err(VerifyError::spill)?;
+    let writer = |side| -> Result<RunWriter, VerifyError> {
+        let w = RunWriter::new(&spec.dir, side, spec.buckets, spec.buffer).map_err(VerifyError::spill)?;
+        match spec.payloads {
+            true => w.with_payloads(spec.buffer).map_err(VerifyError::spill),
+            false => Ok(w),
+        }
+    };
+    let (topic_out, table_out) = (writer(Side::Topic)?, writer(Side::Table)?);
     let (columns_tx, columns_rx) = std::sync::mpsc::channel();
-    let target_order = order(plan.source.as_ref(), &plan.target.position)?;
-    let (c, s, dec, skip, ends) = (
+    let up_to = spec
+        .up_to
+        .as_ref()
+        .map(|p| order(spec.source.as_ref(), p))
+        .transpose()?;
+    let (c, s, dec, skip, ends, mine) = (
         cfg.clone(),
-        plan.source.clone(),
+        spec.source.clone(),
         decoder()?,
-        plan.skip.clone(),
-        plan.ends.clone(),
+        spec.skip.clone(),
+        spec.ends.clone(),
+        spec.mine.clone(),
     );
     let handle = tokio::runtime::Handle::current();
     let topic_side = blocking(move || {
-        let at_or_before = |p: &Position| s.order(p).ok().map(|o| o <= target_order);
+        let at_or_before = |p: &Position| match &up_to {
+            Some(t) => s.order(p).ok().map(|o| o <= *t),
+            None => Some(true),
+        };
         let reader = topic::TopicReader {
             cfg: &c,
             decoder: dec,
@@ -245,20 +279,22 @@ async fn read_sides(cfg: &ConnectorConfig, plan: &Plan) -> Result<(topic::TopicS
             columns: columns_rx,
             skip,
             ends,
+            mine: mine.as_deref().map(|m| m as &topic::Mine),
         };
         topic::read(reader, topic_out)
     });
-    let encoder = super::encoder_for(cfg, plan.source.info().clone())?;
+    let encoder = super::encoder_for(cfg, spec.source.info().clone())?;
     let mut dec = decoder()?;
     dec.set_columns(crate::changelog::decode::Columns {
         keep: None,
-        skip: plan.skip.clone(),
+        skip: spec.skip.clone(),
     });
-    let (s, name, unit, handle) = (
-        plan.source.clone(),
+    let (s, name, unit, handle, mine) = (
+        spec.source.clone(),
         cfg.name.clone(),
-        plan.unit.clone(),
+        spec.unit.clone(),
         tokio::runtime::Handle::current(),
+        spec.mine.clone(),
     );
     let table_side = blocking(move || {
         let reader = table::TableReader {
@@ -270,6 +306,7 @@ async fn read_sides(cfg: &ConnectorConfig, plan: &Plan) -> Result<(topic::TopicS
             handle,
             keyless,
             columns: columns_tx,
+            mine: mine.as_deref().map(|m| m as &topic::Mine),
         };
         table::read(reader, table_out)
     });
@@ -308,7 +345,19 @@ fn compare_runs(
 pub async fn verify(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Report, RuntimeError> {
     let started = Instant::now();
     let plan = plan(cfg, opts).await?;
-    let (topic_side, table_side) = read_sides(cfg, &plan).await?;
+    let spec = SideSpec {
+        source: plan.source.clone(),
+        unit: plan.unit.clone(),
+        dir: plan.dir.path().to_path_buf(),
+        buckets: plan.buckets,
+        buffer: plan.buffer,
+        skip: plan.skip.clone(),
+        ends: plan.ends.clone(),
+        up_to: Some(plan.target.position.clone()),
+        payloads: false,
+        mine: None,
+    };
+    let (topic_side, table_side) = read_sides(cfg, &spec).await?;
     let keyless = plan.source.info().keyless();
     let (limit, duplicates) = (opts.examples, !cfg.read.changelog);
     let (tally, topic_side) =

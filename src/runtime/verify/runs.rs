@@ -3,6 +3,9 @@
 //! memory about 100 bytes per key of the bucket whatever the key's or row's width (keys and
 //! images are held as 128-bit digests; a key's text is read back from the file only for the
 //! examples a report names). Plain std files: a fixed-layout record needs no IPC format.
+//!
+//! A resync keeps more: each record may point (`loc`) into its bucket's payload file, where the
+//! encoded key and image it was digested from are kept, read back only for the keys that differ.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -33,7 +36,12 @@ pub struct Rec {
     pub partition: u32,
     /// The key as text (for reports; empty for keyless tables).
     pub text: String,
+    /// Where the record's payload starts in its bucket's payload file ([`NO_PAYLOAD`]: none).
+    pub loc: u64,
 }
+
+/// [`Rec::loc`] of a record without a payload.
+pub const NO_PAYLOAD: u64 = u64::MAX;
 
 /// Partition names of one side, interned.
 #[derive(Debug, Default)]
@@ -70,6 +78,8 @@ pub fn buckets_for(keys: u64, budget: usize) -> u32 {
 pub struct RunWriter {
     files: Vec<BufWriter<File>>,
     paths: Vec<PathBuf>,
+    /// Per bucket, its payload file and the bytes written to it so far.
+    payloads: Vec<(BufWriter<File>, u64)>,
     pub written: u64,
 }
 
@@ -90,8 +100,38 @@ impl RunWriter {
         Ok(Self {
             files,
             paths,
+            payloads: Vec::new(),
             written: 0,
         })
+    }
+
+    /// Keep payloads too, in files `<side>-<i>.payload` beside the runs.
+    pub fn with_payloads(mut self, buffer: usize) -> std::io::Result<Self> {
+        for p in &self.paths {
+            let file = File::create(payload_path(p))?;
+            self.payloads.push((BufWriter::with_capacity(buffer, file), 0));
+        }
+        Ok(self)
+    }
+
+    /// Whether this writer keeps payloads.
+    pub fn keeps_payloads(&self) -> bool {
+        !self.payloads.is_empty()
+    }
+
+    /// Keep `parts` as the payload of `r` (written next with [`Self::push`]).
+    pub fn payload(&mut self, r: &mut Rec, parts: &[&[u8]]) -> std::io::Result<()> {
+        let b = bucket_of(r.key, self.files.len() as u32);
+        let (f, at) = &mut self.payloads[b];
+        r.loc = *at;
+        f.write_all(&(parts.len() as u32).to_le_bytes())?;
+        *at += 4;
+        for p in parts {
+            f.write_all(&(p.len() as u32).to_le_bytes())?;
+            f.write_all(p)?;
+            *at += 4 + p.len() as u64;
+        }
+        Ok(())
     }
 
     pub fn push(&mut self, r: &Rec) -> std::io::Result<()> {
@@ -101,6 +141,7 @@ impl RunWriter {
         f.write_all(&r.key.to_le_bytes())?;
         f.write_all(&r.image.to_le_bytes())?;
         f.write_all(&r.commit.to_le_bytes())?;
+        f.write_all(&r.loc.to_le_bytes())?;
         f.write_all(&[r.delta as u8, r.op])?;
         f.write_all(&r.partition.to_le_bytes())?;
         f.write_all(&(text.len() as u16).to_le_bytes())?;
@@ -114,6 +155,9 @@ impl RunWriter {
         for mut f in self.files {
             f.flush()?;
         }
+        for (mut f, _) in self.payloads {
+            f.flush()?;
+        }
         Ok(self.paths)
     }
 }
@@ -121,7 +165,7 @@ impl RunWriter {
 /// The records of one bucket file, in the order written.
 pub fn read_bucket(path: &Path, f: &mut dyn FnMut(Rec)) -> std::io::Result<()> {
     let mut r = BufReader::with_capacity(1 << 16, File::open(path)?);
-    let mut head = [0u8; 16 + 16 + 8 + 2 + 4 + 2];
+    let mut head = [0u8; 16 + 16 + 8 + 8 + 2 + 4 + 2];
     loop {
         match r.read_exact(&mut head) {
             Ok(()) => {}
@@ -129,17 +173,54 @@ pub fn read_bucket(path: &Path, f: &mut dyn FnMut(Rec)) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
         let u128_at = |i: usize| u128::from_le_bytes(head[i..i + 16].try_into().expect("16 bytes"));
-        let len = u16::from_le_bytes([head[46], head[47]]) as usize;
+        let len = u16::from_le_bytes([head[54], head[55]]) as usize;
         let mut text = vec![0u8; len];
         r.read_exact(&mut text)?;
         f(Rec {
             key: u128_at(0),
             image: u128_at(16),
             commit: u64::from_le_bytes(head[32..40].try_into().expect("8 bytes")),
-            delta: head[40] as i8,
-            op: head[41],
-            partition: u32::from_le_bytes(head[42..46].try_into().expect("4 bytes")),
+            loc: u64::from_le_bytes(head[40..48].try_into().expect("8 bytes")),
+            delta: head[48] as i8,
+            op: head[49],
+            partition: u32::from_le_bytes(head[50..54].try_into().expect("4 bytes")),
             text: String::from_utf8_lossy(&text).into_owned(),
         });
+    }
+}
+
+/// The payload file beside a bucket's run.
+fn payload_path(run: &Path) -> PathBuf {
+    run.with_extension("payload")
+}
+
+/// One bucket's payloads, read back by [`Rec::loc`].
+pub struct Payloads {
+    file: File,
+}
+
+impl Payloads {
+    /// The payloads of the bucket whose run is `run`.
+    pub fn open(run: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            file: File::open(payload_path(run))?,
+        })
+    }
+
+    /// The parts kept at `loc`.
+    pub fn get(&self, loc: u64) -> std::io::Result<Vec<Vec<u8>>> {
+        use std::os::unix::fs::FileExt;
+        let mut n = [0u8; 4];
+        self.file.read_exact_at(&mut n, loc)?;
+        let mut at = loc + 4;
+        let mut parts = Vec::with_capacity(u32::from_le_bytes(n) as usize);
+        for _ in 0..u32::from_le_bytes(n) {
+            self.file.read_exact_at(&mut n, at)?;
+            let mut part = vec![0u8; u32::from_le_bytes(n) as usize];
+            self.file.read_exact_at(&mut part, at + 4)?;
+            at += 4 + part.len() as u64;
+            parts.push(part);
+        }
+        Ok(parts)
     }
 }

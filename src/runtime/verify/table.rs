@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use tokio::runtime::Handle;
 
-use super::runs::{Partitions, Rec, RunWriter};
+use super::runs::{Partitions, Rec, RunWriter, NO_PAYLOAD};
+use super::topic::Mine;
 use super::VerifyError;
 use crate::changelog::decode::EventDecoder;
 use crate::changelog::{ChangelogEncoder, KafkaRecord};
@@ -19,6 +20,8 @@ pub struct TableSide {
     pub rows: u64,
     pub partitions: Partitions,
     pub paths: Vec<std::path::PathBuf>,
+    /// The Arrow schema of the rows read (a resync encodes its events with it).
+    pub schema: Option<arrow_schema::SchemaRef>,
 }
 
 pub struct TableReader<'a> {
@@ -31,6 +34,8 @@ pub struct TableReader<'a> {
     pub keyless: bool,
     /// Where the image columns of the table at the commit go (once, for the topic side).
     pub columns: std::sync::mpsc::Sender<Vec<String>>,
+    /// Only the rows this task owns (`None`: all).
+    pub mine: Option<&'a Mine<'a>>,
 }
 
 struct State<'a> {
@@ -38,24 +43,33 @@ struct State<'a> {
     side: TableSide,
     out: RunWriter,
     records: Vec<KafkaRecord>,
+    after: Vec<u8>,
 }
 
 impl State<'_> {
     fn split(&mut self, split: &crate::source::SplitChanges) -> Result<(), VerifyError> {
         let enc = self.r.handle.block_on(self.r.encoder.split(self.r.unit, split))?;
+        if let (None, Some(b)) = (&self.side.schema, split.batches.first()) {
+            self.side.schema = Some(b.schema());
+        }
         for row in &split.rows {
             self.records.clear();
             enc.encode(row, self.r.unit.ts_ms, None, &mut self.records);
-            let rec = self.records.swap_remove(0);
-            let Some(value) = rec.value.as_deref() else { continue };
+            let record = self.records.swap_remove(0);
+            let Some(value) = record.value.as_deref() else { continue };
             self.r.decoder.load_for(value, &self.r.handle)?;
             if self.side.rows == 0 {
                 let _ = self.r.columns.send(self.r.decoder.image_columns(value)?);
             }
             let e = self.r.decoder.value(value)?;
             let Some(after) = e.after else { continue };
+            if let Some(mine) = self.r.mine {
+                if !mine(&record.key, &e.partition) {
+                    continue;
+                }
+            }
             let partition = self.side.partitions.id(&e.partition);
-            let rec = if self.r.keyless {
+            let mut rec = if self.r.keyless {
                 Rec {
                     key: after,
                     image: 0,
@@ -64,10 +78,11 @@ impl State<'_> {
                     op: b'r',
                     partition,
                     text: String::new(),
+                    loc: NO_PAYLOAD,
                 }
             } else {
-                self.r.decoder.load_for(&rec.key, &self.r.handle)?;
-                let k = self.r.decoder.key(&rec.key)?;
+                self.r.decoder.load_for(&record.key, &self.r.handle)?;
+                let k = self.r.decoder.key(&record.key)?;
                 Rec {
                     key: k.digest,
                     image: after,
@@ -76,8 +91,21 @@ impl State<'_> {
                     op: b'r',
                     partition,
                     text: k.text,
+                    loc: NO_PAYLOAD,
                 }
             };
+            if self.out.keeps_payloads() {
+                // the framed key, the image as a datum, and where it was read
+                self.after.clear();
+                enc.write_after(row, &mut self.after);
+                let file = match (row.after, split.batch_files.is_empty()) {
+                    (Some(r), false) => split.batch_files[r.batch as usize].1.as_str(),
+                    _ => split.file.as_str(),
+                };
+                let key = record.key.as_slice();
+                let parts: [&[u8]; 4] = [key, &self.after, e.partition.as_bytes(), file.as_bytes()];
+                self.out.payload(&mut rec, &parts).map_err(VerifyError::spill)?;
+            }
             self.out.push(&rec).map_err(VerifyError::spill)?;
             self.side.rows += 1;
         }
@@ -93,6 +121,7 @@ pub fn read(r: TableReader<'_>, out: RunWriter) -> Result<TableSide, VerifyError
         side: TableSide::default(),
         out,
         records: Vec::with_capacity(2),
+        after: Vec::new(),
     };
     let started = Instant::now();
     let mut last_log = Instant::now();

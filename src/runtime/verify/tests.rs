@@ -16,6 +16,7 @@ fn rec(s: Step, partition: u32) -> Rec {
         op: s.4,
         partition,
         text: format!("{{\"id\":{}}}", s.0),
+        loc: s.0 as u64,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::runtime::Handle;
 
-use super::runs::{Partitions, Rec, RunWriter};
+use super::runs::{Partitions, Rec, RunWriter, NO_PAYLOAD};
 use super::VerifyError;
 use crate::changelog::decode::{Columns, EventDecoder};
 use crate::config::ConnectorConfig;
@@ -18,6 +18,13 @@ use crate::source::Position;
 /// Whether a commit is at or before the position (`None`: the table no longer knows it, an
 /// expired snapshot: counted, and kept, as it can only be older than what the table holds).
 pub type OrderOf<'a> = dyn Fn(&Position) -> Option<bool> + 'a;
+
+/// Whether this task owns an event, by its framed key (empty: keyless) and its table partition
+/// (a resync of one task of several: see `RowOwner`).
+pub type Mine<'a> = dyn Fn(&[u8], &str) -> bool + 'a;
+
+/// [`Mine`] shared across threads.
+pub type SharedMine = std::sync::Arc<dyn Fn(&[u8], &str) -> bool + Send + Sync>;
 
 #[derive(Debug, Default)]
 pub struct TopicSide {
@@ -44,6 +51,8 @@ pub struct TopicReader<'a> {
     pub skip: std::collections::HashSet<String>,
     /// Where each partition's read ends: its watermarks taken after the position was read.
     pub ends: HashMap<i32, (i64, i64)>,
+    /// Only the events this task owns (`None`: all).
+    pub mine: Option<&'a Mine<'a>>,
 }
 
 struct State<'a> {
@@ -82,6 +91,7 @@ impl State<'_> {
 
     fn record(&mut self, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<(), VerifyError> {
         self.side.records += 1;
+        let key_bytes = key;
         let key = match (key, self.reader.keyless) {
             (_, true) => None,
             (Some(k), false) => {
@@ -108,6 +118,7 @@ impl State<'_> {
                 op: 0,
                 partition: p,
                 text: key.text,
+                loc: NO_PAYLOAD,
             });
         };
         self.reader.decoder.load_for(value, &self.reader.handle)?;
@@ -118,6 +129,11 @@ impl State<'_> {
             self.columns_set = true;
         }
         let e = self.reader.decoder.value(value)?;
+        if let Some(mine) = self.reader.mine {
+            if !mine(key_bytes.unwrap_or_default(), &e.partition) {
+                return Ok(());
+            }
+        }
         if !self.keep(&e.instant, e.completed.as_deref()) {
             self.side.after_position += 1;
             if let (Some(k), "d") = (&key, e.op.as_str()) {
@@ -139,18 +155,21 @@ impl State<'_> {
             op,
             partition,
             text,
+            loc: NO_PAYLOAD,
         };
+        // (an image's payload: the framed key and envelope it was read from)
+        let payload = [key_bytes.unwrap_or_default(), value];
         match key {
             Some(k) => match (op, e.after) {
                 (b'd', _) | (_, None) => self.push(step(k.digest, 0, 0, k.text)),
-                (_, Some(after)) => self.push(step(k.digest, after, 1, k.text)),
+                (_, Some(after)) => self.push_image(step(k.digest, after, 1, k.text), &payload),
             },
             None => {
                 if let Some(b) = e.before {
                     self.push(step(b, 0, -1, String::new()))?;
                 }
                 match e.after {
-                    Some(a) => self.push(step(a, 0, 1, String::new())),
+                    Some(a) => self.push_image(step(a, 0, 1, String::new()), &payload),
                     None => Ok(()),
                 }
             }
@@ -159,6 +178,14 @@ impl State<'_> {
 
     fn push(&mut self, r: Rec) -> Result<(), VerifyError> {
         self.out.push(&r).map_err(VerifyError::spill)
+    }
+
+    /// A record with an image, its payload kept where the writer keeps them.
+    fn push_image(&mut self, mut r: Rec, payload: &[&[u8]]) -> Result<(), VerifyError> {
+        if self.out.keeps_payloads() {
+            self.out.payload(&mut r, payload).map_err(VerifyError::spill)?;
+        }
+        self.push(r)
     }
 }
 

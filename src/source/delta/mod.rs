@@ -146,7 +146,7 @@ impl DeltaSource {
 /// A file a unit needs is gone: name it and the ways out.
 fn gone_hint(e: SourceError, unit: &Unit) -> SourceError {
     match e {
-        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
+        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::HistoryGone {
             message: format!(
                 "Delta version {}: file {} is gone (VACUUM removed it before it was read, or it was deleted outside \
                  Delta); the changelog cannot be continued exactly. Ways out: restore the file and restart, or restart \

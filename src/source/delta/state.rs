@@ -71,7 +71,7 @@ impl TableState {
 /// A commit the connector needs is no longer in the log.
 pub fn missing_commit(log: &DeltaLog, v: u64, listing: &Listing) -> SourceError {
     let oldest = listing.commits.keys().next().copied();
-    SourceError::Unreadable {
+    SourceError::HistoryGone {
         message: format!(
             "Delta version {v}: {} is gone (log retention, `delta.logRetentionDuration`, removed it; oldest commit \
              left: {}); its changes cannot be read exactly. Ways out: restart under a new connector name with \

@@ -108,7 +108,7 @@ impl HudiSource {
         match i.action.as_str() {
             "commit" | "deltacommit" | "replacecommit" => {}
             "restore" => {
-                return Err(SourceError::Unreadable {
+                return Err(SourceError::HistoryGone {
                     message: format!(
                         "instant {} is a restore: it rewinds committed data, which a changelog cannot follow; \
                          restart the connector with a new name and read.start-commit=earliest (full rescan)",
@@ -193,14 +193,21 @@ impl HudiSource {
             Some(p) => {
                 // a position the timeline does not hold would skip every instant before its time
                 if tl.get(&p.instant).is_none() {
-                    return Err(SourceError::Unreadable {
-                        message: format!(
-                            "the stored position, instant {}, is not on the table's timeline (active or archived): a \
+                    // rewound by a restore or rollback completed since: a gap in history; else
+                    // the record is not this table's (never resynced over)
+                    let rewound = tl.completed.iter().any(|i| {
+                        matches!(i.action.as_str(), "restore" | "rollback") && i.requested.as_str() > p.instant.as_str()
+                    });
+                    let message = format!(
+                        "the stored position, instant {}, is not on the table's timeline (active or archived): a \
                              restore or rollback removed it, or the offsets record is not this table's. Nothing is \
                              skipped. Ways out: check `lakestream offsets show`; restart under a new connector name \
                              with read.start-commit=earliest (full rescan) or an instant time",
-                            p.instant
-                        ),
+                        p.instant
+                    );
+                    return Err(match rewound {
+                        true => SourceError::HistoryGone { message },
+                        false => SourceError::Unreadable { message },
                     });
                 }
                 tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect()
@@ -245,7 +252,7 @@ impl HudiSource {
 
     pub(super) fn plan_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
         let tl = self.timeline()?;
-        let i = tl.get(&position.instant).ok_or_else(|| SourceError::Unreadable {
+        let i = tl.get(&position.instant).ok_or_else(|| SourceError::HistoryGone {
             message: format!(
                 "the interrupted instant {} is no longer on the active timeline (archived, or rolled back by a \
                  restore); restart with read.start-commit=latest or earliest under a new connector name",

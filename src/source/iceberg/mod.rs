@@ -162,9 +162,9 @@ impl IcebergSource {
 /// snapshot still references it: restore the file; skipping would lose its rows silently).
 fn gone_hint(e: SourceError, unit: &Unit, still_referenced: impl FnOnce() -> Option<bool>) -> SourceError {
     match e {
-        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => SourceError::Unreadable {
-            message: match still_referenced() {
-                Some(true) => format!(
+        SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => match still_referenced() {
+            Some(true) => SourceError::Unreadable {
+                message: format!(
                     "snapshot {}: file {} is missing, yet the snapshot is still in the table metadata: it was deleted \
                      outside Iceberg (orphan-file removal with too short an age, a lifecycle rule, a manual delete) or the \
                      store is inconsistent. Restore the file (bucket versioning, backup) and restart; skipping it would \
@@ -172,7 +172,9 @@ fn gone_hint(e: SourceError, unit: &Unit, still_referenced: impl FnOnce() -> Opt
                     unit.position.instant,
                     path.display()
                 ),
-                _ => format!(
+            },
+            _ => SourceError::HistoryGone {
+                message: format!(
                     "snapshot {}: file {} is gone (snapshot expired and its files deleted before they were read); the \
                      changelog cannot be continued exactly. Ways out: restart under a new connector name with \
                      starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE (skip the gap) or TABLE_SCAN_THEN_INCREMENTAL \

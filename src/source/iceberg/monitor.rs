@@ -148,7 +148,7 @@ impl IcebergSource {
                     .iter()
                     .position(|s| s.snapshot_id == last || s.parent_snapshot_id == Some(last))
                 else {
-                    return Err(SourceError::Unreadable {
+                    return Err(SourceError::HistoryGone {
                         message: format!(
                             "snapshot {last} (the last one emitted) is not an ancestor of the current snapshot {current}: the \
                              snapshots after it were expired before they were read, or the table was rolled back. The \

@@ -71,12 +71,16 @@ impl HudiSource {
             .unwrap_or_default();
         let (instant, file) = (&unit.position.instant, path.display());
         let message = match super::super::timeline::cleaned_by(&self.table, &name) {
-            Ok(Some(clean)) => format!(
+            Ok(Some(clean)) => {
+                return SourceError::HistoryGone {
+                    message: format!(
                 "instant {instant}: file {file} was removed by clean {clean} before it was read; the changelog cannot be \
                  continued exactly. Ways out: restart with a new connector name and read.start-commit=latest (skip the \
                  gap), or read.start-commit=earliest (full rescan); keep the cleaner's retention longer than the \
                  connector's lag"
-            ),
+                    ),
+                }
+            }
             found => format!(
                 "instant {instant}: file {file} is missing, and no completed clean on the active timeline removed it{}: it \
                  was deleted outside Hudi (a lifecycle rule, a manual delete, an incomplete copy) or the store is \

@@ -1,0 +1,383 @@
+//! Resync (`history.gap=resync`): where the commits after a task's position can no longer be
+//! read — cleaned, expired, rolled back or restored, log entries gone — publish the net change
+//! from the topic's own state to the table's current commit instead of stopping: `c` for keys the
+//! table has and the topic does not, `d` (before: the topic's last image; then the tombstone) for
+//! keys live in the topic and gone from the table, `u` (before from the topic) for keys whose row
+//! differs, nothing for equal rows. Then the task goes on commit by commit from there.
+//!
+//! Both sides are read as `verify` reads them (the same readers, digests and key buckets on disk,
+//! within `read.memory.budget`), keeping each image's encoded bytes beside the runs so only the
+//! keys that differ are read back. The topic is read read_committed, whole: everything this
+//! task's keys were ever published with, including an interrupted resync's committed events. So
+//! a resync is idempotent: killed at any moment, the next run diffs again from what was
+//! committed and publishes only what is still missing; its offsets record (`resync`) carries the
+//! target and the buckets done, so a resumed resync skips those. The transaction that finishes it
+//! sets the position to the target.
+//!
+//! Only a topic that holds every key's last event can be trusted: `cleanup.policy=compact` (a
+//! keyless table's, whose null keys cannot be compacted: any other policy) and every partition
+//! starting at offset 0; otherwise the task stops naming the topic.
+
+mod diff;
+
+use std::time::Instant;
+
+use self::diff::Change;
+use super::state::ResyncProgress;
+use super::verify::runs::{buckets_for, Payloads};
+use super::verify::topic::SharedMine;
+use super::verify::{read_sides, SideSpec, VerifyError};
+use super::{metrics, now_ms, RuntimeError, Task};
+use crate::changelog::decode::EventDecoder;
+use crate::changelog::registry::RegistryClient;
+use crate::changelog::resync::{RawChange, ResyncEncoder};
+use crate::changelog::KafkaRecord;
+use crate::config::{ConnectorConfig, HistoryGap};
+use crate::source::{Op, Ownership, SourceError, Unit};
+
+/// Whether a failure is a gap in the table's history (what a resync heals).
+pub(super) fn is_gap(e: &RuntimeError) -> bool {
+    matches!(e, RuntimeError::Source(SourceError::HistoryGone { .. }))
+}
+
+/// The topic cannot hold the table's state: the way out.
+fn untrusted(topic: &str, why: String) -> RuntimeError {
+    RuntimeError::Position(format!(
+        "history gap: the commits after the position are gone, and the change topic `{topic}` cannot be resynced \
+         from: {why}. Ways out: set cleanup.policy=compact on it (when no record was ever deleted from it), or restart \
+         under a new connector name (read.start-commit=earliest / TABLE_SCAN_THEN_INCREMENTAL / starting-version=earliest \
+         into a new topic); history.gap=fail stops here without this check"
+    ))
+}
+
+/// The connector's settings for reading the whole table at its current commit.
+fn whole_table(cfg: &ConnectorConfig) -> ConnectorConfig {
+    let mut c = cfg.clone();
+    (c.runtime.tasks, c.runtime.task_id) = (1, 0);
+    (c.read.end, c.read.commits_limit) = (None, None);
+    c.read.start = crate::config::StartCommit::Earliest;
+    if let Some(i) = c.iceberg.as_mut() {
+        i.start = crate::config::StartingStrategy::TableScanThenIncremental;
+    }
+    if let Some(d) = c.delta.as_mut() {
+        d.start = crate::config::DeltaStart::Snapshot;
+    }
+    c
+}
+
+/// What a resync publishes from: both sides' runs and payloads, and the encoders.
+struct Sides {
+    topic: Vec<std::path::PathBuf>,
+    table: Vec<std::path::PathBuf>,
+    keyless: bool,
+    encoder: Option<ResyncEncoder>,
+    decoder: EventDecoder,
+    _dir: tempfile::TempDir,
+}
+
+impl Task {
+    /// Heal a gap: converge to the table's current commit (or stop, with `history.gap=fail`).
+    /// `cause`: the failure that found the gap (`None`: a resync the stored record left under way).
+    pub(super) async fn resync(&mut self, cause: Option<RuntimeError>) -> Result<(), RuntimeError> {
+        if let Some(e) = cause {
+            if self.cfg.runtime.history_gap == HistoryGap::Fail {
+                return Err(e);
+            }
+            tracing::warn!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, gap = %e,
+                "history gap: resyncing from the topic's state to the table's current commit (history.gap=resync)");
+        }
+        // what the open transaction held is published again by the diff, if still a change
+        self.sink.abort().await?;
+        self.state = self.committed.clone();
+        self.trust().await?;
+        let started = Instant::now();
+        let (target, buckets, done) = self.resync_target().await?;
+        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.instant,
+            buckets, resumed_from_bucket = done, "resync: reading the topic and the table");
+        let mut sides = self.resync_sides(&target, buckets).await?;
+        let mut progress = ResyncProgress {
+            target: target.position.clone(),
+            buckets,
+            done,
+            events: self
+                .state
+                .resync
+                .as_ref()
+                .filter(|p| p.target == target.position)
+                .map_or([0; 3], |p| p.events),
+        };
+        self.state.resync = Some(progress.clone());
+        self.commit().await?;
+        let task = self.cfg.runtime.task_id.to_string();
+        let gauge = metrics::RESYNC_PROGRESS.with_label_values(&[&self.cfg.name, &task]);
+        let limit = std::time::Duration::from_millis(self.cfg.kafka.transaction_timeout_ms / 3);
+        let mut duplicates = 0u64;
+        for b in done..buckets {
+            let (tp, rp, keyless) = (
+                sides.topic[b as usize].clone(),
+                sides.table[b as usize].clone(),
+                sides.keyless,
+            );
+            let (changes, dups) = tokio::task::spawn_blocking(move || {
+                let mut dups = 0;
+                let c = match keyless {
+                    true => diff::keyless(&tp, &rp),
+                    false => diff::keyed(&tp, &rp, &mut dups),
+                };
+                c.map(|c| (c, dups))
+            })
+            .await
+            .map_err(|e| VerifyError::Spill(format!("resync diff: {e}")))?
+            .map_err(|e| VerifyError::Spill(format!("resync diff: {e}")))?;
+            duplicates += dups;
+            let payloads = (
+                Payloads::open(&sides.topic[b as usize]).map_err(|e| VerifyError::Spill(e.to_string()))?,
+                Payloads::open(&sides.table[b as usize]).map_err(|e| VerifyError::Spill(e.to_string()))?,
+            );
+            let mut records = Vec::with_capacity(2);
+            for c in &changes {
+                records.clear();
+                let op = publish(&mut sides, &payloads, c, &mut records).await?;
+                self.sink.send(&records)?;
+                self.state.records += records.len() as u64;
+                *self.written.entry(op.code()).or_default() += 1;
+                progress.events[op as usize - 1] += 1;
+                metrics::RESYNC_KEYS
+                    .with_label_values(&[&self.cfg.name, op.code()])
+                    .inc();
+                if self.sink.txn_records() >= self.cfg.runtime.max_txn_records as u64
+                    || self.sink.txn_age().is_some_and(|a| a >= limit)
+                {
+                    self.state.resync = Some(progress.clone());
+                    self.commit().await?;
+                }
+            }
+            progress.done = b + 1;
+            self.state.resync = Some(progress.clone());
+            gauge.set(progress.done as f64 / buckets as f64);
+            if self.sink.txn_age().is_some_and(|a| a >= limit) || self.stopping() {
+                self.commit().await?;
+                if self.stopping() {
+                    return Ok(());
+                }
+            }
+        }
+        // the position moves to the target in the transaction with the last events
+        self.state.issued = Some(target.position.clone());
+        (self.state.in_flight, self.state.handoff, self.state.resync) = (None, None, None);
+        self.commit().await?;
+        gauge.set(0.0);
+        metrics::RESYNCS.with_label_values(&[&self.cfg.name, &task]).inc();
+        if duplicates > 0 {
+            tracing::warn!(connector = %self.cfg.name, keys = duplicates, "resync: the table holds these keys more than \
+                once (it cannot be replayed by key): each converged to one of its rows");
+        }
+        let [c, u, d] = progress.events;
+        tracing::info!(connector = %self.cfg.name, task = %task, target = %target.position.instant, created = c,
+            updated = u, deleted = d, seconds = started.elapsed().as_secs_f64(), "resync finished: the topic equals the \
+            table at the target; going on commit by commit");
+        Ok(())
+    }
+
+    /// A resync needs a topic that still holds every key's last event: compacted (a keyless
+    /// table's null keys cannot be: every event kept), and nothing deleted from its head.
+    async fn trust(&mut self) -> Result<(), RuntimeError> {
+        let topic = self.cfg.kafka.topic.clone();
+        let policy = crate::sink::cleanup_policy(&self.cfg.sink(), &topic).await?;
+        let keyless = self.source.info().keyless();
+        match policy
+            .as_deref()
+            .map(|p| p.split(',').map(str::trim).collect::<Vec<_>>())
+        {
+            Some(p) if !keyless && p == ["compact"] => {}
+            Some(p) if keyless && !p.contains(&"compact") => {}
+            Some(_) | None => {
+                let why = match policy {
+                    Some(p) => format!("its cleanup.policy is {p}, so retention may have deleted events"),
+                    None => "the cluster does not say its cleanup.policy".to_string(),
+                };
+                return Err(untrusted(&topic, why));
+            }
+        }
+        let (c, t) = (self.cfg.sink(), topic.clone());
+        let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
+            .await
+            .map_err(|e| VerifyError::Spill(e.to_string()))??;
+        if let Some((p, (lo, _))) = ends.iter().filter(|(_, (lo, _))| *lo > 0).min_by_key(|(p, _)| **p) {
+            let why = format!("partition {p} starts at offset {lo}, not 0: records were deleted from it");
+            return Err(untrusted(&topic, why));
+        }
+        Ok(())
+    }
+
+    /// The commit to converge to (a resync left under way keeps its own while the table can
+    /// still be read at it), the bucket count, and the buckets already done.
+    async fn resync_target(&mut self) -> Result<(Unit, u32, u32), RuntimeError> {
+        let source = super::open_source_async(&whole_table(&self.cfg)).await?;
+        if let Some(p) = self.state.resync.clone() {
+            let s = source.clone();
+            let pos = p.target.clone();
+            match tokio::task::spawn_blocking(move || s.unit_at(&pos, true)).await {
+                Ok(Ok(unit)) => return Ok((unit, p.buckets, p.done)),
+                Ok(Err(e)) => tracing::info!(connector = %self.cfg.name, target = %p.target.instant, error = %e,
+                    "resync: its target can no longer be read; converging to the current commit instead"),
+                Err(e) => return Err(VerifyError::Spill(e.to_string()).into()),
+            }
+        }
+        let s = source.clone();
+        let units = tokio::task::spawn_blocking(move || s.poll(None))
+            .await
+            .map_err(|e| VerifyError::Spill(e.to_string()))??;
+        let Some(unit) = units.into_iter().next() else {
+            return Err(SourceError::HistoryGone {
+                message: "history gap: the table has no commit to converge to yet (dropped and not re-created?); \
+                          the task stops rather than publish deletes of every key"
+                    .into(),
+            }
+            .into());
+        };
+        let (c, t) = (self.cfg.sink(), self.cfg.kafka.topic.clone());
+        let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
+            .await
+            .map_err(|e| VerifyError::Spill(e.to_string()))??;
+        let records: u64 = ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
+        Ok((unit, buckets_for(records, self.cfg.read.memory_budget), 0))
+    }
+
+    /// Both sides read into runs with their payloads: the whole topic, and the table at the
+    /// target, each restricted to what this task owns.
+    async fn resync_sides(&mut self, target: &Unit, buckets: u32) -> Result<Sides, RuntimeError> {
+        let source = super::open_source_async(&whole_table(&self.cfg)).await?;
+        let spill = |e: std::io::Error| VerifyError::Spill(format!("{}: {e}", self.cfg.read.spill_dir.display()));
+        std::fs::create_dir_all(&self.cfg.read.spill_dir).map_err(spill)?;
+        let dir = tempfile::Builder::new()
+            .prefix("lakestream-resync-")
+            .tempdir_in(&self.cfg.read.spill_dir)
+            .map_err(spill)?;
+        let (c, t) = (self.cfg.sink(), self.cfg.kafka.topic.clone());
+        let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
+            .await
+            .map_err(|e| VerifyError::Spill(e.to_string()))??;
+        let (tasks, me, ownership) = (self.cfg.runtime.tasks, self.cfg.runtime.task_id, self.ownership);
+        let mine: Option<SharedMine> = (tasks > 1).then(|| {
+            std::sync::Arc::new(move |key: &[u8], partition: &str| {
+                let owner = super::state::RowOwner {
+                    // (the hash the task loop takes: of the key's datum, without its framing)
+                    key_hash: crc32fast::hash(key.get(5..).unwrap_or_default()),
+                    partition_hash: Ownership::partition_hash(partition),
+                };
+                owner.task(ownership, tasks) == me
+            }) as _
+        });
+        let spec = SideSpec {
+            source: source.clone(),
+            unit: target.clone(),
+            dir: dir.path().to_path_buf(),
+            buckets,
+            buffer: (self.cfg.read.memory_budget / 8 / buckets as usize).clamp(4096, 1 << 16),
+            skip: Default::default(),
+            ends,
+            up_to: None,
+            payloads: true,
+            mine,
+        };
+        let (topic_side, table_side) = read_sides(&self.cfg, &spec).await?;
+        tracing::info!(connector = %self.cfg.name, topic_records = topic_side.records, table_rows = table_side.rows,
+            "resync: both sides read; publishing the differences");
+        let mut encoder = super::encoder_for(&self.cfg, source.info().clone())?;
+        let resync_encoder = match &table_side.schema {
+            Some(schema) => Some(encoder.resync(target, schema).await?),
+            None => None,
+        };
+        Ok(Sides {
+            topic: topic_side.paths,
+            table: table_side.paths,
+            keyless: source.info().keyless(),
+            encoder: resync_encoder,
+            decoder: EventDecoder::new(RegistryClient::new(&self.cfg.registry, &self.cfg.name)?),
+            _dir: dir,
+        })
+    }
+}
+
+/// The records of one change: its images read back from the payloads (the topic's resolved into
+/// the current schema), encoded. Its op.
+async fn publish(
+    sides: &mut Sides,
+    (topic, table): &(Payloads, Payloads),
+    change: &Change,
+    out: &mut Vec<KafkaRecord>,
+) -> Result<Op, RuntimeError> {
+    let spill = |e: std::io::Error| VerifyError::Spill(format!("resync payload: {e}"));
+    let row = match change {
+        Change::Create { table: loc } | Change::Update { table: loc, .. } => Some(table.get(*loc).map_err(spill)?),
+        Change::Delete { .. } => None,
+    };
+    let before = match change {
+        Change::Update { topic: loc, .. } | Change::Delete { topic: loc } => Some(topic.get(*loc).map_err(spill)?),
+        Change::Create { .. } => None,
+    };
+    // the topic's last image, as a datum of the current schema
+    let mut partition = String::new();
+    let before_datum = match &before {
+        Some(parts) => {
+            let value = &parts[1];
+            if let Some(id) = sides.decoder.unknown(value)? {
+                sides.decoder.fetch(id).await?;
+            }
+            if row.is_none() {
+                partition = sides.decoder.value(value)?.partition;
+            }
+            match (sides.decoder.after_image(value)?, &sides.encoder) {
+                (Some(image), Some(enc)) => match enc.image(&image) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "resync: an event's before image left null");
+                        None
+                    }
+                },
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    let op = match change {
+        Change::Create { .. } => Op::Create,
+        Change::Update { .. } => Op::Update,
+        Change::Delete { .. } => Op::Delete,
+    };
+    let Some(enc) = &sides.encoder else {
+        // an empty table: only deletes, encoded with the schema of the table's current rows;
+        // with no row to take it from, the topic's own event is the last word
+        return Err(SourceError::HistoryGone {
+            message: "history gap: the table at the target commit holds no rows; a resync would delete every key \
+                      of the topic. Check the table; to publish that deliberately, restart under a new connector name"
+                .into(),
+        }
+        .into());
+    };
+    let (key, after, partition, file) = match &row {
+        Some(parts) => (
+            parts[0].as_slice(),
+            Some(parts[1].as_slice()),
+            String::from_utf8_lossy(&parts[2]).into_owned(),
+            String::from_utf8_lossy(&parts[3]).into_owned(),
+        ),
+        None => (
+            before.as_ref().map_or(&[][..], |p| p[0].as_slice()),
+            None,
+            partition,
+            String::new(),
+        ),
+    };
+    let change = RawChange {
+        key,
+        op,
+        before: before_datum.as_deref(),
+        after,
+        partition: &partition,
+        file: &file,
+    };
+    enc.encode(&change, now_ms(), out);
+    Ok(op)
+}
