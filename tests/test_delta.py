@@ -105,7 +105,7 @@ def test_vacuumed_files_and_cleaned_log_stop_loudly_with_the_way_out(env, tmp_pa
     dk.write_history(src, 3, versions=8, checkpoint_every=4)
     t = dk.RevealedDelta(src, tmp_path / "table")
     t.reveal(1)
-    props, _ = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0"})
+    props, _ = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0", "history.gap": "fail"})
     testkit.run_once(props)
     # log cleanup: the commits after the stored position are gone, only a checkpoint is left
     t.reveal(t.latest)
@@ -121,7 +121,7 @@ def test_vacuumed_files_and_cleaned_log_stop_loudly_with_the_way_out(env, tmp_pa
     # VACUUM: a file the next version removes is gone
     t2 = dk.RevealedDelta(src, tmp_path / "table2")
     t2.reveal(0)
-    props2, _ = dk.delta_props(tmp_path, env, t2.table)
+    props2, _ = dk.delta_props(tmp_path, env, t2.table, **{"history.gap": "fail"})
     testkit.run_once(props2)
     for f in t2.table.rglob("*.parquet"):
         if "_delta_log" not in str(f):

@@ -103,7 +103,8 @@ def test_a_missing_file_fails_loudly_saying_who_removed_it(env, tmp_path, by_cle
         with open(timeline / f"{clean}_{done}.clean", "wb") as f:
             fastavro.writer(f, fastavro.parse_schema(CLEAN_SCHEMA), [meta])
     topic = "clean-" + uuid.uuid4().hex[:6]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first})
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first,
+                                                                                  "history.gap": "fail"})
     r = testkit.run_once(props, check=False)
     assert r.returncode == 1, r.stderr
     assert victim.name in r.stderr, r.stderr[-2000:]

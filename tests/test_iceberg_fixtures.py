@@ -154,7 +154,8 @@ def test_expired_snapshot_fails_loudly_with_the_way_out(env, registry, tmp_path)
     (the tagged third snapshot's parent) continues."""
     t = ik.RevealedIceberg("db.compact_v2", tmp_path / "tables")
     versions = [i for i in range(len(t.versions)) if t.current(i) is not None]
-    props, topic = ik.iceberg_props(tmp_path, env, t.table, **{"starting-strategy": "INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE"})
+    props, topic = ik.iceberg_props(tmp_path, env, t.table, **{"starting-strategy": "INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE",
+                                                               "history.gap": "fail"})
     t.reveal(versions[1])
     testkit.run_once(props)
     assert testkit.consume_all(env, topic) == []

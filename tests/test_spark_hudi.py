@@ -246,7 +246,7 @@ def test_history_headroom_says_how_far_the_cleaner_is(env, tmp_path):
     cached, oracle = sparkkit.written_or_skip([scenario])[scenario["name"]]
     states, table = cached.parent / "states", tmp_path / "table"
     topic = "headroom-" + uuid.uuid4().hex[:6]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env)
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"history.gap": "fail"})
     mirror(states / oracle["states"][1]["dir"], table)
     testkit.run_once(props)
     mirror(states / oracle["states"][-1]["dir"], table)

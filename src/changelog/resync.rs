@@ -182,7 +182,8 @@ mod tests {
 
     fn read(bytes: &[u8]) -> Value {
         let schema = Schema::parse_str(NOW).unwrap();
-        apache_avro::from_avro_datum(&schema, &mut &bytes[..], None).unwrap()
+        let reader = apache_avro::reader::datum::GenericDatumReader::builder(&schema).build().unwrap();
+        reader.read_value(&mut &bytes[..]).unwrap()
     }
 
     #[test]

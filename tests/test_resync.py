@@ -1,0 +1,343 @@
+"""Healing history gaps (issue 60): a connector stopped across a gap longer than the table's
+retention (Delta log cleanup, Iceberg snapshot expiry and rollback, Hudi cleaner and restore, a
+table dropped and re-created) restarts and converges from the topic's own state: the replay by key
+equals the table at the current commit and at every commit after it, keyed and keyless, with
+`history.gap=fail` still stopping, and an untrusted topic refused. Killed at random moments during
+resyncs, it loses and duplicates nothing."""
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+import deltakit as dk
+import testkit
+from testkit import consume_all, new_records, run_once
+
+
+def seed():
+    s = int(time.time() * 1000) % 100000
+    print("resync seed", s)
+    return s
+
+
+def resync_events(records, registry):
+    """The resync events among consumed records: (op, key)."""
+    out = []
+    for _, _, k, v in records:
+        if v is None:
+            continue
+        ev = registry.decode(v)
+        if ev["source"]["snapshot"] == "resync":
+            out.append((ev["op"], json.dumps(registry.decode(k), sort_keys=True, default=str) if k else None))
+    return out
+
+
+def delta_gap(tmp_path, seed_, partitioned=True, versions=12):
+    """A Delta history with a checkpoint every 4 versions, revealed to version 1."""
+    src = tmp_path / "written"
+    ops = dk.write_history(src, seed_, cdf=False, partitioned=partitioned, versions=versions, checkpoint_every=4)
+    return src, ops, dk.oracle(src), dk.RevealedDelta(src, tmp_path / "table")
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_delta_log_cleanup_is_resynced_then_followed_commit_by_commit(env, registry, tmp_path, keyed):
+    s = seed()
+    src, ops, orc, t = delta_gap(tmp_path, s)
+    t.reveal(1)
+    extra = {"starting-version": "0"} if keyed else {"starting-version": "0", "key.mode": "none"}
+    props, topic = dk.delta_props(tmp_path, env, t.table, **extra)
+    run_once(props)
+    seen = set()
+    replay = KeyedReplay(registry) if keyed else KeylessReplay(registry)
+    first = new_records(consume_all(env, topic), seen)
+    replay.apply(first)
+    # stopped while the table moved on and its log was cleaned past the position (checkpoint 4)
+    t.reveal(6)
+    t.hide_commits_before(4)
+    r = run_once(props)
+    assert "history gap: resyncing" in r.stderr, r.stderr[-3000:]
+    got = new_records(consume_all(env, topic), seen)
+    events = resync_events(got, registry)
+    assert events, "the gap's net change must be published"
+    replay.apply(got)
+    replay.equals(orc[6], f"seed {s} resync to version 6")
+    testkit.assert_verified(props, f"seed {s} after the resync")
+    # then commit by commit
+    for v in range(7, t.latest + 1):
+        t.reveal(v)
+        run_once(props)
+        got = new_records(consume_all(env, topic), seen)
+        assert not resync_events(got, registry), f"version {v}: no gap, no resync"
+        replay.apply(got)
+        replay.equals(orc[v], f"seed {s} version {v} ({ops[v]})")
+    testkit.assert_verified(props, f"seed {s} at the end")
+
+
+def test_history_gap_fail_stops_as_before(env, tmp_path):
+    src, ops, orc, t = delta_gap(tmp_path, seed())
+    t.reveal(1)
+    props, topic = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0", "history.gap": "fail"})
+    run_once(props)
+    t.reveal(6)
+    t.hide_commits_before(4)
+    r = run_once(props, check=False)
+    assert r.returncode == 1 and "00000000000000000002.json is gone" in r.stderr, r.stderr[-2000:]
+    assert "resync" not in r.stderr.lower().replace("history.gap", ""), r.stderr[-2000:]
+
+
+def test_an_untrusted_topic_is_refused_naming_it_and_the_way_out(env, tmp_path):
+    """A change topic under cleanup.policy=delete may have lost events: exit 1, nothing resynced."""
+    src, ops, orc, t = delta_gap(tmp_path, seed())
+    t.reveal(1)
+    props, topic = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0",
+                                                             "topic.creation.default.cleanup.policy": "delete"})
+    run_once(props)
+    before = consume_all(env, topic)
+    t.reveal(6)
+    t.hide_commits_before(4)
+    r = run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"`{topic}` cannot be resynced" in r.stderr and "cleanup.policy is delete" in r.stderr, r.stderr[-2000:]
+    assert "cleanup.policy=compact" in r.stderr and "new connector name" in r.stderr, r.stderr[-2000:]
+    assert len(consume_all(env, topic)) == len(before), "nothing may be published on an untrusted topic"
+
+
+class KeyedReplay(testkit.Replay):
+    def equals(self, want_rows, label):
+        dk.compare(want_rows, self, label)
+
+
+class KeylessReplay:
+    """A keyless topic replayed as a multiset of row images (`after` adds one, `before` removes one)."""
+
+    def __init__(self, registry):
+        self.registry = registry
+        self.rows = {}
+
+    def apply(self, records):
+        for _, _, _, v in records:
+            if v is None:
+                continue
+            ev = self.registry.decode(v)
+            for side, n in (("before", -1), ("after", 1)):
+                img = ev.get(side)
+                if img is not None:
+                    k = canon(img)
+                    self.rows[k] = self.rows.get(k, 0) + n
+                    assert self.rows[k] >= 0, f"{ev['op']} removes an image the replay does not hold: {img}"
+
+    def equals(self, want_rows, label):
+        want = {}
+        for r in want_rows:
+            k = canon(r)
+            want[k] = want.get(k, 0) + 1
+        got = {k: n for k, n in self.rows.items() if n}
+        assert got == want, f"{label}: {len(set(got) ^ set(want))} images differ"
+
+
+def canon(row):
+    return json.dumps({k: testkit.norm(v) for k, v in row.items() if v is not None and k not in dk.LINEAGE},
+                      sort_keys=True, default=str)
+
+
+def test_iceberg_rollback_and_expiry_are_resynced(env, registry, tmp_path):
+    """pyiceberg writes; the connector follows. `rollback_to_snapshot` rewinds past its position,
+    later the snapshots after its position expire while it is stopped: each time it converges to
+    the current snapshot, then follows commit by commit — equal to pyiceberg's scan at every step."""
+    pytest.importorskip("pyiceberg")
+    import test_iceberg_pyiceberg as pi
+    import icebergkit as ik
+    s = seed()
+    rng = random.Random(s)
+    db, cat, tbl = pi.make_table(tmp_path)
+    props, topic = ik.iceberg_props(tmp_path, env, None, **{
+        "catalog.type": "sql", "catalog.uri": f"sqlite:///{db}", "table.identifier": "shop.orders"})
+    props.write_text(props.read_text().replace("key.fields=id\n", ""))
+    columns = {"id", "cat", "amount", "ts", "day", "note"}
+    replay, seen = testkit.Replay(registry), set()
+
+    def step(label, expect_resync=False):
+        r = run_once(props)
+        got = new_records(consume_all(env, topic), seen)
+        resynced = resync_events(got, registry)
+        assert bool(resynced) == expect_resync or (expect_resync and "resync finished" in r.stderr), \
+            f"{label}: resync events {resynced[:5]}"
+        if expect_resync:
+            assert "history gap: resyncing" in r.stderr, r.stderr[-3000:]
+        assert "before image left null" not in r.stderr, r.stderr[-3000:]
+        replay.apply(got)
+        pi.compare_now(tbl, replay, columns, f"seed {s} {label}")
+
+    commits = pi.history(tbl, rng, 30)
+    for _ in range(3):
+        next(commits)
+        step("first commits")
+    rewind_to = tbl.metadata.current_snapshot_id
+    for _ in range(3):
+        next(commits)
+        step("before the rollback")
+    tbl.manage_snapshots().rollback_to_snapshot(rewind_to).commit()
+    tbl.refresh()
+    step("rolled back", expect_resync=True)
+    for _ in range(2):
+        next(commits)
+        step("after the rollback")
+    # stopped while 4 commits land and every snapshot but the current one expires
+    for _ in range(4):
+        next(commits)
+    tbl.refresh()
+    keep = tbl.metadata.current_snapshot_id
+    tbl.maintenance.expire_snapshots().by_ids([x.snapshot_id for x in tbl.snapshots() if x.snapshot_id != keep]).commit()
+    tbl.refresh()
+    step("expired", expect_resync=True)
+    for _ in range(2):
+        next(commits)
+        step("after the expiry")
+    testkit.assert_verified(props, f"seed {s}")
+
+
+@pytest.mark.parametrize("cdc_log", ["auto", "false"], ids=["cdc-log", "slices-diffed"])
+@pytest.mark.parametrize("kind", ["cow", "mor"])
+def test_hudi_connector_behind_the_cleaner_converges(env, registry, tmp_path, kind, cdc_log):
+    """Spark-written Hudi (cleaner keeping 2 commits, MOR with compaction): the connector reads the
+    first writes, is stopped while the table moves on and the cleaner deletes the slices its next
+    instants need, restarts and converges to Spark's read of the table, then follows write by
+    write. With the CDC log files read, and with slices diffed (as a table without CDC is read)."""
+    import sparkkit
+    from test_spark_hudi import CLEANING, mirror
+    scenario = next(s for s in CLEANING if s["name"] == f"hudi-{kind}-cleaning")
+    cached, oracle = sparkkit.written_or_skip([scenario])[scenario["name"]]
+    states, table = cached.parent / "states", tmp_path / "table"
+    topic = f"gap-{kind}-" + uuid.uuid4().hex[:6]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
+                                    **{"read.cdc.from-log": cdc_log})
+    replay, seen = testkit.Replay(registry), set()
+    sts = oracle["states"]
+    gap_at = len(sts) - 4
+    resynced = 0
+    for i, st in enumerate(sts):
+        if 1 < i < gap_at:
+            continue  # stopped: the cleaner removes what these writes' instants were read from
+        mirror(states / st["dir"], table)
+        r = run_once(props)
+        got = new_records(consume_all(env, topic), seen)
+        events = resync_events(got, registry)
+        if i == gap_at:
+            assert "history gap: resyncing" in r.stderr and events, r.stderr[-3000:]
+            resynced = len(events)
+        else:
+            assert not events, f"write {st['dir']}: no gap, yet a resync"
+        replay.apply(got)
+        testkit.compare(oracle, st["rows"], replay, f"{scenario['name']} after write {st['dir']} ({st['last']})")
+    assert resynced, "the gap was never met"
+    testkit.assert_verified(props, scenario["name"])
+
+
+def kill_table_round(path, rng, n, version_base, keyless):
+    """Three versions that change most rows (updates, deletes, inserts), a checkpoint, and the log
+    before it cleaned: the connector's next commit is gone."""
+    import deltalake
+    import pyarrow as pa
+    for _ in range(3):
+        t = deltalake.DeltaTable(str(path))
+        rows = t.to_pyarrow_table().to_pylist()
+        keep = [r for r in rows if rng.random() > 0.1]
+        for r in keep:
+            if rng.random() < 0.6:
+                r["v"] = rng.randrange(10**9)
+                r["s"] = rng.choice(["x", "y", "z"]) * rng.randrange(1, 20)
+        top = max((r["id"] for r in rows), default=0)
+        keep += [{"id": top + 1 + k, "part": f"p{k % 4}", "v": rng.randrange(10**9), "s": "new"} for k in range(n // 10)]
+        arrow = t.to_pyarrow_table().schema
+        deltalake.write_deltalake(str(path), pa.Table.from_pylist(keep, schema=arrow), mode="overwrite")
+    t = deltalake.DeltaTable(str(path))
+    t.create_checkpoint()
+    for f in (path / "_delta_log").glob("*.json"):
+        if int(f.name[:20]) < t.version():
+            f.unlink()
+    return t.version()
+
+
+@pytest.mark.parametrize("keyless", [False, True], ids=["keyed", "keyless"])
+def test_kill9_during_resyncs_loses_and_duplicates_nothing(env, registry, tmp_path, keyless):
+    """Eight gaps, each resynced across three kill -9s at random moments of the resync (small
+    transactions, so most land between commits of it): after each the connector finishes it, and
+    the replay equals the table (no key lost, none duplicated: the strict replay refuses a second
+    event of a key at one commit, a `c` of a live key, a `u`/`d` of a dead one) and `verify` is equal."""
+    import deltalake
+    import pyarrow as pa
+    s = seed()
+    rng = random.Random(s)
+    n = 6000
+    path = tmp_path / "table"
+    first = [{"id": i, "part": f"p{i % 4}", "v": rng.randrange(10**9), "s": "a"} for i in range(n)]
+    deltalake.write_deltalake(str(path), pa.Table.from_pylist(first), partition_by=["part"])
+    extra = {"starting-version": "0", "transaction.max.records": "200"}
+    if keyless:
+        extra["key.mode"] = "none"
+    props, topic = dk.delta_props(tmp_path, env, path, **extra)
+    run_once(props)
+    replay = KeylessReplay(registry) if keyless else dk.StrictReplay(registry)
+    seen = set()
+    replay.apply(new_records(consume_all(env, topic), seen))
+    landed, between = 0, 0
+    for round_ in range(8):
+        version = kill_table_round(path, rng, n, round_, keyless)
+        for k in range(3):
+            proc = testkit.start(props)
+            log = testkit.LogTail(proc)
+            if not log.wait("resync: reading the topic and the table", timeout=60):
+                proc.kill()
+                raise AssertionError(f"round {round_}: no resync began\n{log.text()[-3000:]}")
+            # a resync an earlier kill left with committed transactions resumes from them
+            begun = next(l for l in log.lines if l and "resync: reading the topic" in l)
+            between += k > 0 and "committed_events=0" not in begun
+            time.sleep(rng.uniform(0.0, 0.8))
+            done = log.count("resync finished") > 0
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            landed += not done
+        r = run_once(props)
+        replay.apply(new_records(consume_all(env, topic), seen))
+        want = deltalake.DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+        if keyless:
+            replay.equals(want, f"seed {s} round {round_} (version {version})")
+        else:
+            dk.compare(want, replay, f"seed {s} round {round_} (version {version})")
+        testkit.assert_verified(props, f"seed {s} round {round_}")
+    print("kills during a resync:", landed, "resumed with committed transactions:", between)
+    assert landed >= 20, f"only {landed} of 24 kills landed before their resync finished"
+    assert between >= 4, f"only {between} kills landed between the transactions of a resync"
+
+
+def test_iceberg_fixture_with_expired_snapshots_converges(env, registry, tmp_path):
+    """Spark-written compact_v2: the connector's position is its second snapshot, whose successors
+    expire while it is stopped (its early manifests are gone: it starts at the second, exclusive): it
+    converges to the current snapshot (Spark's oracle of it)."""
+    import icebergkit as ik
+    testkit.require_fixtures()
+    t = ik.RevealedIceberg("db.compact_v2", tmp_path / "tables")
+    oracle = ik.load_oracle("db.compact_v2")
+    snaps = {x["snapshot_id"]: x for x in oracle["snapshots"]}
+    versions = [i for i in range(len(t.versions)) if t.current(i) is not None]
+    props, topic = ik.iceberg_props(tmp_path, env, t.table,
+                                    **{"starting-strategy": "INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE"})
+    t.reveal(versions[1])
+    run_once(props)
+    last = len(t.versions) - 1
+    t.reveal(last)
+    r = run_once(props)
+    assert "history gap: resyncing" in r.stderr, r.stderr[-3000:]
+    replay = testkit.Replay(registry)
+    records = consume_all(env, topic)
+    replay.apply(records)
+    assert resync_events(records, registry), "the expiry's net change must be published"
+    columns = ik.stable_columns(ik.WAREHOUSE / "db/compact_v2")
+    ik.check_step(oracle, snaps, t.current(last), replay, columns, "compact_v2 after the expiry")
+    testkit.assert_verified(props, "compact_v2")
