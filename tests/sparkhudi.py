@@ -12,7 +12,9 @@ writes and run after the next one, so a delta commit lands while it is pending),
 "RECORD_INDEX": global, keys move partition), "move", "overwrite_at" (see `history`), "update",
 "delete", "insert" (fractions of the live keys per commit), "clean_retained" (automatic cleaning
 keeping that many commits: earlier instants cannot be time-travelled to afterwards, so the oracle
-is instead the table after every write, with the directory as it was then — `states`)}.
+is instead the table after every write, with the directory as it was then — `states`), "restore"
+([m, n]: a savepoint of the instant write m made, and after write n Hudi's `rollback_to_savepoint`
+restores the table to it; the oracle is `states` too, the restored table the state of write n)}.
 
 Merge semantics (issue 59): "merge_mode" (`hoodie.write.record.merge.mode`, table version 9),
 "payload" (`hoodie.datasource.write.payload.class`), "soft_deletes" (a `_hoodie_is_deleted`
@@ -294,11 +296,18 @@ def write(spark, s, path: Path, rng):
         elif every and n > every and n % every == 1:
             spark.sql(f"CALL run_compaction(op => 'run', path => '{path}')")
             record("COMPACT")
-        if s.get("clean_retained"):
+        restore = s.get("restore")
+        if restore and n == restore[0]:
+            savepoint = max(made)
+            spark.sql(f"CALL create_savepoint(path => '{path}', commit_time => '{savepoint}')")
+        if restore and n == restore[1]:
+            spark.sql(f"CALL rollback_to_savepoint(path => '{path}', instant_time => '{savepoint}')")
+            assert any(f.name.endswith(".restore") for f in (path / ".hoodie").rglob("*")), "no restore completed"
+        if s.get("clean_retained") or restore:
             keep_state(n)
     schema_of = [{"name": f.name, "type": f.dataType.simpleString()} for f in spark.read.format("hudi")
                  .load(str(path)).schema.fields if f.name not in LAYOUT]
-    if s.get("clean_retained"):
+    if s.get("clean_retained") or s.get("restore"):
         return {"schema": schema_of, "record_key_fields": ["id"], "timeline_layout_version": layout,
                 "states": states, "operations": made, "instants": queried}
     props = dict(l.split("=", 1) for l in (path / ".hoodie" / "hoodie.properties").read_text().splitlines()

@@ -174,6 +174,9 @@ def test_spark_written_hudi_replays_and_matches_sparks_cdc(env, registry, tmp_pa
 # the slices earlier instants were read from are deleted as the table goes on
 CLEANING = [{**scenario(kind, "DATA_BEFORE_AFTER", 9), "name": f"hudi-{kind}-cleaning", "clean_retained": 2,
              "commits": 10, "cdc_per_write": True} for kind in ("cow", "mor")]
+# a savepoint of write 2's instant, and after write 5 Hudi restores the table to it (issue 60:
+# tests/test_resync.py)
+RESTORE = {**scenario("mor", "DATA_BEFORE_AFTER", 9), "name": "hudi-mor-restore", "restore": [2, 5], "commits": 8}
 
 
 def mirror(src, dst):

@@ -182,7 +182,9 @@ mod tests {
 
     fn read(bytes: &[u8]) -> Value {
         let schema = Schema::parse_str(NOW).unwrap();
-        let reader = apache_avro::reader::datum::GenericDatumReader::builder(&schema).build().unwrap();
+        let reader = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+            .build()
+            .unwrap();
         reader.read_value(&mut &bytes[..]).unwrap()
     }
 

@@ -93,6 +93,10 @@ struct Task {
     opts: RunOptions,
     health: TaskHealthHandle,
     headroom: headroom::Watch,
+    /// The table's own id, stored with each position (see `Source::identity`).
+    identity: Option<String>,
+    /// The table was dropped and re-created since the stored position: why (a resync is due).
+    recreated: Option<String>,
 }
 
 enum Flow {
@@ -203,6 +207,17 @@ async fn run_inner(
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let head = head.and_then(|h| h.fits(&state, &source));
+    let identity = {
+        let s = source.clone();
+        tokio::task::spawn_blocking(move || s.identity()).await.joined()?
+    };
+    let recreated = match (&state.table_id, &identity) {
+        (Some(was), Some(now)) if was != now && !new_state => Some(format!(
+            "the table was dropped and re-created since the stored position (its id was {was}, now {now}): the \
+             position's history is gone. Ways out: restart under a new connector name (a full read into a new topic)"
+        )),
+        _ => None,
+    };
     let encoder = encoder_for(&cfg, source.info().clone())?;
     let mut task = Task {
         cfg,
@@ -225,6 +240,8 @@ async fn run_inner(
         opts,
         health,
         headroom: Default::default(),
+        identity,
+        recreated,
     };
     // (a failed first commit leaves its transaction on record like any other)
     let mut res = match (new_state || release) && !single {
@@ -327,6 +344,11 @@ impl Task {
     /// One poll and everything it found. `Stop` when done (`--once`, end commit, shutdown).
     async fn cycle(&mut self) -> Result<Flow, RuntimeError> {
         'poll: loop {
+            if let Some(message) = self.recreated.take() {
+                let gap = RuntimeError::Source(SourceError::HistoryGone { message });
+                self.resync(Some(gap)).await?;
+                continue;
+            }
             if self.state.resync.is_some() {
                 // a resync an earlier run left under way: finished before anything else
                 self.resync(None).await?;
@@ -402,7 +424,6 @@ impl Task {
                 match self.emit_unit(&unit).await {
                     Err(e) if resync::is_gap(&e) => {
                         // (what the open transaction held of the unit is aborted)
-                        self.head = None;
                         self.resync(Some(e)).await?;
                         continue 'poll;
                     }
@@ -466,6 +487,9 @@ impl Task {
 
     async fn commit(&mut self) -> Result<(), RuntimeError> {
         self.state.updated_ms = now_ms();
+        if self.recreated.is_none() {
+            self.state.table_id.clone_from(&self.identity);
+        }
         let record = serde_json::to_vec(&self.state).map_err(|e| SinkError::Offsets(e.to_string()))?;
         let records = self.sink.txn_records();
         self.sink.commit(record).await?;

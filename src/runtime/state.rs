@@ -96,6 +96,9 @@ pub struct Offsets {
     /// transaction that finishes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync: Option<ResyncProgress>,
+    /// The table's own id where its format keeps one (see `Source::identity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_id: Option<String>,
 }
 
 /// How far a resync got (see `resync`).
@@ -379,6 +382,7 @@ pub(super) mod tests {
             epoch: 2,
             handoff: None,
             resync: None,
+            table_id: None,
             first: None,
             ownership: Ownership::Partition,
             key: vec!["id".into()],

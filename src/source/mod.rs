@@ -381,6 +381,12 @@ pub trait Source: Send + Sync {
     /// does not have is a `SourceError::Config`.
     fn position_of(&self, id: &str) -> Result<Position, SourceError>;
 
+    /// The table's own id where the format keeps one (Delta's `metaData.id`): stored with the
+    /// position, a different one at the next start means the table was dropped and re-created.
+    fn identity(&self) -> Result<Option<String>, SourceError> {
+        Ok(None)
+    }
+
     /// Columns whose identity changed in the table's history (renamed, or dropped and re-added):
     /// events published before the change cannot carry their current values (`verify` leaves
     /// them out of its comparison and says so).

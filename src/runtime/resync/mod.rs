@@ -86,8 +86,10 @@ impl Task {
             tracing::warn!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, gap = %e,
                 "history gap: resyncing from the topic's state to the table's current commit (history.gap=resync)");
         }
-        // what the open transaction held is published again by the diff, if still a change
+        // what the open transaction held is published again by the diff, if still a change; what
+        // the start polled or read ahead is of the old position
         self.sink.abort().await?;
+        self.head = None;
         self.state = self.committed.clone();
         self.trust().await?;
         let started = Instant::now();

@@ -170,7 +170,21 @@ impl Source for DeltaSource {
         // caught up and nothing new: the poll ends on one listing from the newest version on
         if let Some(a) = after {
             let newest = self.log.list_new()?.latest();
-            if newest.is_none_or(|n| parse_version(a).is_ok_and(|a| a >= n)) {
+            let at = parse_version(a)?;
+            if newest.is_none_or(|n| at >= n) {
+                // a log whose newest commit is before the position: the table was re-created
+                if newest.is_some_and(|n| at > n)
+                    || (newest.is_none() && self.log.list()?.latest().is_some_and(|n| at > n))
+                {
+                    return Err(SourceError::HistoryGone {
+                        message: format!(
+                            "Delta version {at} (the position) is after the table's newest version: the table at {} was \
+                             dropped and re-created. Ways out: restart under a new connector name with \
+                             starting-version=earliest",
+                            self.log.root.display()
+                        ),
+                    });
+                }
                 return Ok(Vec::new());
             }
         }
@@ -182,6 +196,14 @@ impl Source for DeltaSource {
     fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
         let listing = self.log.list()?;
         self.unit(&listing, parse_version(position)?, snapshot, false)
+    }
+
+    fn identity(&self) -> Result<Option<String>, SourceError> {
+        let listing = self.log.list()?;
+        let Some(latest) = listing.latest() else {
+            return Ok(None);
+        };
+        Ok(Some(self.meta_at(&listing, latest)?.id.clone()).filter(|id| !id.is_empty()))
     }
 
     fn read_unit(

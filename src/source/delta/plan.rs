@@ -25,6 +25,8 @@ use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
 /// The table's definition in effect at a version.
 #[derive(Debug)]
 pub struct Meta {
+    /// The table's id (`metaData.id`): a new one when the table is re-created.
+    pub id: String,
     pub schema: DeltaSchema,
     pub cdf: bool,
     /// Row tracking's materialized columns (row id, row commit version), where it is on.
@@ -220,6 +222,7 @@ impl DeltaSource {
         let at = format!("{} version {v}", self.log.root.display());
         check_protocol(&state.protocol, &at)?;
         Ok(Meta {
+            id: state.metadata.id.clone(),
             schema: DeltaSchema::parse(&state.metadata, &at)?,
             cdf: state.metadata.setting("delta.enableChangeDataFeed") == Some("true"),
             lineage: match (

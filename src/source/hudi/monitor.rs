@@ -198,6 +198,12 @@ impl HudiSource {
                     let rewound = tl.completed.iter().any(|i| {
                         matches!(i.action.as_str(), "restore" | "rollback") && i.requested.as_str() > p.instant.as_str()
                     });
+                    // a table dropped and re-created: its whole history is after the position
+                    let recreated = tl
+                        .completed
+                        .first()
+                        .is_some_and(|i| i.requested.as_str() > p.instant.as_str())
+                        && tl.first_active().is_none_or(|f| f > p.instant.as_str());
                     let message = format!(
                         "the stored position, instant {}, is not on the table's timeline (active or archived): a \
                              restore or rollback removed it, or the offsets record is not this table's. Nothing is \
@@ -205,7 +211,7 @@ impl HudiSource {
                              with read.start-commit=earliest (full rescan) or an instant time",
                         p.instant
                     );
-                    return Err(match rewound {
+                    return Err(match rewound || recreated {
                         true => SourceError::HistoryGone { message },
                         false => SourceError::Unreadable { message },
                     });
