@@ -104,6 +104,11 @@ pub enum Command {
         /// Example keys named per kind of difference.
         #[arg(long, default_value_t = 10)]
         examples: usize,
+        /// Where the topic differs, publish exactly the changes that make it equal the table at
+        /// the connector's position, then compare again (stop the connector first: the repair
+        /// takes its transactional id).
+        #[arg(long, conflicts_with = "at")]
+        repair: bool,
     },
     /// Write demo/benchmark tables.
     Generate {

@@ -108,7 +108,11 @@ fn main() -> ExitCode {
             at,
             json,
             examples,
+            repair: false,
         } => verify(&rt, file, VerifyOptions { at, examples }, json),
+        Command::Verify {
+            file, json, examples, ..
+        } => repair(&rt, file, examples, json),
         Command::Generate {
             format: GenerateCommand::Hudi(opts),
         } => match generate::hudi(&opts) {
@@ -212,6 +216,54 @@ fn verify(rt: &tokio::runtime::Runtime, file: PathBuf, opts: VerifyOptions, json
                 print!("{}", report.text());
             }
             ExitCode::from(if report.equal { 0 } else { 3 })
+        }
+        Err(e) => {
+            eprintln!("error: {}: {}", cfg.file.display(), lakestream::causes::with_causes(&e));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `verify --repair`: the report before and, after a repair, the one after; exit 0 when the topic
+/// replays to the table (events published twice stay in its log: counted, harmless to the
+/// replay), 3 when it does not.
+fn repair(rt: &tokio::runtime::Runtime, file: PathBuf, examples: usize, json: bool) -> ExitCode {
+    let cfg = match load_all(&[file], 0) {
+        Ok(mut c) => c.remove(0),
+        Err(code) => return code,
+    };
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let opts = RunOptions {
+        once: true,
+        shutdown: rx,
+        health: lakestream::health::Health::new(),
+        first_units: std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default()),
+        cluster: std::sync::Arc::new(lakestream::sink::Kafka),
+        polls: std::sync::Arc::new(lakestream::runtime::polls::Polls::default()),
+        instance: lakestream::runtime::state::Holder::this_process(),
+        memory: lakestream::runtime::memory::MemoryShares::new(None, 1),
+    };
+    match rt.block_on(lakestream::runtime::resync::repair(&cfg, opts, examples)) {
+        Ok((before, after)) => {
+            let reports: Vec<_> = [Some(&before), after.as_ref()].into_iter().flatten().collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports).unwrap_or_default());
+            } else {
+                print!("{}", before.text());
+                if let Some(a) = &after {
+                    println!("repaired: the changes that make the topic equal the table were published; again:");
+                    print!("{}", a.text());
+                }
+            }
+            let t = &after.as_ref().unwrap_or(&before).total;
+            let replays_equal = t.missing + t.extra + t.differing + t.duplicate_keys == 0;
+            if replays_equal && t.duplicated_events > 0 {
+                eprintln!(
+                    "note: {} events published twice stay in the topic's log (a replay by key is not affected)",
+                    t.duplicated_events
+                );
+            }
+            ExitCode::from(if replays_equal { 0 } else { 3 })
         }
         Err(e) => {
             eprintln!("error: {}: {}", cfg.file.display(), lakestream::causes::with_causes(&e));

@@ -8,8 +8,8 @@ resyncs, it loses and duplicates nothing."""
 import json
 import random
 import shutil
-import signal
 import subprocess
+import signal
 import time
 import uuid
 
@@ -45,12 +45,15 @@ def delta_gap(tmp_path, seed_, partitioned=True, versions=12):
     return src, ops, dk.oracle(src), dk.RevealedDelta(src, tmp_path / "table")
 
 
-@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
-def test_delta_log_cleanup_is_resynced_then_followed_commit_by_commit(env, registry, tmp_path, keyed):
+@pytest.mark.parametrize("keyed,tasks", [(True, 1), (False, 1), (True, 2)], ids=["keyed", "keyless", "keyed-2-tasks"])
+def test_delta_log_cleanup_is_resynced_then_followed_commit_by_commit(env, registry, tmp_path, keyed, tasks):
+    """Two tasks: each resyncs the keys it owns (the topic's and the table's alike)."""
     s = seed()
     src, ops, orc, t = delta_gap(tmp_path, s)
     t.reveal(1)
-    extra = {"starting-version": "0"} if keyed else {"starting-version": "0", "key.mode": "none"}
+    extra = {"starting-version": "0", "tasks.max": str(tasks), "tasks.ownership": "key"}
+    if not keyed:
+        extra["key.mode"] = "none"
     props, topic = dk.delta_props(tmp_path, env, t.table, **extra)
     run_once(props)
     seen = set()
@@ -416,3 +419,67 @@ def test_hudi_restore_is_resynced(env, registry, tmp_path):
             testkit.compare(oracle, st["rows"], replay, f"{label}: after write {i}")
         assert any(f.name.endswith(".restore") for f in (table / ".hoodie").rglob("*")), "no restore on the timeline"
         testkit.assert_verified(props, label)
+
+
+def test_verify_repair_publishes_exactly_what_makes_the_topic_equal(env, registry, tmp_path):
+    """A topic tampered five ways (an update dropped, a create dropped, a value altered, an extra
+    tombstone, a create duplicated): `verify --repair` says DIFFERENT, publishes the changes that
+    make it equal to the table at the position (marked resync), says EQUAL (exit 0); the
+    connector then goes on from its unchanged position."""
+    import io
+    import struct
+    import fastavro
+    from test_verify import copy_topic, events, last_event_of_each_key
+    table = tmp_path / "t"
+    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "cow", "--path", str(table), "--rows", "300",
+                        "--partitions", "3", "--commits", "3", "--update-fraction", "0.2", "--delete-fraction", "0.05"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[0]
+    topic = "rep-" + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first})
+    run_once(props)
+    records = consume_all(env, topic)
+    evs = events(registry, records)
+    last = last_event_of_each_key(evs)
+    updated = [e for e in last if e[2] and e[2]["op"] == "u"]
+    created = [e for e in last if e[2] and e[2]["op"] == "c"]
+    drop = {updated[0][0], created[0][0]}
+    i, _, value = created[1]
+    raw = records[i][3]
+    value["after"]["v1"] = (value["after"]["v1"] or 0) + 1
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, registry.schema(struct.unpack(">I", raw[1:5])[0]), value)
+    tampered = []
+    for j, rec in enumerate(records):
+        if j in drop:
+            continue
+        tampered.append((*rec[:3], raw[:5] + buf.getvalue()) if j == i else rec)
+        if j == created[2][0]:
+            tampered.append((rec[0], rec[1], rec[2], None))  # an extra tombstone
+        if j == created[3][0]:
+            tampered.append(rec)  # a duplicated create
+    copy = copy_topic(env, tampered, props, tmp_path)
+    r = subprocess.run([str(testkit.BIN), "verify", "--repair", "--json", str(copy)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    before, after = json.loads(r.stdout)
+    # the duplicated create stays in the log (harmless to a replay by key): all else is equal now
+    a = after["total"]
+    assert (a["missing"], a["extra"], a["differing"], a["duplicated_events"]) == (0, 0, 0, 1), a
+    assert "1 events published twice stay" in r.stderr, r.stderr[-2000:]
+    t = before["total"]
+    assert (t["missing"], t["differing"]) == (2, 2), t  # the dropped create and the tombstoned key; update, alter
+    copied = copy.read_text().split("topic=")[1].split("\n")[0]
+    repaired = consume_all(env, copied)[len(tampered):]
+    assert {registry.decode(v)["source"]["snapshot"] for _, _, _, v in repaired if v} == {"resync"}
+    assert len([v for *_, v in repaired if v]) == 4, "exactly one event a differing key"
+    # the position is unchanged: the connector goes on, equal
+    run_once(copy)
+    code, report, err = testkit.verify(copy)
+    assert sum(report["total"][k] for k in ("missing", "extra", "differing")) == 0, report["total"]
+    # tasks.max > 1 is refused
+    many = tmp_path / "many.properties"
+    many.write_text(copy.read_text() + "tasks.max=2\n")
+    r = subprocess.run([str(testkit.BIN), "verify", "--repair", str(many)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "tasks.max=2" in r.stderr, r.stderr[-2000:]

@@ -163,6 +163,7 @@ fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
             .transpose()?
             .map(|p| p as u16),
         headroom_warn_commits: v.u64_or("history.headroom.warn.commits", 2)?,
+        repair: false,
         history_gap: v.one_of(
             "history.gap",
             HistoryGap::Resync,

@@ -269,6 +269,9 @@ pub struct RuntimeConfig {
     pub headroom_warn_commits: u64,
     /// `history.gap`: what the task does where the commits after its position are gone.
     pub history_gap: HistoryGap,
+    /// `verify --repair` runs the task this way: a resync to its own position, then it stops
+    /// (not a property).
+    pub repair: bool,
     /// `idle.release`: drop the producer after this long with nothing to publish (off: `None`).
     pub idle_release: Option<std::time::Duration>,
 }

@@ -22,7 +22,7 @@ pub mod placement;
 pub mod polls;
 mod progress;
 mod resume;
-mod resync;
+pub mod resync;
 pub mod state;
 pub mod tasks;
 pub mod verify;
@@ -207,6 +207,15 @@ async fn run_inner(
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let head = head.and_then(|h| h.fits(&state, &source));
+    if let (true, Some(issued)) = (cfg.runtime.repair, state.issued.clone()) {
+        // `verify --repair`: converge to the position itself (a resync whose target it is)
+        state.resync.get_or_insert(state::ResyncProgress {
+            target: issued,
+            buckets: 0,
+            done: 0,
+            events: [0; 3],
+        });
+    }
     let identity = {
         let s = source.clone();
         tokio::task::spawn_blocking(move || s.identity()).await.joined()?
@@ -352,7 +361,7 @@ impl Task {
             if self.state.resync.is_some() {
                 // a resync an earlier run left under way: finished before anything else
                 self.resync(None).await?;
-                if self.stopping() {
+                if self.stopping() || self.cfg.runtime.repair {
                     return Ok(Flow::Stop);
                 }
                 continue;

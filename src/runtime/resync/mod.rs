@@ -191,6 +191,8 @@ impl Task {
             .as_deref()
             .map(|p| p.split(',').map(str::trim).collect::<Vec<_>>())
         {
+            // (a repair publishes what makes the topic equal now: only its head counts)
+            _ if self.cfg.runtime.repair => {}
             Some(p) if !keyless && p == ["compact"] => {}
             Some(p) if keyless && !p.contains(&"compact") => {}
             Some(_) | None => {
@@ -220,7 +222,8 @@ impl Task {
             let s = source.clone();
             let pos = p.target.clone();
             match tokio::task::spawn_blocking(move || s.unit_at(&pos, true)).await {
-                Ok(Ok(unit)) => return Ok((unit, p.buckets, p.done)),
+                Ok(Ok(unit)) if p.buckets > 0 => return Ok((unit, p.buckets, p.done)),
+                Ok(Ok(unit)) => return Ok((unit, self.buckets().await?, 0)),
                 Ok(Err(e)) => tracing::info!(connector = %self.cfg.name, target = %p.target.instant, error = %e,
                     "resync: its target can no longer be read; converging to the current commit instead"),
                 Err(e) => return Err(VerifyError::Spill(e.to_string()).into()),
@@ -238,12 +241,17 @@ impl Task {
             }
             .into());
         };
+        Ok((unit, self.buckets().await?, 0))
+    }
+
+    /// Key buckets for the topic's records within `read.memory.budget` (as `verify` chooses).
+    async fn buckets(&mut self) -> Result<u32, RuntimeError> {
         let (c, t) = (self.cfg.sink(), self.cfg.kafka.topic.clone());
         let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
             .await
             .map_err(|e| VerifyError::Spill(e.to_string()))??;
         let records: u64 = ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
-        Ok((unit, buckets_for(records, self.cfg.read.memory_budget), 0))
+        Ok(buckets_for(records, self.cfg.read.memory_budget))
     }
 
     /// Both sides read into runs with their payloads: the whole topic, and the table at the
@@ -382,4 +390,35 @@ async fn publish(
     };
     enc.encode(&change, now_ms(), out);
     Ok(op)
+}
+
+/// `verify --repair`: compare; where the topic differs from the table at the connector's
+/// position, publish exactly the changes that make it equal (a resync whose target is the
+/// position itself, under the task's transactional id: a running instance is fenced), and
+/// compare again. One task only (the tasks of several stand at different positions).
+pub async fn repair(
+    cfg: &ConnectorConfig,
+    opts: super::RunOptions,
+    examples: usize,
+) -> Result<(super::verify::Report, Option<super::verify::Report>), RuntimeError> {
+    if cfg.runtime.tasks > 1 {
+        return Err(RuntimeError::Usage(format!(
+            "verify --repair: connector {} has tasks.max={}: repair runs one task (stop it, set tasks.max=1 \
+             for the repair, then set it back)",
+            cfg.name, cfg.runtime.tasks
+        )));
+    }
+    let verify_opts = super::verify::VerifyOptions { at: None, examples };
+    let before = super::verify::verify(cfg, &verify_opts).await?;
+    if before.equal {
+        return Ok((before, None));
+    }
+    tracing::info!(connector = %cfg.name, position = %before.position, mismatched = before.total.mismatched(),
+        "verify --repair: publishing the changes that make the topic equal the table at the position");
+    let mut task = cfg.clone();
+    task.runtime.repair = true;
+    task.runtime.history_gap = HistoryGap::Resync;
+    super::run_connector(task, opts).await?;
+    let after = super::verify::verify(cfg, &verify_opts).await?;
+    Ok((before, Some(after)))
 }
