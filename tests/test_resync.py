@@ -6,6 +6,7 @@ equals the table at the current commit and at every commit after it, keyed and k
 resyncs, it loses and duplicates nothing."""
 
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from testkit import consume_all, new_records, run_once
 
 
 def seed():
-    s = int(time.time() * 1000) % 100000
+    s = int(os.environ.get("RESYNC_SEED", int(time.time() * 1000) % 100000))
     print("resync seed", s)
     return s
 

@@ -399,13 +399,17 @@ class Replay:
             ev = self.registry.decode(v)
             ev["_key"] = kt
             op, src = ev["op"], ev["source"]
-            ident = (kt, src["instant"], op)
+            # a resync converging to a commit already emitted (a rollback to it) names that
+            # commit again: its events are told apart by `source.snapshot=resync`
+            resync = src.get("snapshot") == "resync"
+            ident = (kt, src["instant"], op, resync)
             assert self.changelog or ident not in self.seen, f"duplicate event {ident}"
             self.seen.add(ident)
             # outside changelog mode an instant's change of a key is one event: a delete and a
             # create of one key in one instant is an update split in two (its before image lost)
-            assert self.changelog or (kt, src["instant"]) not in self.keyed, f"two events for {kt} in instant {src['instant']}"
-            self.keyed.add((kt, src["instant"]))
+            assert self.changelog or (kt, src["instant"], resync) not in self.keyed, \
+                f"two events for {kt} in instant {src['instant']}"
+            self.keyed.add((kt, src["instant"], resync))
             self.events.append(ev)
             assert op in "rcud", op
             if op == "d":

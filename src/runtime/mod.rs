@@ -207,26 +207,7 @@ async fn run_inner(
         issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let head = head.and_then(|h| h.fits(&state, &source));
-    if let (true, Some(issued)) = (cfg.runtime.repair, state.issued.clone()) {
-        // `verify --repair`: converge to the position itself (a resync whose target it is)
-        state.resync.get_or_insert(state::ResyncProgress {
-            target: issued,
-            buckets: 0,
-            done: 0,
-            events: [0; 3],
-        });
-    }
-    let identity = {
-        let s = source.clone();
-        tokio::task::spawn_blocking(move || s.identity()).await.joined()?
-    };
-    let recreated = match (&state.table_id, &identity) {
-        (Some(was), Some(now)) if was != now && !new_state => Some(format!(
-            "the table was dropped and re-created since the stored position (its id was {was}, now {now}): the \
-             position's history is gone. Ways out: restart under a new connector name (a full read into a new topic)"
-        )),
-        _ => None,
-    };
+    let (identity, recreated) = resync::at_start(&cfg, &source, &mut state, new_state).await?;
     let encoder = encoder_for(&cfg, source.info().clone())?;
     let mut task = Task {
         cfg,
@@ -353,14 +334,7 @@ impl Task {
     /// One poll and everything it found. `Stop` when done (`--once`, end commit, shutdown).
     async fn cycle(&mut self) -> Result<Flow, RuntimeError> {
         'poll: loop {
-            if let Some(message) = self.recreated.take() {
-                let gap = RuntimeError::Source(SourceError::HistoryGone { message });
-                self.resync(Some(gap)).await?;
-                continue;
-            }
-            if self.state.resync.is_some() {
-                // a resync an earlier run left under way: finished before anything else
-                self.resync(None).await?;
+            if self.resync_due().await? {
                 if self.stopping() || self.cfg.runtime.repair {
                     return Ok(Flow::Stop);
                 }

@@ -35,6 +35,37 @@ use crate::changelog::KafkaRecord;
 use crate::config::{ConnectorConfig, HistoryGap};
 use crate::source::{Op, Ownership, SourceError, Unit};
 
+/// What a task's start owes a resync: with `verify --repair`, one whose target is the position
+/// itself; the table's own id, and why a resync is due when it differs from the stored one (the
+/// table dropped and re-created).
+pub(super) async fn at_start(
+    cfg: &ConnectorConfig,
+    source: &std::sync::Arc<dyn crate::source::Source>,
+    state: &mut super::state::Offsets,
+    new_state: bool,
+) -> Result<(Option<String>, Option<String>), RuntimeError> {
+    if let (true, Some(issued)) = (cfg.runtime.repair, state.issued.clone()) {
+        state.resync.get_or_insert(ResyncProgress {
+            target: issued,
+            buckets: 0,
+            done: 0,
+            events: [0; 3],
+        });
+    }
+    let s = source.clone();
+    let identity = tokio::task::spawn_blocking(move || s.identity())
+        .await
+        .map_err(|e| VerifyError::Spill(format!("table identity: {e}")))??;
+    let recreated = match (&state.table_id, &identity) {
+        (Some(was), Some(now)) if was != now && !new_state => Some(format!(
+            "the table was dropped and re-created since the stored position (its id was {was}, now {now}): the \
+             position's history is gone. Ways out: restart under a new connector name (a full read into a new topic)"
+        )),
+        _ => None,
+    };
+    Ok((identity, recreated))
+}
+
 /// Whether a failure is a gap in the table's history (what a resync heals).
 pub(super) fn is_gap(e: &RuntimeError) -> bool {
     matches!(e, RuntimeError::Source(SourceError::HistoryGone { .. }))
@@ -181,6 +212,20 @@ impl Task {
         Ok(())
     }
 
+    /// A resync due before anything else — the start found the table re-created, or an earlier
+    /// run (or `verify --repair`) left one under way — run now. Whether one ran.
+    pub(super) async fn resync_due(&mut self) -> Result<bool, RuntimeError> {
+        if let Some(message) = self.recreated.take() {
+            self.resync(Some(SourceError::HistoryGone { message }.into())).await?;
+            return Ok(true);
+        }
+        if self.state.resync.is_some() {
+            self.resync(None).await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// A resync needs a topic that still holds every key's last event: compacted (a keyless
     /// table's null keys cannot be: every event kept), and nothing deleted from its head.
     async fn trust(&mut self) -> Result<(), RuntimeError> {
@@ -292,8 +337,8 @@ impl Task {
             mine,
         };
         let (topic_side, table_side) = read_sides(&self.cfg, &spec).await?;
-        tracing::info!(connector = %self.cfg.name, topic_records = topic_side.records, table_rows = table_side.rows,
-            "resync: both sides read; publishing the differences");
+        tracing::info!(connector = %self.cfg.name, topic_records = topic_side.records, topic_bytes = topic_side.bytes,
+            table_rows = table_side.rows, table_bytes = table_side.bytes, "resync: both sides read; publishing the differences");
         let mut encoder = super::encoder_for(&self.cfg, source.info().clone())?;
         let resync_encoder = match &table_side.schema {
             Some(schema) => Some(encoder.resync(target, schema).await?),

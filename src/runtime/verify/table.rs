@@ -18,6 +18,8 @@ use crate::source::{Resume, Source, SourceError, Unit};
 #[derive(Debug, Default)]
 pub struct TableSide {
     pub rows: u64,
+    /// Bytes the source read from storage.
+    pub bytes: u64,
     pub partitions: Partitions,
     pub paths: Vec<std::path::PathBuf>,
     /// The Arrow schema of the rows read (a resync encodes its events with it).
@@ -132,6 +134,7 @@ pub fn read(r: TableReader<'_>, out: RunWriter) -> Result<TableSide, VerifyError
             failed = Some(e);
             return Err(SourceError::Stopped);
         }
+        st.side.bytes += split.bytes_read;
         gauge.set(st.side.rows as f64);
         if last_log.elapsed().as_secs() >= 10 {
             tracing::info!(connector = %connector, rows = st.side.rows, seconds = started.elapsed().as_secs(), "verify: reading the table");
@@ -145,6 +148,6 @@ pub fn read(r: TableReader<'_>, out: RunWriter) -> Result<TableSide, VerifyError
     res?;
     let mut side = st.side;
     side.paths = st.out.finish().map_err(VerifyError::spill)?;
-    tracing::info!(connector = %connector, rows = side.rows, seconds = started.elapsed().as_secs_f64(), "verify: table read");
+    tracing::info!(connector = %connector, rows = side.rows, bytes = side.bytes, seconds = started.elapsed().as_secs_f64(), "verify: table read");
     Ok(side)
 }

@@ -29,6 +29,8 @@ pub type SharedMine = std::sync::Arc<dyn Fn(&[u8], &str) -> bool + Send + Sync>;
 #[derive(Debug, Default)]
 pub struct TopicSide {
     pub records: u64,
+    /// Bytes of the records read (keys and values).
+    pub bytes: u64,
     /// Events (and tombstones) replayed.
     pub applied: u64,
     /// Events of commits after the position, left out.
@@ -91,6 +93,7 @@ impl State<'_> {
 
     fn record(&mut self, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<(), VerifyError> {
         self.side.records += 1;
+        self.side.bytes += (key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len)) as u64;
         let key_bytes = key;
         let key = match (key, self.reader.keyless) {
             (_, true) => None,
@@ -231,7 +234,7 @@ pub fn read(mut reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, Ve
     gauge.set(read.records() as f64);
     let mut side = st.side;
     side.paths = st.out.finish().map_err(VerifyError::spill)?;
-    tracing::info!(connector = %cfg.name, records = side.records, applied = side.applied, after_position = side.after_position,
+    tracing::info!(connector = %cfg.name, records = side.records, bytes = side.bytes, applied = side.applied, after_position = side.after_position,
         seconds = started.elapsed().as_secs_f64(), "verify: topic read");
     Ok(side)
 }
