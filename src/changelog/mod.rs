@@ -282,6 +282,28 @@ impl ChangelogEncoder {
         self.table.keyless()
     }
 
+    /// An event's `source` record up to its `partition` field: the unit's commit, `snapshot` as
+    /// given (`true`, `false`, `resync`).
+    fn source_prefix(&self, unit: &Unit, snapshot: &str) -> Vec<u8> {
+        let mut source = Vec::with_capacity(128);
+        write_bytes(&mut source, env!("CARGO_PKG_VERSION").as_bytes());
+        write_bytes(&mut source, self.table.connector.as_bytes());
+        write_bytes(&mut source, self.connector.as_bytes());
+        write_long(&mut source, unit.ts_ms);
+        write_bytes(&mut source, snapshot.as_bytes());
+        write_bytes(&mut source, self.table.db.as_bytes());
+        write_bytes(&mut source, self.table.name.as_bytes());
+        write_bytes(&mut source, unit.position.instant.as_bytes());
+        match &unit.position.completed {
+            Some(c) => {
+                source.push(2);
+                write_bytes(&mut source, c.as_bytes());
+            }
+            None => source.push(0),
+        }
+        source
+    }
+
     /// Prepare the encoder of one split (registers its schemas on first sight).
     pub async fn split(&mut self, unit: &Unit, split: &SplitChanges) -> Result<SplitEncoder, ChangelogError> {
         let Some(first) = split.batches.first() else {
@@ -300,22 +322,7 @@ impl ChangelogEncoder {
             values.push(RowEncoder::new(b, &all, &self.shape)?);
             keys.push(RowEncoder::new(b, &reg.key_cols, &self.shape)?);
         }
-        let mut source = Vec::with_capacity(128);
-        write_bytes(&mut source, env!("CARGO_PKG_VERSION").as_bytes());
-        write_bytes(&mut source, self.table.connector.as_bytes());
-        write_bytes(&mut source, self.connector.as_bytes());
-        write_long(&mut source, unit.ts_ms);
-        write_bytes(&mut source, if unit.snapshot { b"true" as &[u8] } else { b"false" });
-        write_bytes(&mut source, self.table.db.as_bytes());
-        write_bytes(&mut source, self.table.name.as_bytes());
-        write_bytes(&mut source, unit.position.instant.as_bytes());
-        match &unit.position.completed {
-            Some(c) => {
-                source.push(2);
-                write_bytes(&mut source, c.as_bytes());
-            }
-            None => source.push(0),
-        }
+        let source = self.source_prefix(unit, if unit.snapshot { "true" } else { "false" });
         // (partition, file) per batch when the split read several files
         let suffix = |partition: &str, file: &str| {
             let mut s = Vec::with_capacity(partition.len() + file.len() + 8);

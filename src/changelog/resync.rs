@@ -44,22 +44,7 @@ impl ChangelogEncoder {
         let value_json = &envelope["fields"][0]["type"][1];
         let value = Schema::parse(value_json)
             .map_err(|e| ChangelogError::Schema(format!("generated value schema invalid: {e}: {value_json}")))?;
-        let mut source = Vec::with_capacity(128);
-        write_bytes(&mut source, env!("CARGO_PKG_VERSION").as_bytes());
-        write_bytes(&mut source, self.table.connector.as_bytes());
-        write_bytes(&mut source, self.connector.as_bytes());
-        write_long(&mut source, unit.ts_ms);
-        write_bytes(&mut source, MARKER.as_bytes());
-        write_bytes(&mut source, self.table.db.as_bytes());
-        write_bytes(&mut source, self.table.name.as_bytes());
-        write_bytes(&mut source, unit.position.instant.as_bytes());
-        match &unit.position.completed {
-            Some(c) => {
-                source.push(2);
-                write_bytes(&mut source, c.as_bytes());
-            }
-            None => source.push(0),
-        }
+        let source = self.source_prefix(unit, MARKER);
         Ok(ResyncEncoder {
             value_id: reg.value_id,
             source,

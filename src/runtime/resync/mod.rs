@@ -125,9 +125,6 @@ impl Task {
         self.trust().await?;
         let started = Instant::now();
         let (target, buckets, done) = self.resync_target().await?;
-        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.instant,
-            buckets, resumed_from_bucket = done, "resync: reading the topic and the table");
-        let mut sides = self.resync_sides(&target, buckets).await?;
         let mut progress = ResyncProgress {
             target: target.position.clone(),
             buckets,
@@ -139,6 +136,10 @@ impl Task {
                 .filter(|p| p.target == target.position)
                 .map_or([0; 3], |p| p.events),
         };
+        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.instant,
+            buckets, resumed_from_bucket = done, committed_events = progress.events.iter().sum::<u64>(),
+            "resync: reading the topic and the table");
+        let mut sides = self.resync_sides(&target, buckets).await?;
         self.state.resync = Some(progress.clone());
         self.commit().await?;
         let task = self.cfg.runtime.task_id.to_string();
