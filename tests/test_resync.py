@@ -486,3 +486,24 @@ def test_verify_repair_publishes_exactly_what_makes_the_topic_equal(env, registr
     many.write_text(copy.read_text() + "tasks.max=2\n")
     r = subprocess.run([str(testkit.BIN), "verify", "--repair", str(many)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "tasks.max=2" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_keyless_topic_whose_head_was_deleted_is_refused(env, tmp_path):
+    """A keyless table's topic (null keys: not compacted) is trusted only while nothing was
+    deleted from its head: after DeleteRecords, a gap stops with exit 1 naming the partition."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+    src, ops, orc, t = delta_gap(tmp_path, seed())
+    t.reveal(1)
+    props, topic = dk.delta_props(tmp_path, env, t.table, **{"starting-version": "0", "key.mode": "none"})
+    run_once(props)
+    admin = AdminClient({"bootstrap.servers": env.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 1)]).values():
+        f.result(timeout=30)
+    before = consume_all(env, topic)
+    t.reveal(6)
+    t.hide_commits_before(4)
+    r = run_once(props, check=False)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"`{topic}` cannot be resynced" in r.stderr and "partition 0 starts at offset 1" in r.stderr, r.stderr[-2000:]
+    assert len(consume_all(env, topic)) == len(before), "nothing may be published on an untrusted topic"
