@@ -432,17 +432,8 @@ def test_verify_repair_publishes_exactly_what_makes_the_topic_equal(env, registr
     import io
     import struct
     import fastavro
-    from test_verify import copy_topic, events, last_event_of_each_key
-    table = tmp_path / "t"
-    r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "cow", "--path", str(table), "--rows", "300",
-                        "--partitions", "3", "--commits", "3", "--update-fraction", "0.2", "--delete-fraction", "0.05"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[0]
-    topic = "rep-" + uuid.uuid4().hex[:8]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first})
-    run_once(props)
-    records = consume_all(env, topic)
+    from test_verify import copy_topic, events, last_event_of_each_key, stream_generated
+    props, _, records = stream_generated(env, tmp_path, "rep-")
     evs = events(registry, records)
     last = last_event_of_each_key(evs)
     updated = [e for e in last if e[2] and e[2]["op"] == "u"]

@@ -27,15 +27,20 @@ from test_metrics import scrape, value
 def streamed(env, registry, tmp_path):
     """A generated copy-on-write table streamed as changes from its first commit by two tasks:
     (props, table, topic records)."""
+    return stream_generated(env, tmp_path, "vfy-", **{"tasks.max": "2", "topic.creation.default.partitions": "3"})
+
+
+def stream_generated(env, tmp_path, prefix, **extra):
+    """A generated copy-on-write table (300 rows, 3 partitions, 3 commits) streamed as changes from
+    its first commit: (props, table, topic records)."""
     table = tmp_path / "t"
     r = subprocess.run([str(testkit.BIN), "generate", "hudi", "--type", "cow", "--path", str(table), "--rows", "300",
                         "--partitions", "3", "--commits", "3", "--update-fraction", "0.2", "--delete-fraction", "0.05"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     first = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.commit"))[0]
-    topic = "vfy-" + uuid.uuid4().hex[:8]
-    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
-                                    **{"read.start-commit": first, "tasks.max": "2", "topic.creation.default.partitions": "3"})
+    topic = prefix + uuid.uuid4().hex[:8]
+    props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env, **{"read.start-commit": first, **extra})
     testkit.run_once(props)
     return props, table, testkit.consume_all(env, topic)
 

@@ -20,6 +20,8 @@
 
 mod diff;
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use self::diff::Change;
@@ -33,7 +35,10 @@ use crate::changelog::registry::RegistryClient;
 use crate::changelog::resync::{RawChange, ResyncEncoder};
 use crate::changelog::KafkaRecord;
 use crate::config::{ConnectorConfig, HistoryGap};
-use crate::source::{Op, Ownership, SourceError, Unit};
+use crate::source::{Op, Ownership, Source, SourceError, Unit};
+
+/// A topic's (low, high) watermarks by partition.
+type Ends = HashMap<i32, (i64, i64)>;
 
 /// What a task's start owes a resync: with `verify --repair`, one whose target is the position
 /// itself; the table's own id, and why a resync is due when it differs from the stored one (the
@@ -122,9 +127,11 @@ impl Task {
         self.sink.abort().await?;
         self.head = None;
         self.state = self.committed.clone();
-        self.trust().await?;
+        let ends = self.trust().await?;
         let started = Instant::now();
-        let (target, buckets, done) = self.resync_target().await?;
+        // the whole table, opened once for the target and the read
+        let source = super::open_source_async(&whole_table(&self.cfg)).await?;
+        let (target, buckets, done) = self.resync_target(&source, &ends).await?;
         let mut progress = ResyncProgress {
             target: target.position.clone(),
             buckets,
@@ -139,7 +146,7 @@ impl Task {
         tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.instant,
             buckets, resumed_from_bucket = done, committed_events = progress.events.iter().sum::<u64>(),
             "resync: reading the topic and the table");
-        let mut sides = self.resync_sides(&target, buckets).await?;
+        let mut sides = self.resync_sides(source, &target, buckets, ends).await?;
         self.state.resync = Some(progress.clone());
         self.commit().await?;
         let task = self.cfg.runtime.task_id.to_string();
@@ -228,8 +235,9 @@ impl Task {
     }
 
     /// A resync needs a topic that still holds every key's last event: compacted (a keyless
-    /// table's null keys cannot be: every event kept), and nothing deleted from its head.
-    async fn trust(&mut self) -> Result<(), RuntimeError> {
+    /// table's null keys cannot be: every event kept), and nothing deleted from its head. Its
+    /// watermarks: where the resync's read of it ends (nothing of this task's is open now).
+    async fn trust(&mut self) -> Result<Ends, RuntimeError> {
         let topic = self.cfg.kafka.topic.clone();
         let policy = crate::sink::cleanup_policy(&self.cfg.sink(), &topic).await?;
         let keyless = self.source.info().keyless();
@@ -253,23 +261,27 @@ impl Task {
         let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
             .await
             .map_err(|e| VerifyError::Spill(e.to_string()))??;
-        if let Some((p, (lo, _))) = ends.iter().filter(|(_, (lo, _))| *lo > 0).min_by_key(|(p, _)| **p) {
+        if let Some((p, (lo, _))) = super::verify::trimmed(&ends) {
             let why = format!("partition {p} starts at offset {lo}, not 0: records were deleted from it");
             return Err(untrusted(&topic, why));
         }
-        Ok(())
+        Ok(ends)
     }
 
     /// The commit to converge to (a resync left under way keeps its own while the table can
     /// still be read at it), the bucket count, and the buckets already done.
-    async fn resync_target(&mut self) -> Result<(Unit, u32, u32), RuntimeError> {
-        let source = super::open_source_async(&whole_table(&self.cfg)).await?;
+    async fn resync_target(&mut self, source: &Arc<dyn Source>, ends: &Ends) -> Result<(Unit, u32, u32), RuntimeError> {
+        // key buckets for the topic's records within `read.memory.budget`, as verify chooses
+        let buckets = buckets_for(
+            ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum(),
+            self.cfg.read.memory_budget,
+        );
         if let Some(p) = self.state.resync.clone() {
             let s = source.clone();
             let pos = p.target.clone();
             match tokio::task::spawn_blocking(move || s.unit_at(&pos, true)).await {
                 Ok(Ok(unit)) if p.buckets > 0 => return Ok((unit, p.buckets, p.done)),
-                Ok(Ok(unit)) => return Ok((unit, self.buckets().await?, 0)),
+                Ok(Ok(unit)) => return Ok((unit, buckets, 0)),
                 Ok(Err(e)) => tracing::info!(connector = %self.cfg.name, target = %p.target.instant, error = %e,
                     "resync: its target can no longer be read; converging to the current commit instead"),
                 Err(e) => return Err(VerifyError::Spill(e.to_string()).into()),
@@ -287,33 +299,24 @@ impl Task {
             }
             .into());
         };
-        Ok((unit, self.buckets().await?, 0))
-    }
-
-    /// Key buckets for the topic's records within `read.memory.budget` (as `verify` chooses).
-    async fn buckets(&mut self) -> Result<u32, RuntimeError> {
-        let (c, t) = (self.cfg.sink(), self.cfg.kafka.topic.clone());
-        let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
-            .await
-            .map_err(|e| VerifyError::Spill(e.to_string()))??;
-        let records: u64 = ends.values().map(|(lo, hi)| (hi - lo).max(0) as u64).sum();
-        Ok(buckets_for(records, self.cfg.read.memory_budget))
+        Ok((unit, buckets, 0))
     }
 
     /// Both sides read into runs with their payloads: the whole topic, and the table at the
     /// target, each restricted to what this task owns.
-    async fn resync_sides(&mut self, target: &Unit, buckets: u32) -> Result<Sides, RuntimeError> {
-        let source = super::open_source_async(&whole_table(&self.cfg)).await?;
+    async fn resync_sides(
+        &mut self,
+        source: Arc<dyn Source>,
+        target: &Unit,
+        buckets: u32,
+        ends: Ends,
+    ) -> Result<Sides, RuntimeError> {
         let spill = |e: std::io::Error| VerifyError::Spill(format!("{}: {e}", self.cfg.read.spill_dir.display()));
         std::fs::create_dir_all(&self.cfg.read.spill_dir).map_err(spill)?;
         let dir = tempfile::Builder::new()
             .prefix("lakestream-resync-")
             .tempdir_in(&self.cfg.read.spill_dir)
             .map_err(spill)?;
-        let (c, t) = (self.cfg.sink(), self.cfg.kafka.topic.clone());
-        let ends = tokio::task::spawn_blocking(move || crate::sink::scan::watermarks(&c, &t))
-            .await
-            .map_err(|e| VerifyError::Spill(e.to_string()))??;
         let (tasks, me, ownership) = (self.cfg.runtime.tasks, self.cfg.runtime.task_id, self.ownership);
         let mine: Option<SharedMine> = (tasks > 1).then(|| {
             std::sync::Arc::new(move |key: &[u8], partition: &str| {

@@ -146,7 +146,7 @@ fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Resul
 /// partition whose log starts past offset 0 lost records (retention under
 /// `cleanup.policy=delete`, `DeleteRecords`), and a replay of it cannot say what the table is.
 fn trusted(topic: &str, ends: &std::collections::HashMap<i32, (i64, i64)>) -> Result<(), VerifyError> {
-    match ends.iter().filter(|(_, (lo, _))| *lo > 0).min_by_key(|(p, _)| **p) {
+    match trimmed(ends) {
         None => Ok(()),
         Some((p, (lo, _))) => Err(VerifyError::Topic(format!(
             "{topic}: partition {p} starts at offset {lo}, not 0: records were deleted from it (retention under \
@@ -155,6 +155,11 @@ fn trusted(topic: &str, ends: &std::collections::HashMap<i32, (i64, i64)>) -> Re
              the table into a new topic (a new connector name, read.start-commit=earliest)"
         ))),
     }
+}
+
+/// The first partition (and its low watermark) whose head was deleted: a log starting past 0.
+pub(super) fn trimmed(ends: &std::collections::HashMap<i32, (i64, i64)>) -> Option<(&i32, &(i64, i64))> {
+    ends.iter().filter(|(_, (lo, _))| *lo > 0).min_by_key(|(p, _)| **p)
 }
 
 /// What a verify reads: the table opened whole, the commit, its unit, where the runs go.
