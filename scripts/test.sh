@@ -12,4 +12,4 @@ fi
 PY="${LAKESTREAM_PYTHON:-$VENV/bin/python}"
 cargo build --release --locked --bins
 cargo test --release --locked
-"$PY" -m pytest -q -p no:cacheprovider tests "$@"
+"$PY" -m pytest -q -p no:cacheprovider --durations=30 tests "$@"

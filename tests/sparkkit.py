@@ -210,7 +210,8 @@ def main(argv):
         import test_spark_delta
         import test_spark_hudi
         import test_spark_iceberg
-        scenarios = (test_spark_hudi.SCENARIOS + test_spark_hudi.CLEANING + [test_spark_hudi.RESTORE]
+        scenarios = (test_spark_hudi.SCENARIOS + test_spark_hudi.CLEANING
+                     + [test_spark_hudi.CLEANING_NO_CDC, test_spark_hudi.RESTORE]
                      + test_hudi_merge_semantics.SCENARIOS
                      + test_spark_delta.SCENARIOS + test_spark_iceberg.SCENARIOS)
         if skip_reason():

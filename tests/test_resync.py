@@ -206,18 +206,23 @@ def test_iceberg_rollback_and_expiry_are_resynced(env, registry, tmp_path):
     testkit.assert_verified(props, f"seed {s}")
 
 
-@pytest.mark.parametrize("cdc_log", ["auto", "false"], ids=["cdc-log", "slices-diffed"])
-@pytest.mark.parametrize("kind", ["cow", "mor"])
-def test_hudi_connector_behind_the_cleaner_converges(env, registry, tmp_path, kind, cdc_log):
-    """Spark-written Hudi (cleaner keeping 2 commits, MOR with compaction): the connector reads the
-    first writes, is stopped while the table moves on and the cleaner deletes the slices its next
-    instants need, restarts and converges to Spark's read of the table, then follows write by
-    write. With the CDC log files read, and with slices diffed (as a table without CDC is read)."""
+@pytest.mark.parametrize("name,cdc_log", [
+    ("hudi-cow-cleaning", "auto"), ("hudi-cow-cleaning", "false"),
+    ("hudi-mor-cleaning", "auto"), ("hudi-mor-cleaning", "false"), ("hudi-mor-cleaning-no-cdc", "auto"),
+], ids=["cow-keep1-cdc-log", "cow-keep1-slices-diffed", "mor-keep3-cdc-log", "mor-keep3-slices-diffed",
+        "mor-keep2-no-cdc"])
+def test_hudi_connector_behind_the_cleaner_converges(env, registry, tmp_path, name, cdc_log):
+    """Spark-written Hudi behind its cleaner (COW keeping 1 commit; MOR with compaction keeping 3,
+    and a MOR table without CDC keeping 2): the connector reads the first writes, is stopped while
+    the table moves on and the cleaner deletes the slices its next instants need, restarts and
+    converges to Spark's read of the table, then follows write by write. With the CDC log files
+    read, and with slices diffed (as a table without CDC is read)."""
     import sparkkit
-    from test_spark_hudi import CLEANING, mirror
-    scenario = next(s for s in CLEANING if s["name"] == f"hudi-{kind}-cleaning")
+    from test_spark_hudi import CLEANING, CLEANING_NO_CDC, mirror
+    scenario = next(s for s in CLEANING + [CLEANING_NO_CDC] if s["name"] == name)
     cached, oracle = sparkkit.written_or_skip([scenario])[scenario["name"]]
     states, table = cached.parent / "states", tmp_path / "table"
+    kind = scenario["type"]
     topic = f"gap-{kind}-" + uuid.uuid4().hex[:6]
     props = testkit.connector_props(tmp_path, "c-" + topic, table, topic, env,
                                     **{"read.cdc.from-log": cdc_log})
@@ -392,6 +397,47 @@ def test_delta_table_dropped_and_recreated_converges(env, registry, tmp_path):
         run_once(props)
         replay.apply(new_records(consume_all(env, topic), seen))
         dk.compare(deltalake.DeltaTable(str(path)).to_pyarrow_table().to_pylist(), replay, f"after re-creation ({label})")
+    testkit.assert_verified(props, f"seed {s}")
+
+
+def test_iceberg_table_dropped_and_recreated_converges(env, registry, tmp_path):
+    """The catalog's table is dropped and created again under the same identifier while the
+    connector is stopped (a new table uuid, new snapshots, the same keys with other rows): it
+    converges to the new table (deleting keys it lacks), then follows it commit by commit."""
+    pytest.importorskip("pyiceberg")
+    import test_iceberg_pyiceberg as pi
+    import icebergkit as ik
+    s = seed()
+    rng = random.Random(s)
+    db, cat, tbl = pi.make_table(tmp_path)
+    props, topic = ik.iceberg_props(tmp_path, env, None, **{
+        "catalog.type": "sql", "catalog.uri": f"sqlite:///{db}", "table.identifier": "shop.orders"})
+    props.write_text(props.read_text().replace("key.fields=id\n", ""))
+    columns = {"id", "cat", "amount", "ts", "day", "note"}
+    replay, seen = testkit.Replay(registry), set()
+    commits = pi.history(tbl, rng, 30)
+    for _ in range(5):
+        next(commits)
+    run_once(props)
+    replay.apply(new_records(consume_all(env, topic), seen))
+    pi.compare_now(tbl, replay, columns, f"seed {s} before the drop")
+    spec = tbl.spec()
+    cat.drop_table("shop.orders")
+    tbl = cat.create_table("shop.orders", schema=pi.table_schema(), partition_spec=spec)
+    commits = pi.history(tbl, rng, 30)
+    for _ in range(3):
+        next(commits)
+    r = run_once(props)
+    assert "history gap: resyncing" in r.stderr, r.stderr[-3000:]
+    got = new_records(consume_all(env, topic), seen)
+    assert resync_events(got, registry), "no resync events"
+    replay.apply(got)
+    pi.compare_now(tbl, replay, columns, f"seed {s} re-created")
+    for _ in range(2):
+        next(commits)
+        run_once(props)
+        replay.apply(new_records(consume_all(env, topic), seen))
+        pi.compare_now(tbl, replay, columns, f"seed {s} after the re-creation")
     testkit.assert_verified(props, f"seed {s}")
 
 

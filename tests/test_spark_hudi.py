@@ -170,10 +170,13 @@ def test_spark_written_hudi_replays_and_matches_sparks_cdc(env, registry, tmp_pa
               f"({next(iter(failed.values()))[:200]}); those compared with Spark's snapshots diffed by key")
 
 
-# automatic cleaning (keeping 2 commits) on copy-on-write and on merge-on-read with compaction:
-# the slices earlier instants were read from are deleted as the table goes on
-CLEANING = [{**scenario(kind, "DATA_BEFORE_AFTER", 9), "name": f"hudi-{kind}-cleaning", "clean_retained": 2,
-             "commits": 10, "cdc_per_write": True} for kind in ("cow", "mor")]
+# automatic cleaning on copy-on-write (keeping 1 commit) and on merge-on-read with compaction
+# (keeping 3): the slices earlier instants were read from are deleted as the table goes on
+CLEANING = [{**scenario(kind, "DATA_BEFORE_AFTER", 9), "name": f"hudi-{kind}-cleaning", "clean_retained": kept,
+             "commits": 10, "cdc_per_write": True} for kind, kept in (("cow", 1), ("mor", 3))]
+# and a merge-on-read table without CDC keeping 2 (issue 60: tests/test_resync.py)
+CLEANING_NO_CDC = {**scenario("mor", "DATA_BEFORE_AFTER", 9), "name": "hudi-mor-cleaning-no-cdc", "cdc_mode": None,
+                   "clean_retained": 2, "commits": 10}
 # a savepoint of write 2's instant, and after write 5 Hudi restores the table to it (issue 60:
 # tests/test_resync.py)
 RESTORE = {**scenario("mor", "DATA_BEFORE_AFTER", 9), "name": "hudi-mor-restore", "restore": [2, 5], "commits": 8}
