@@ -400,6 +400,47 @@ def test_delta_table_dropped_and_recreated_converges(env, registry, tmp_path):
     testkit.assert_verified(props, f"seed {s}")
 
 
+def test_a_table_emptied_across_the_gap_deletes_every_key(env, registry, tmp_path):
+    """Every row deleted while the connector is stopped, and the log cleaned past its position:
+    the resync reads no row, takes the schema from the table's metadata, and deletes every key
+    (it used to refuse, exit 1: stuck); then rows come back and it follows."""
+    import deltalake
+    import pyarrow as pa
+    path = tmp_path / "table"
+
+    def write(ids):
+        rows = [{"id": i, "part": f"p{i % 3}", "v": i * 7} for i in ids]
+        deltalake.write_deltalake(str(path), pa.Table.from_pylist(rows), mode="append",
+                                  partition_by=None if path.exists() else ["part"])
+
+    write(range(0, 50))
+    write(range(50, 80))
+    props, topic = dk.delta_props(tmp_path, env, path, **{"starting-version": "0"})
+    run_once(props)
+    replay, seen = dk.StrictReplay(registry), set()
+    replay.apply(new_records(consume_all(env, topic), seen))
+    t = deltalake.DeltaTable(str(path))
+    t.delete("id < 40")
+    deltalake.DeltaTable(str(path)).delete()
+    t = deltalake.DeltaTable(str(path))
+    t.create_checkpoint()
+    for f in (path / "_delta_log").glob("*.json"):
+        if int(f.name[:20]) < t.version():
+            f.unlink()
+    r = run_once(props)
+    assert "history gap: resyncing" in r.stderr and "every key of its share of the topic is deleted" in r.stderr, \
+        r.stderr[-3000:]
+    got = new_records(consume_all(env, topic), seen)
+    assert {op for op, _ in resync_events(got, registry)} == {"d"}
+    replay.apply(got)
+    dk.compare([], replay, "emptied")
+    testkit.assert_verified(props, "emptied")
+    write(range(30, 35))
+    run_once(props)
+    replay.apply(new_records(consume_all(env, topic), seen))
+    dk.compare(deltalake.DeltaTable(str(path)).to_pyarrow_table().to_pylist(), replay, "refilled")
+
+
 def test_iceberg_table_dropped_and_recreated_converges(env, registry, tmp_path):
     """The catalog's table is dropped and created again under the same identifier while the
     connector is stopped (a new table uuid, new snapshots, the same keys with other rows): it

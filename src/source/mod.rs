@@ -401,6 +401,13 @@ pub trait Source: Send + Sync {
     fn history_headroom(&self, _position: &Position) -> Result<Option<Headroom>, SourceError> {
         Ok(None)
     }
+
+    /// The Arrow schema `unit`'s rows are read with, where the format tells it without a row
+    /// (Delta's and Iceberg's plans): a resync whose table side read no row (a table emptied
+    /// across the gap, a task owning no partition with rows) encodes its deletes with it.
+    fn schema_of(&self, _unit: &Unit) -> Result<Option<arrow_schema::SchemaRef>, SourceError> {
+        Ok(None)
+    }
 }
 
 /// See [`Source::history_headroom`].

@@ -35,6 +35,7 @@ use crate::changelog::registry::RegistryClient;
 use crate::changelog::resync::{RawChange, ResyncEncoder};
 use crate::changelog::KafkaRecord;
 use crate::config::{ConnectorConfig, HistoryGap};
+use crate::error::Joined;
 use crate::source::{Op, Ownership, Source, SourceError, Unit};
 
 /// A topic's (low, high) watermarks by partition.
@@ -343,8 +344,24 @@ impl Task {
         let (topic_side, table_side) = read_sides(&self.cfg, &spec).await?;
         tracing::info!(connector = %self.cfg.name, topic_records = topic_side.records, topic_bytes = topic_side.bytes,
             table_rows = table_side.rows, table_bytes = table_side.bytes, "resync: both sides read; publishing the differences");
+        // no row read (a table emptied across the gap, or none of it this task's): the schema
+        // the format gives, so the topic's keys can be deleted
+        let schema = match table_side.schema {
+            Some(schema) => Some(schema),
+            None => {
+                let (src, unit) = (source.clone(), target.clone());
+                let schema = tokio::task::spawn_blocking(move || src.schema_of(&unit))
+                    .await
+                    .joined()?;
+                if topic_side.records > 0 {
+                    tracing::warn!(connector = %self.cfg.name, instant = %target.position.instant, topic_records = topic_side.records,
+                        "resync: the table holds no row of this task's at the target: every key of its share of the topic is deleted");
+                }
+                schema
+            }
+        };
         let mut encoder = super::encoder_for(&self.cfg, source.info().clone())?;
-        let resync_encoder = match &table_side.schema {
+        let resync_encoder = match &schema {
             Some(schema) => Some(encoder.resync(target, schema).await?),
             None => None,
         };
@@ -406,11 +423,12 @@ async fn publish(
         Change::Delete { .. } => Op::Delete,
     };
     let Some(enc) = &sides.encoder else {
-        // an empty table: only deletes, encoded with the schema of the table's current rows;
-        // with no row to take it from, the topic's own event is the last word
+        // no row read and a format that tells no schema without one (Hudi): nothing to encode
+        // the deletes with
         return Err(SourceError::HistoryGone {
-            message: "history gap: the table at the target commit holds no rows; a resync would delete every key \
-                      of the topic. Check the table; to publish that deliberately, restart under a new connector name"
+            message: "history gap: the table at the target commit holds no row of this task's and its format \
+                      gives no schema without one, so the resync's deletes cannot be encoded. Ways out: restart \
+                      when the table holds rows again, or under a new connector name"
                 .into(),
         }
         .into());

@@ -206,6 +206,11 @@ impl Source for DeltaSource {
         Ok(Some(self.meta_at(&listing, latest)?.id.clone()).filter(|id| !id.is_empty()))
     }
 
+    fn schema_of(&self, unit: &Unit) -> Result<Option<arrow_schema::SchemaRef>, SourceError> {
+        use super::plan::VersionPlan;
+        Ok(Some(self.plan_of(unit)?.schema().clone()))
+    }
+
     fn read_unit(
         &self,
         unit: &Unit,

@@ -221,6 +221,11 @@ impl Source for IcebergSource {
         self.unit(&md, id, snapshot, false, None)
     }
 
+    fn schema_of(&self, unit: &Unit) -> Result<Option<arrow_schema::SchemaRef>, SourceError> {
+        use super::plan::VersionPlan;
+        Ok(Some(self.plan_of(unit)?.schema().clone()))
+    }
+
     fn read_unit(
         &self,
         unit: &Unit,
