@@ -402,6 +402,19 @@ pub trait Source: Send + Sync {
         Ok(None)
     }
 
+    /// The partitions the commits after `after` up to `target` wrote, where the table still
+    /// records them and the Kafka key carries the partition (a key's events then all name one
+    /// partition, so the keys of the others did not change): a resync reads only those of both
+    /// sides. `None`: every partition (not recorded any more, a restore or rollback among them,
+    /// a key without the partition, or a format whose retention drops what would tell).
+    fn changed_partitions(
+        &self,
+        _after: &Position,
+        _target: &Position,
+    ) -> Result<Option<std::collections::BTreeSet<String>>, SourceError> {
+        Ok(None)
+    }
+
     /// The Arrow schema `unit`'s rows are read with, where the format tells it without a row
     /// (Delta's and Iceberg's plans): a resync whose table side read no row (a table emptied
     /// across the gap, a task owning no partition with rows) encodes its deletes with it.

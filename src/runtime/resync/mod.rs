@@ -14,13 +14,18 @@
 //! target and the buckets done, so a resumed resync skips those. The transaction that finishes it
 //! sets the position to the target.
 //!
+//! Where the Kafka key carries the partition and the table still records what the gap's commits
+//! wrote (Hudi's commit metadata outlives the files its cleaner removes), both sides are
+//! restricted to those partitions: the table side reads only their file groups, the topic side
+//! keeps only their events (a key lives in one partition, so the others' keys did not change).
+//!
 //! Only a topic that holds every key's last event can be trusted: `cleanup.policy=compact` (a
 //! keyless table's, whose null keys cannot be compacted: any other policy) and every partition
 //! starting at offset 0; otherwise the task stops naming the topic.
 
 mod diff;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -144,10 +149,20 @@ impl Task {
                 .filter(|p| p.target == target.position)
                 .map_or([0; 3], |p| p.events),
         };
+        let partitions = self.gap_partitions(&source, &target).await;
         tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.instant,
             buckets, resumed_from_bucket = done, committed_events = progress.events.iter().sum::<u64>(),
+            partitions = %partitions.as_ref().map_or("all".to_string(), |p| format!("{} the gap wrote", p.len())),
             "resync: reading the topic and the table");
-        let mut sides = self.resync_sides(source, &target, buckets, ends).await?;
+        let mut sides = self
+            .resync_sides(source.clone(), &target, buckets, ends.clone(), partitions.as_ref())
+            .await?;
+        if sides.encoder.is_none() && partitions.is_some() {
+            // no row left in the partitions the gap wrote, and a format that gives no schema
+            // without one: the other partitions' rows give it
+            tracing::info!(connector = %self.cfg.name, "resync: the partitions the gap wrote hold no row; reading them all");
+            sides = self.resync_sides(source, &target, buckets, ends, None).await?;
+        }
         self.state.resync = Some(progress.clone());
         self.commit().await?;
         let task = self.cfg.runtime.task_id.to_string();
@@ -303,14 +318,34 @@ impl Task {
         Ok((unit, buckets, 0))
     }
 
+    /// The partitions both sides may be restricted to ([`Source::changed_partitions`] from the
+    /// position to the target): not for a repair (its target is the position), nor where the
+    /// format cannot tell.
+    async fn gap_partitions(&mut self, source: &Arc<dyn Source>, target: &Unit) -> Option<BTreeSet<String>> {
+        let issued = self.state.issued.clone()?;
+        if self.cfg.runtime.repair || issued == target.position {
+            return None;
+        }
+        let (s, t) = (source.clone(), target.position.clone());
+        match tokio::task::spawn_blocking(move || s.changed_partitions(&issued, &t)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                tracing::info!(connector = %self.cfg.name, error = %e, "resync: the partitions the gap wrote cannot be told: reading them all");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Both sides read into runs with their payloads: the whole topic, and the table at the
-    /// target, each restricted to what this task owns.
+    /// target, each restricted to what this task owns and to `partitions` where given.
     async fn resync_sides(
         &mut self,
         source: Arc<dyn Source>,
         target: &Unit,
         buckets: u32,
         ends: Ends,
+        partitions: Option<&BTreeSet<String>>,
     ) -> Result<Sides, RuntimeError> {
         let spill = |e: std::io::Error| VerifyError::Spill(format!("{}: {e}", self.cfg.read.spill_dir.display()));
         std::fs::create_dir_all(&self.cfg.read.spill_dir).map_err(spill)?;
@@ -329,9 +364,20 @@ impl Task {
                 owner.task(ownership, tasks) == me
             }) as _
         });
+        let mut unit = target.clone();
+        let mine = match partitions {
+            None => mine,
+            Some(p) => {
+                unit.splits.retain(|s| p.contains(&s.partition));
+                let p = Arc::new(p.clone());
+                Some(Arc::new(move |key: &[u8], partition: &str| {
+                    p.contains(partition) && mine.as_ref().is_none_or(|m| m(key, partition))
+                }) as _)
+            }
+        };
         let spec = SideSpec {
             source: source.clone(),
-            unit: target.clone(),
+            unit,
             dir: dir.path().to_path_buf(),
             buckets,
             buffer: (self.cfg.read.memory_budget / 8 / buckets as usize).clamp(4096, 1 << 16),

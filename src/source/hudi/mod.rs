@@ -249,6 +249,19 @@ impl Source for HudiSource {
         }))
     }
 
+    /// From the commit metadata of the instants in between (a cleaner removes files, not it).
+    fn changed_partitions(
+        &self,
+        after: &Position,
+        target: &Position,
+    ) -> Result<Option<std::collections::BTreeSet<String>>, SourceError> {
+        if !self.info.key_fields.iter().any(|k| k == PARTITION_PATH) {
+            return Ok(None);
+        }
+        let tl = timeline::Timeline::load(&self.table)?;
+        timeline::partitions_written(&self.table.storage, &tl, after, target)
+    }
+
     fn position_of(&self, id: &str) -> Result<Position, SourceError> {
         let tl = self.timeline()?;
         match tl.get(id).filter(|i| i.is_write()) {

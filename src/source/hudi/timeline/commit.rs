@@ -1,7 +1,7 @@
 //! Commit metadata (JSON on layout 1, Avro on layout 2): the files a write touched, the table
 //! schema it wrote with, and the clean plans that say which files a clean removed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -131,6 +131,43 @@ impl CommitMetadata {
             .flatten()
             .flat_map(|(p, ids)| ids.iter().flatten().map(move |id| (p.as_str(), id.as_str())))
     }
+}
+
+/// The partitions the completed writes after `after` up to `target` (timeline order) wrote or
+/// replaced, from their commit metadata (which outlives the files a cleaner removes). `None`
+/// where that cannot be told: `after` not a completed write on `timeline` (archived, rolled
+/// back, another table), `target` not after it, a restore or rollback completed in between (it
+/// may have undone an emitted write), or no partition named at all.
+pub fn partitions_written(
+    storage: &Storage,
+    timeline: &Timeline,
+    after: &crate::source::Position,
+    target: &crate::source::Position,
+) -> Result<Option<BTreeSet<String>>, SourceError> {
+    let Some(from) = timeline.get(&after.instant).filter(|i| i.is_write()) else {
+        return Ok(None);
+    };
+    let (from, to) = (from.order_key(), target.order_key());
+    if to <= from {
+        return Ok(None);
+    }
+    let mut out = BTreeSet::new();
+    for i in timeline
+        .completed
+        .iter()
+        .filter(|i| i.order_key() > from && i.order_key() <= to)
+    {
+        match i.action.as_str() {
+            "restore" | "rollback" => return Ok(None),
+            _ if i.is_write() => {
+                let md = CommitMetadata::load(storage, &i.meta)?;
+                out.extend(md.write_stats.iter().flatten().map(|(p, _)| p.clone()));
+                out.extend(md.replaced.iter().flatten().map(|(p, _)| p.clone()));
+            }
+            _ => {}
+        }
+    }
+    Ok(Some(out).filter(|o| !o.is_empty()))
 }
 
 /// Instant metadata as JSON: Avro (a one-record container file; every layout-2 file, and clean
