@@ -150,20 +150,25 @@ def canon(row):
                       sort_keys=True, default=str)
 
 
-def test_iceberg_rollback_and_expiry_are_resynced(env, registry, tmp_path):
-    """pyiceberg writes; the connector follows. `rollback_to_snapshot` rewinds past its position,
-    later the snapshots after its position expire while it is stopped: each time it converges to
-    the current snapshot, then follows commit by commit — equal to pyiceberg's scan at every step."""
+def pyiceberg_connector(env, tmp_path):
+    """A pyiceberg table in a SQL catalog and a connector on it (keyed by its identifier field):
+    (pyiceberg test module, seed, rng, catalog, table, props, topic, columns)."""
     pytest.importorskip("pyiceberg")
     import test_iceberg_pyiceberg as pi
     import icebergkit as ik
     s = seed()
-    rng = random.Random(s)
     db, cat, tbl = pi.make_table(tmp_path)
     props, topic = ik.iceberg_props(tmp_path, env, None, **{
         "catalog.type": "sql", "catalog.uri": f"sqlite:///{db}", "table.identifier": "shop.orders"})
     props.write_text(props.read_text().replace("key.fields=id\n", ""))
-    columns = {"id", "cat", "amount", "ts", "day", "note"}
+    return pi, s, random.Random(s), cat, tbl, props, topic, {"id", "cat", "amount", "ts", "day", "note"}
+
+
+def test_iceberg_rollback_and_expiry_are_resynced(env, registry, tmp_path):
+    """pyiceberg writes; the connector follows. `rollback_to_snapshot` rewinds past its position,
+    later the snapshots after its position expire while it is stopped: each time it converges to
+    the current snapshot, then follows commit by commit — equal to pyiceberg's scan at every step."""
+    pi, s, rng, cat, tbl, props, topic, columns = pyiceberg_connector(env, tmp_path)
     replay, seen = testkit.Replay(registry), set()
 
     def step(label, expect_resync=False):
@@ -171,7 +176,7 @@ def test_iceberg_rollback_and_expiry_are_resynced(env, registry, tmp_path):
         got = new_records(consume_all(env, topic), seen)
         resynced = resync_events(got, registry)
         assert bool(resynced) == expect_resync or (expect_resync and "resync finished" in r.stderr), \
-            f"{label}: resync events {resynced[:5]}"
+            f"seed {s} {label}: resync events {resynced[:5]}\n{r.stderr[-2000:]}"
         if expect_resync:
             assert "history gap: resyncing" in r.stderr, r.stderr[-3000:]
         assert "before image left null" not in r.stderr, r.stderr[-3000:]
@@ -448,16 +453,7 @@ def test_iceberg_table_dropped_and_recreated_converges(env, registry, tmp_path):
     """The catalog's table is dropped and created again under the same identifier while the
     connector is stopped (a new table uuid, new snapshots, the same keys with other rows): it
     converges to the new table (deleting keys it lacks), then follows it commit by commit."""
-    pytest.importorskip("pyiceberg")
-    import test_iceberg_pyiceberg as pi
-    import icebergkit as ik
-    s = seed()
-    rng = random.Random(s)
-    db, cat, tbl = pi.make_table(tmp_path)
-    props, topic = ik.iceberg_props(tmp_path, env, None, **{
-        "catalog.type": "sql", "catalog.uri": f"sqlite:///{db}", "table.identifier": "shop.orders"})
-    props.write_text(props.read_text().replace("key.fields=id\n", ""))
-    columns = {"id", "cat", "amount", "ts", "day", "note"}
+    pi, s, rng, cat, tbl, props, topic, columns = pyiceberg_connector(env, tmp_path)
     replay, seen = testkit.Replay(registry), set()
     commits = pi.history(tbl, rng, 30)
     for _ in range(5):
