@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, GenerateCommand, LogFormat, OffsetsCommand};
-use lakestream::config::{load_connector, ConnectorConfig};
+use lakestream::config::{load_file, ConnectorConfig, TablesConfig, View};
 use lakestream::generate;
 use lakestream::runtime::admin::show_offsets;
+use lakestream::runtime::fleet::{Discovered, Placement};
 use lakestream::runtime::placement::{pod_of, select_tasks, Rule};
 use lakestream::runtime::verify::VerifyOptions;
 use lakestream::runtime::{run_connector, RunOptions};
@@ -30,35 +31,76 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, ExitCode> {
-    let mut out = Vec::new();
+/// The files of a command, loaded: connectors of one table, and connectors that discover their
+/// tables (`table.path.prefix`) with what their first search found.
+struct Loaded {
+    files: Vec<ConnectorConfig>,
+    fleets: Vec<Discovered>,
+}
+
+impl Loaded {
+    /// Every connector of one table: the files' and the discovered tables'.
+    fn all(&self) -> impl Iterator<Item = &ConnectorConfig> {
+        self.files
+            .iter()
+            .chain(self.fleets.iter().flat_map(|d| d.view.members.iter()))
+    }
+}
+
+fn load_files(files: &[PathBuf], task_id: u32) -> Result<Loaded, ExitCode> {
+    let mut out = Loaded {
+        files: Vec::new(),
+        fleets: Vec::new(),
+    };
     for f in files {
-        match load_connector(f, task_id) {
-            Ok(c) => out.push(c),
+        match load_file(f, task_id) {
+            Ok(lakestream::config::Loaded::Table(c)) => out.files.push(*c),
+            Ok(lakestream::config::Loaded::Tables(t)) => match Discovered::first(*t) {
+                Ok(d) => out.fleets.push(d),
+                Err(e) => {
+                    eprintln!(
+                        "error: {}: table discovery: {}",
+                        f.display(),
+                        lakestream::causes::with_causes(&e)
+                    );
+                    return Err(ExitCode::from(e.exit_code()));
+                }
+            },
             Err(e) => {
                 eprintln!("error: {e}");
                 return Err(ExitCode::from(2));
             }
         }
     }
-    for c in &out {
+    for c in out.all() {
         if let Err(e) = lakestream::sink::check_settings(&c.sink()) {
             eprintln!("error: {}: {e}", c.file.display());
             return Err(ExitCode::from(2));
         }
     }
     let mut names = std::collections::HashSet::new();
-    for c in &out {
-        if !names.insert(c.name.clone()) {
-            eprintln!(
-                "error: {}: connector name `{}` is used by two files",
-                c.file.display(),
-                c.name
-            );
+    let fleet_names = out.fleets.iter().map(|d| (&d.tables.name, &d.tables.file));
+    for (name, file) in out.all().map(|c| (&c.name, &c.file)).chain(fleet_names) {
+        if !names.insert(name.clone()) {
+            eprintln!("error: {}: connector name `{name}` is used twice", file.display());
             return Err(ExitCode::from(2));
         }
     }
     Ok(out)
+}
+
+/// A command of one table's connector (`verify`, `offsets`).
+fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, ExitCode> {
+    let loaded = load_files(files, task_id)?;
+    if let Some(t) = loaded.fleets.first().map(|d| &d.tables) {
+        eprintln!(
+            "error: {}: discovers its tables (table.path.prefix): this command takes one table's connector; \
+             `lakestream validate` prints each discovered table's settings, which a file of its own can hold",
+            t.file.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    Ok(loaded.files)
 }
 
 fn main() -> ExitCode {
@@ -72,12 +114,15 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Validate { offline, online, files } => match load_all(&files, 0) {
-            Ok(cfgs) => {
-                for c in cfgs {
-                    if let Err(code) = validate(&rt, &c, offline, online) {
+        Command::Validate { offline, online, files } => match load_files(&files, 0) {
+            Ok(loaded) => {
+                for c in &loaded.files {
+                    if let Err(code) = validate(&rt, c, offline, online) {
                         return code;
                     }
+                }
+                for d in &loaded.fleets {
+                    validate_tables(&rt, &d.tables, &d.view, offline, online);
                 }
                 ExitCode::SUCCESS
             }
@@ -131,29 +176,34 @@ fn main() -> ExitCode {
             memory_budget,
             files,
         } => {
-            let cfgs = match load_all(&files, 0) {
+            let loaded = match load_files(&files, 0) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
             let rule = Rule::of(pool);
-            let mine = select_tasks(&cfgs, task_id, replicas, rule);
-            if mine.is_empty() && (once || !pool) {
+            let mine = select_tasks(&loaded.files, task_id, replicas, rule);
+            if mine.is_empty() && loaded.fleets.is_empty() && (once || !pool) {
                 eprintln!("error: no task to run: --task-id {task_id:?} with --replicas {replicas:?} selects none of the connectors' tasks");
                 return ExitCode::from(2);
             }
-            if mine.is_empty() {
-                let tasks: u32 = cfgs.iter().map(|c| c.runtime.tasks).sum();
+            if mine.is_empty() && loaded.fleets.is_empty() {
+                let tasks: u32 = loaded.files.iter().map(|c| c.runtime.tasks).sum();
                 tracing::info!(pod = ?task_id, ?replicas, tasks, "this pod runs none of the pool's tasks: serving health and waiting");
             }
-            rt.block_on(run_all(mine, once, metrics_port, memory_budget))
+            let place = Placement {
+                ordinal: task_id,
+                replicas,
+                rule,
+            };
+            rt.block_on(run_all(mine, loaded.fleets, once, metrics_port, memory_budget, place))
         }
         Command::Assign { replicas, pool, files } => {
-            let cfgs = match load_all(&files, 0) {
+            let loaded = match load_files(&files, 0) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
             let rule = Rule::of(pool);
-            for c in &cfgs {
+            for c in loaded.all() {
                 for t in 0..c.runtime.tasks {
                     println!("{} {} {t}", pod_of(rule, &c.name, t, replicas), c.name);
                 }
@@ -199,6 +249,52 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
             eprintln!("error: {}: {e}", c.file.display());
             Err(ExitCode::from(e.exit_code()))
         }
+    }
+}
+
+/// `validate` of a discovering connector: what its prefix holds now — each table streamed (its
+/// format, topic and stream name; unless `offline`, its key, or what keeps it from streaming),
+/// each table skipped and why — then each stream's settings. A table that cannot be streamed is
+/// not an error of the connector (it is skipped when it runs, too).
+fn validate_tables(rt: &tokio::runtime::Runtime, t: &TablesConfig, view: &View, offline: bool, online: bool) {
+    println!(
+        "# {}: ok, discovering under {}: {} tables streamed, {} skipped, {} left out by the lists",
+        t.file.display(),
+        t.discovery.prefix.display(),
+        view.members.len(),
+        view.skipped.len(),
+        view.excluded
+    );
+    for m in &view.members {
+        let checked = match offline {
+            true => Ok("not opened".to_string()),
+            false => lakestream::source::open(&m.source())
+                .map_err(lakestream::runtime::RuntimeError::from)
+                .map(|s| format!("key {:?}", s.info().key_fields)),
+        };
+        let checked = match (checked, online) {
+            (Ok(key), true) => rt
+                .block_on(lakestream::runtime::admin::validate_online(m))
+                .map(|lines| format!("{key}; {}", lines.join("; "))),
+            (other, _) => other,
+        };
+        let (state, detail) = match checked {
+            Ok(d) => ("table", d),
+            Err(e) => ("skipped", lakestream::causes::with_causes(&e)),
+        };
+        println!(
+            "{state} {} ({}) -> topic {} as {}: {detail}",
+            m.table_id,
+            m.kind.name(),
+            m.kafka.topic,
+            m.name
+        );
+    }
+    for (table, why) in &view.skipped {
+        println!("skipped {table}: {why}");
+    }
+    for m in &view.members {
+        println!("\n## {}\n{}", m.name, m.describe());
     }
 }
 
@@ -290,7 +386,14 @@ fn offsets_show(file: PathBuf, task_id: u32) -> ExitCode {
     }
 }
 
-async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u16>, memory: Option<usize>) -> ExitCode {
+async fn run_all(
+    cfgs: Vec<ConnectorConfig>,
+    fleets: Vec<Discovered>,
+    once: bool,
+    metrics_port: Option<u16>,
+    memory: Option<usize>,
+    place: Placement,
+) -> ExitCode {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -305,7 +408,8 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
         let _ = tx.send(true);
     });
     let health = lakestream::health::Health::new();
-    if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.runtime.metrics_port)) {
+    let fleet_port = fleets.iter().find_map(|d| d.tables.metrics_port);
+    if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.runtime.metrics_port).or(fleet_port)) {
         let health = health.clone();
         tokio::spawn(async move {
             if let Err(e) = lakestream::health::serve(port, health).await {
@@ -329,18 +433,28 @@ async fn run_all(cfgs: Vec<ConnectorConfig>, once: bool, metrics_port: Option<u1
     let first_units = std::sync::Arc::new(lakestream::runtime::tasks::FirstUnits::default());
     let polls = std::sync::Arc::new(lakestream::runtime::polls::Polls::default());
     let instance = lakestream::runtime::state::Holder::this_process();
-    let memory = lakestream::runtime::memory::MemoryShares::new(memory, cfgs.len());
+    // a discovering connector's tables come and go: its process shares the budget as one of many
+    let members: usize = fleets.iter().map(|d| d.view.members.len().max(2)).sum();
+    let memory = lakestream::runtime::memory::MemoryShares::new(memory, cfgs.len() + members);
+    let opts_of = |shutdown: tokio::sync::watch::Receiver<bool>| RunOptions {
+        once,
+        shutdown,
+        health: health.clone(),
+        first_units: first_units.clone(),
+        cluster: std::sync::Arc::new(lakestream::sink::Kafka),
+        polls: polls.clone(),
+        instance: instance.clone(),
+        memory: memory.clone(),
+    };
+    for d in fleets {
+        let opts = opts_of(rx.clone());
+        set.spawn(async move {
+            let name = d.tables.name.clone();
+            (name, lakestream::runtime::fleet::run_tables(d, opts, place).await)
+        });
+    }
     for cfg in cfgs {
-        let opts = RunOptions {
-            once,
-            shutdown: rx.clone(),
-            health: health.clone(),
-            first_units: first_units.clone(),
-            cluster: std::sync::Arc::new(lakestream::sink::Kafka),
-            polls: polls.clone(),
-            instance: instance.clone(),
-            memory: memory.clone(),
-        };
+        let opts = opts_of(rx.clone());
         set.spawn(async move {
             let name = cfg.name.clone();
             (name, run_connector(cfg, opts).await)

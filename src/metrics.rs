@@ -284,6 +284,18 @@ metric!(
         REGISTRY
     )
 );
+metric!(TABLES, GaugeVec, register_gauge_vec_with_registry!(
+    "lakestream_tables", "Tables of a discovering connector (table.path.prefix) by state: streaming (on this process), skipped (another format, a topic collision, a key or format it cannot read), dropped (gone since it streamed), failed", &["connector", "state"], REGISTRY));
+metric!(
+    DISCOVERIES,
+    IntCounterVec,
+    register_int_counter_vec_with_registry!(
+        "lakestream_discovery_runs_total",
+        "Searches of a discovering connector's prefix, by outcome (ok, error)",
+        &["connector", "outcome"],
+        REGISTRY
+    )
+);
 metric!(TASK_STATE, GaugeVec, register_gauge_vec_with_registry!(
     "lakestream_task_state", "1 for the task's current state (running, recovering, failed, stopped; as /connectors/<name>/status), 0 for the others", &["connector", "task", "state"], REGISTRY));
 metric!(
@@ -540,6 +552,9 @@ pub fn init_task(connector: &str, task: &str) {
     LAG_SECONDS.with_label_values(&[c, task]).set(0.0);
     PENDING_UNITS.with_label_values(&[c]).set(0.0);
 }
+
+/// The states of [`TABLES`].
+pub const TABLE_STATES: &[&str] = &["streaming", "skipped", "dropped", "failed"];
 
 pub const TASK_STATES: &[&str] = &["running", "recovering", "failed", "stopped"];
 

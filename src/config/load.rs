@@ -2,7 +2,7 @@
 //! the settings (the table, the registry and storage, reading, events, transactions and outages,
 //! tasks) read by a function of its own, so a key's rules sit in one place.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::values::Validator;
@@ -12,11 +12,12 @@ use super::{
     TableLocation, TaskOwnership, TimeMode, TxnBoundary,
 };
 
-/// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
-pub fn load_connector(file: &Path, task_id: u32) -> Result<ConnectorConfig, ConfigError> {
-    let props = Properties::load(file)?;
-    let v = Validator { props: &props };
+/// Parse and validate the properties of a connector of one table (a file's, or a discovered
+/// table's: the template's, completed by `discovery`). `task_id` comes from the command line /
+/// `TASK_ID`.
+pub(super) fn load_props(props: Properties, task_id: u32) -> Result<ConnectorConfig, ConfigError> {
     known_keys(&props)?;
+    let v = Validator { props: &props };
     let kind = connector_class(&v)?;
     let name = v.required("name", "the connector's unique name")?;
     if name.is_empty() || name.chars().any(|c| c.is_whitespace()) {
@@ -180,7 +181,7 @@ fn runtime(v: &Validator, task_id: u32) -> Result<RuntimeConfig, ConfigError> {
     })
 }
 
-fn known_keys(props: &Properties) -> Result<(), ConfigError> {
+pub(super) fn known_keys(props: &Properties) -> Result<(), ConfigError> {
     match props.entries.iter().find(|(key, _)| !keys::is_known(key)) {
         Some((key, (_, line))) => Err(ConfigError::UnknownKey {
             file: props.file.clone(),
@@ -192,7 +193,7 @@ fn known_keys(props: &Properties) -> Result<(), ConfigError> {
     }
 }
 
-fn connector_class(v: &Validator) -> Result<ConnectorKind, ConfigError> {
+pub(super) fn connector_class(v: &Validator) -> Result<ConnectorKind, ConfigError> {
     match v
         .required("connector.class", "hudi, iceberg or delta")?
         .to_ascii_lowercase()
@@ -218,7 +219,7 @@ struct Table {
 
 /// The keys of the other formats, refused with the format they belong to (the key table says
 /// which classes accept each key).
-fn foreign_keys(v: &Validator, kind: ConnectorKind) -> Result<(), ConfigError> {
+pub(super) fn foreign_keys(v: &Validator, kind: ConnectorKind) -> Result<(), ConfigError> {
     match keys::foreign_key(kind, |k| v.get(k).is_some()) {
         Some((k, why)) => Err(v.invalid(k, why)),
         None => Ok(()),
@@ -285,7 +286,7 @@ fn registry(v: &Validator) -> Result<RegistryOptions, ConfigError> {
     })
 }
 
-fn storage(v: &Validator) -> Result<crate::storage::StorageOptions, ConfigError> {
+pub(super) fn storage(v: &Validator) -> Result<crate::storage::StorageOptions, ConfigError> {
     Ok(crate::storage::StorageOptions {
         s3_endpoint: v.get("s3.endpoint"),
         s3_region: v.get("s3.region"),
@@ -370,7 +371,13 @@ fn auto_bool(v: &Validator, key: &str) -> Result<Option<bool>, ConfigError> {
 /// `column.exclude.list`: Debezium's comma-separated regular expressions, each matching whole
 /// column names.
 fn column_exclude(v: &Validator) -> Result<Option<regex::Regex>, ConfigError> {
-    let Some(list) = v.get("column.exclude.list") else {
+    regex_list(v, "column.exclude.list")
+}
+
+/// A key holding Debezium's comma-separated regular expressions, as one expression matching a
+/// whole name that one of them matches (`None`: the key is not set).
+pub(super) fn regex_list(v: &Validator, key: &str) -> Result<Option<regex::Regex>, ConfigError> {
+    let Some(list) = v.get(key) else {
         return Ok(None);
     };
     let parts: Vec<String> = list
@@ -381,7 +388,7 @@ fn column_exclude(v: &Validator) -> Result<Option<regex::Regex>, ConfigError> {
         .collect();
     regex::Regex::new(&format!("^(?:{})$", parts.join("|")))
         .map(Some)
-        .map_err(|e| v.invalid("column.exclude.list", format!("not a list of regular expressions: {e}")))
+        .map_err(|e| v.invalid(key, format!("not a list of regular expressions: {e}")))
 }
 
 fn retry_timeout(v: &Validator) -> Result<Option<Duration>, ConfigError> {
@@ -407,7 +414,7 @@ fn memory_budget(v: &Validator) -> Result<usize, ConfigError> {
     }
 }
 
-fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
+pub(super) fn parse_table_path(raw: &str) -> Result<PathBuf, String> {
     let p = local_path(raw)?;
     if !crate::storage::is_remote(&p) && !p.is_dir() {
         return Err(format!("`{}` is not a directory", p.display()));

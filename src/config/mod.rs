@@ -5,6 +5,7 @@
 
 mod checks;
 mod delta;
+mod discovery;
 mod iceberg;
 mod keys;
 mod load;
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use delta::{DeltaOptions, DeltaStart};
+pub use discovery::{load_connector, load_file, Discovery, Found, Loaded, TablesConfig, View};
 pub use iceberg::{IcebergOptions, StartingStrategy, TableLocation};
 pub use keys::{is_secret_key, Formats, KEYS};
 pub use sections::{SinkSettings, SourceSettings};
@@ -351,7 +353,6 @@ impl ConnectorConfig {
     }
 }
 
-pub use load::load_connector;
 use load::local_path;
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::ConfigError;
 
 /// A parsed, placeholder-resolved properties file: key → (value, line).
+#[derive(Clone)]
 pub struct Properties {
     pub file: PathBuf,
     pub entries: BTreeMap<String, (String, usize)>,

@@ -13,6 +13,7 @@ pub mod admin;
 mod error;
 pub use error::RuntimeError;
 mod emit;
+pub mod fleet;
 mod head;
 mod headroom;
 pub mod memory;

@@ -18,6 +18,7 @@ pub mod positions;
 pub mod rows;
 pub mod sides;
 
+pub mod discover;
 mod error;
 pub use error::{CatalogFailure, SourceError};
 

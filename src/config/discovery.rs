@@ -1,0 +1,361 @@
+//! A connector that streams every table it discovers (issue 61): `table.path.prefix` names where
+//! tables are looked for, `table.include.list` / `table.exclude.list` (Debezium's names:
+//! comma-separated regular expressions, each matching a whole `namespace.table`) which of them are
+//! streamed, and `topic.prefix` where each one's events go (Debezium's rule:
+//! `<topic.prefix>.<namespace>.<table>`).
+//!
+//! The rest of the file is a template: each table found becomes a **member**, the connector file
+//! that table would have had — the same keys, less the ones its format does not take, plus its
+//! `connector.class`, `table.path`, `topic` and the member's name `<name>/<namespace>.<table>`,
+//! which keeps its offsets records, transactional ids, placement, status and metric series its
+//! own — loaded by the very code that loads a file. Nothing here does I/O: finding tables is the
+//! source's (`source::discover`), running members the runtime's. A file is read here
+//! ([`load_file`]), which tells the two kinds apart and hands a file of one table to `load`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::load::load_props;
+use super::values::Validator;
+use super::{keys, ConfigError, ConnectorConfig, ConnectorKind, Properties};
+
+/// The keys that make a connector discover its tables, and that no member keeps.
+pub const DISCOVERY_KEYS: &[&str] = &[
+    "table.path.prefix",
+    "table.include.list",
+    "table.exclude.list",
+    "topic.prefix",
+    "table.discovery.interval",
+    "table.discovery.depth",
+];
+
+/// Keys that name one table: a discovering connector names none.
+const ONE_TABLE_KEYS: &[&str] = &["table.path", "topic", "table.identifier", "catalog.type"];
+
+/// Where tables are looked for and which are streamed.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    /// `table.path.prefix`: the directory (or object-store prefix) searched.
+    pub prefix: PathBuf,
+    /// `table.discovery.depth`: directory levels under the prefix searched for tables.
+    pub depth: u32,
+    /// `table.discovery.interval`: how often the prefix is searched again.
+    pub interval: Duration,
+    include: Option<regex::Regex>,
+    exclude: Option<regex::Regex>,
+    /// `connector.class`, where set: only tables of this format.
+    pub only: Option<ConnectorKind>,
+    topic_prefix: String,
+}
+
+/// A table discovery found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub kind: ConnectorKind,
+    /// The directories between the prefix and the table (a Spark warehouse's `.db` dropped), or
+    /// `default` for a table directly under the prefix.
+    pub namespace: Vec<String>,
+    pub table: String,
+    /// The table's root (where `.hoodie/`, `_delta_log/` or `metadata/` is).
+    pub path: PathBuf,
+}
+
+impl Found {
+    /// `namespace.table`, the name the include and exclude lists match.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.namespace.join("."), self.table)
+    }
+}
+
+/// A discovering connector, as loaded: its name, where it looks, and the template its members
+/// are derived from.
+#[derive(Clone)]
+pub struct TablesConfig {
+    pub file: PathBuf,
+    pub name: String,
+    pub discovery: Discovery,
+    /// Object-store settings for the prefix (the members' own, too).
+    pub storage: crate::storage::StorageOptions,
+    /// `metrics.port`, where set.
+    pub metrics_port: Option<u16>,
+    props: Properties,
+    task_id: u32,
+}
+
+impl std::fmt::Debug for TablesConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TablesConfig")
+            .field("name", &self.name)
+            .field("file", &self.file)
+            .field("prefix", &self.discovery.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one round of discovery means for a connector: the members to stream, and the tables
+/// found but not streamed, with why.
+#[derive(Debug, Default)]
+pub struct View {
+    pub members: Vec<ConnectorConfig>,
+    /// (table, reason): another format than `connector.class`, a topic that collides, a member
+    /// the template cannot be made into.
+    pub skipped: Vec<(String, String)>,
+    /// Tables the include or exclude list leaves out.
+    pub excluded: usize,
+}
+
+/// A connector file, loaded: one table, or a connector that discovers its tables.
+pub enum Loaded {
+    Table(Box<ConnectorConfig>),
+    Tables(Box<TablesConfig>),
+}
+
+/// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
+pub fn load_file(file: &std::path::Path, task_id: u32) -> Result<Loaded, ConfigError> {
+    let props = Properties::load(file)?;
+    if props.entries.contains_key("table.path.prefix") {
+        return load(props, task_id).map(|t| Loaded::Tables(Box::new(t)));
+    }
+    if let Some((k, (_, line))) = props.entries.iter().find(|(k, _)| DISCOVERY_KEYS.contains(&k.as_str())) {
+        return Err(ConfigError::Invalid {
+            file: props.file.clone(),
+            line: *line,
+            key: k.clone(),
+            message: "is a setting of table discovery; set table.path.prefix too, or remove it".into(),
+        });
+    }
+    load_props(props, task_id).map(|c| Loaded::Table(Box::new(c)))
+}
+
+/// [`load_file`] of a file that names one table (a discovering file is refused, naming the key).
+pub fn load_connector(file: &std::path::Path, task_id: u32) -> Result<ConnectorConfig, ConfigError> {
+    match load_file(file, task_id)? {
+        Loaded::Table(c) => Ok(*c),
+        Loaded::Tables(t) => Err(ConfigError::Invalid {
+            file: t.file.clone(),
+            line: t.props.entries.get("table.path.prefix").map(|(_, l)| *l).unwrap_or(0),
+            key: "table.path.prefix".into(),
+            message: "this command takes a connector of one table".into(),
+        }),
+    }
+}
+
+/// The discovery settings of a file that has `table.path.prefix`; the template checked by
+/// deriving a member of each format it may find (so a value wrong for every table stops the start
+/// with exit 2, naming its line, rather than skipping every table; a key only some tables need,
+/// such as Delta's `key.fields`, skips the tables that lack it).
+fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
+    super::load::known_keys(&props)?;
+    let v = Validator { props: &props };
+    for key in ONE_TABLE_KEYS {
+        if v.get(key).is_some() {
+            return Err(v.invalid(
+                key,
+                "a connector that discovers its tables (table.path.prefix) names no table: each found table's \
+                 location and topic (topic.prefix) are derived; remove it"
+                    .into(),
+            ));
+        }
+    }
+    if v.get("verify.interval").is_some() {
+        return Err(v.invalid(
+            "verify.interval",
+            "not yet with table discovery: run `lakestream verify` on a discovered table's own settings \
+             (`lakestream validate` prints them)"
+                .into(),
+        ));
+    }
+    let name = v.required("name", "the connector's unique name")?;
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err(v.invalid(
+            "name",
+            "must be non-empty and contain no whitespace or `/` (a discovered table's stream is named `<name>/<namespace>.<table>`)"
+                .into(),
+        ));
+    }
+    let only = match v.get("connector.class") {
+        Some(_) => Some(super::load::connector_class(&v)?),
+        None => None,
+    };
+    if let Some(kind) = only {
+        // one format only: a key of another is a mistake, as in a file of one table
+        super::load::foreign_keys(&v, kind)?;
+    }
+    let prefix = super::load::parse_table_path(&v.required("table.path.prefix", "where tables are looked for")?)
+        .map_err(|m| v.invalid("table.path.prefix", m))?;
+    let (include, exclude) = (
+        super::load::regex_list(&v, "table.include.list")?,
+        super::load::regex_list(&v, "table.exclude.list")?,
+    );
+    if include.is_some() && exclude.is_some() {
+        return Err(v.invalid(
+            "table.exclude.list",
+            "set with table.include.list: use one of the two (as Debezium)".into(),
+        ));
+    }
+    let topic_prefix = v.required(
+        "topic.prefix",
+        "each discovered table's topic is `<topic.prefix>.<namespace>.<table>`",
+    )?;
+    super::checks::topic_name(&v, "topic.prefix", topic_prefix.clone())?;
+    let discovery = Discovery {
+        prefix: prefix.clone(),
+        depth: v.u64_in("table.discovery.depth", 3, 1..=16)? as u32,
+        interval: v.duration_or("table.discovery.interval", Duration::from_secs(60))?,
+        include,
+        exclude,
+        only,
+        topic_prefix,
+    };
+    let storage = super::load::storage(&v)?;
+    let metrics_port = v
+        .get("metrics.port")
+        .map(|_| v.u64_in("metrics.port", 0, 1..=65_535))
+        .transpose()?
+        .map(|p| p as u16);
+    let t = TablesConfig {
+        file: props.file.clone(),
+        name,
+        discovery,
+        storage,
+        metrics_port,
+        props,
+        task_id,
+    };
+    for kind in [ConnectorKind::Hudi, ConnectorKind::Iceberg, ConnectorKind::Delta] {
+        if t.discovery.only.is_none_or(|o| o == kind) {
+            let probe = Found {
+                kind,
+                namespace: vec!["default".into()],
+                table: "probe".into(),
+                path: prefix.clone(),
+            };
+            match t.member(&probe) {
+                // a key some tables need (Delta's key.fields): those tables are skipped, saying so
+                Ok(_) | Err(ConfigError::Missing { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(t)
+}
+
+impl TablesConfig {
+    /// Whether the include and exclude lists stream a table.
+    pub fn streams(&self, qualified: &str) -> bool {
+        let d = &self.discovery;
+        d.include.as_ref().is_none_or(|r| r.is_match(qualified))
+            && !d.exclude.as_ref().is_some_and(|r| r.is_match(qualified))
+    }
+
+    /// A table's topic: `<topic.prefix>.<namespace>.<table>`, each character Kafka refuses
+    /// replaced by `_` (Debezium's rule).
+    pub fn topic_for(&self, found: &Found) -> String {
+        let raw = format!("{}.{}", self.discovery.topic_prefix, found.qualified());
+        raw.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    }
+
+    /// The member's name: `<name>/<namespace>.<table>`.
+    pub fn member_name(&self, found: &Found) -> String {
+        format!("{}/{}", self.name, found.qualified())
+    }
+
+    /// The file this table would have had, loaded as one.
+    pub fn member(&self, found: &Found) -> Result<ConnectorConfig, ConfigError> {
+        let line = self
+            .props
+            .entries
+            .get("table.path.prefix")
+            .map(|(_, l)| *l)
+            .unwrap_or(0);
+        let mut props = self.props.clone();
+        props.entries.retain(|k, _| {
+            !DISCOVERY_KEYS.contains(&k.as_str()) && keys::foreign_key(found.kind, |key| key == k).is_none()
+        });
+        let path = found.path.display().to_string();
+        for (k, v) in [
+            ("connector.class", found.kind.name().to_string()),
+            ("name", self.member_name(found)),
+            ("table.path", path),
+            ("topic", self.topic_for(found)),
+        ] {
+            props.entries.insert(k.into(), (v, line));
+        }
+        load_props(props, self.task_id)
+    }
+
+    /// The members of what discovery found: the tables the lists stream, of the format
+    /// `connector.class` names, each with a topic of its own. Two tables whose topics Kafka would
+    /// take for one (equal once `.` and `_` are made alike) are refused, naming both: at the
+    /// first discovery (`running` is `None`) that stops the start (exit 2); later, against the
+    /// members already streaming, the newcomer is skipped instead.
+    pub fn view(&self, found: &[Found], running: Option<&[ConnectorConfig]>) -> Result<View, ConfigError> {
+        let mut view = View::default();
+        // Kafka's name for a topic → (its topic, the member writing it, whether it streams already)
+        let mut topics: std::collections::BTreeMap<String, (String, String, bool)> = running
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                (
+                    m.kafka.topic.replace('.', "_"),
+                    (m.kafka.topic.clone(), m.name.clone(), true),
+                )
+            })
+            .collect();
+        let mut sorted: Vec<&Found> = found.iter().collect();
+        sorted.sort_by_key(|f| f.qualified());
+        for f in sorted {
+            let q = f.qualified();
+            if !self.streams(&q) {
+                view.excluded += 1;
+                continue;
+            }
+            if let Some(only) = self.discovery.only.filter(|o| *o != f.kind) {
+                let why = format!(
+                    "a {} table; this connector is connector.class={}",
+                    f.kind.title(),
+                    only.name()
+                );
+                view.skipped.push((q, why));
+                continue;
+            }
+            let (topic, name) = (self.topic_for(f), self.member_name(f));
+            if topic.len() > 249 {
+                view.skipped
+                    .push((q, format!("its topic `{topic}` is longer than Kafka's 249 characters")));
+                continue;
+            }
+            let norm = topic.replace('.', "_");
+            // a member already streaming is found again; anything else there is another table
+            if let Some((other, owner, _)) = topics.get(&norm).filter(|(_, owner, was)| !*was || *owner != name) {
+                let owner = owner.strip_prefix(&format!("{}/", self.name)).unwrap_or(owner);
+                let message = format!(
+                    "table `{q}` would write topic `{topic}`, which Kafka takes for `{other}` of table `{owner}` \
+                     (`.` and `_` collide); leave one of them out (table.exclude.list)"
+                );
+                if running.is_none() {
+                    return Err(Validator { props: &self.props }.invalid("topic.prefix", message));
+                }
+                view.skipped.push((q, message));
+                continue;
+            }
+            topics.insert(norm, (topic, name, false));
+            match self.member(f) {
+                Ok(m) => view.members.push(m),
+                Err(e) => view.skipped.push((q, e.to_string())),
+            }
+        }
+        Ok(view)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! A discovering connector at run time (issue 61): every table its prefix holds streams as a
+//! member — a connector of its own in all but the file (`config::TablesConfig::member`), run by
+//! the same task loop — and the prefix is searched again every `table.discovery.interval`: a
+//! table that appears starts streaming (its start strategy applies), a table that is gone stops
+//! its stream (its offsets kept: were it to come back, it resumes where it stood).
+//!
+//! A member that cannot be streamed for what it is — its format or its key unsupported, its
+//! settings not fitting it (the failure's kind is `Unsupported` or `Config`) — is skipped, named
+//! and counted, never fatal to the others. Any other failure stops that member loudly (its status
+//! `FAILED`, the error logged) while the others go on, and the process's exit code says it when
+//! it ends: never 0 over a table that was not read.
+//!
+//! Each pod of a pool runs the members' tasks that the rendezvous placement gives it, decided
+//! from the member's own name, as for connectors of their own files.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::placement::{select_tasks, Rule};
+use super::{run_connector, RunOptions, RuntimeError};
+use crate::config::{ConnectorConfig, Found, TablesConfig, View};
+use crate::error::ErrorKind;
+use crate::metrics;
+use crate::source::discover::Known;
+use crate::storage::Storage;
+
+/// Which tasks this process runs (the `run` flags).
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub ordinal: Option<u32>,
+    pub replicas: Option<u32>,
+    pub rule: Rule,
+}
+
+/// How a member's task ended: the member's name and the task's result.
+type MemberEnd = (String, Result<(), RuntimeError>);
+
+/// A member streaming here: its config (task 0), the stop of its tasks and how many still run.
+struct Streaming {
+    cfg: ConnectorConfig,
+    stop: watch::Sender<bool>,
+    tasks: usize,
+    /// Dropped from the view: its tasks were asked to stop.
+    dropped: bool,
+}
+
+/// The prefix's storage handle, its requests counted under the connector's name.
+pub fn storage_of(t: &TablesConfig) -> Storage {
+    let name = t.name.clone();
+    let requests = crate::storage::requests::Requests::new(move |op| {
+        metrics::STORAGE_REQUESTS.with_label_values(&[name.as_str(), op.label()])
+    });
+    Storage::with_requests(t.storage.clone(), requests)
+}
+
+/// One search of the prefix, and what it means against the members streaming (`None`: the first).
+pub fn search(
+    t: &TablesConfig,
+    storage: &Storage,
+    known: &mut Known,
+    running: Option<&[ConnectorConfig]>,
+) -> Result<(Vec<Found>, View), RuntimeError> {
+    let found = crate::source::discover::discover(&t.discovery, storage, known);
+    let outcome = if found.is_ok() { "ok" } else { "error" };
+    metrics::DISCOVERIES.with_label_values(&[&t.name, outcome]).inc();
+    let found = found?;
+    let view = t.view(&found, running)?;
+    Ok((found, view))
+}
+
+/// A discovering connector and what its first search found (at start, before anything runs: a
+/// collision or a prefix that cannot be listed stops the start).
+pub struct Discovered {
+    pub tables: TablesConfig,
+    pub view: View,
+    found: Vec<Found>,
+    known: Known,
+}
+
+impl Discovered {
+    pub fn first(tables: TablesConfig) -> Result<Self, RuntimeError> {
+        let mut known = Known::new();
+        let (found, view) = search(&tables, &storage_of(&tables), &mut known, None)?;
+        Ok(Discovered {
+            tables,
+            view,
+            found,
+            known,
+        })
+    }
+}
+
+/// Stream the members of the first search's view and of every later search, until the process
+/// shuts down (or, `--once`, until the first view's members caught up).
+pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -> Result<(), RuntimeError> {
+    let Discovered {
+        tables: t,
+        view: first,
+        found,
+        known,
+    } = first;
+    let storage = storage_of(&t);
+    let known = std::sync::Arc::new(parking_lot::Mutex::new(known));
+    let mut fleet = Fleet {
+        t: &t,
+        opts: opts.clone(),
+        place,
+        streaming: BTreeMap::new(),
+        found: BTreeMap::new(),
+        set: JoinSet::new(),
+        skipped: BTreeMap::new(),
+        done: Default::default(),
+        failed: 0,
+        dropped: 0,
+        worst: None,
+    };
+    fleet.apply(first, found);
+    let mut shutdown = opts.shutdown.clone();
+    let mut tick = tokio::time::interval(t.discovery.interval);
+    tick.tick().await;
+    loop {
+        fleet.gauges();
+        if fleet.set.is_empty() && opts.once {
+            break;
+        }
+        tokio::select! {
+            joined = fleet.set.join_next(), if !fleet.set.is_empty() => fleet.ended(joined, &storage).await,
+            _ = tick.tick(), if !opts.once => {
+                let running: Vec<ConnectorConfig> = fleet.streaming.values().filter(|s| !s.dropped).map(|s| s.cfg.clone()).collect();
+                let (tc, st, kn) = (t.clone(), storage.clone(), known.clone());
+                match tokio::task::spawn_blocking(move || search(&tc, &st, &mut kn.lock(), Some(&running))).await {
+                    Ok(Ok((found, view))) => fleet.apply(view, found),
+                    Ok(Err(e)) => tracing::warn!(connector = %t.name, error = %crate::causes::with_causes(&e), "table discovery failed: the tables found before stream on; searching again at the next interval"),
+                    Err(e) => tracing::error!(connector = %t.name, error = %e, "table discovery panicked"),
+                }
+            }
+            _ = shutdown.changed() => {
+                for s in fleet.streaming.values() {
+                    let _ = s.stop.send(true);
+                }
+                while let Some(joined) = fleet.set.join_next().await {
+                    fleet.ended(Some(joined), &storage).await;
+                }
+                break;
+            }
+        }
+    }
+    fleet.gauges();
+    match fleet.worst {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+struct Fleet<'a> {
+    t: &'a TablesConfig,
+    opts: RunOptions,
+    place: Placement,
+    streaming: BTreeMap<String, Streaming>,
+    /// Where each member's table was found (to tell a dropped table from a failed one).
+    found: BTreeMap<String, Found>,
+    set: JoinSet<MemberEnd>,
+    /// Tables not streamed, by qualified name, with why (kept for the gauges and logged once).
+    skipped: BTreeMap<String, String>,
+    /// Members skipped or failed once they ran, by name: not started again until the process
+    /// restarts.
+    done: std::collections::HashSet<String>,
+    failed: usize,
+    dropped: usize,
+    worst: Option<RuntimeError>,
+}
+
+impl Fleet<'_> {
+    /// Start the view's new members and stop those it no longer has.
+    fn apply(&mut self, view: View, found: Vec<Found>) {
+        for f in found {
+            self.found.insert(self.t.member_name(&f), f);
+        }
+        for (table, why) in view.skipped {
+            if self.skipped.insert(table.clone(), why.clone()).is_none() {
+                tracing::warn!(connector = %self.t.name, %table, reason = %why, "table skipped");
+            }
+        }
+        let names: std::collections::HashSet<String> = view.members.iter().map(|m| m.name.clone()).collect();
+        for (name, s) in self
+            .streaming
+            .iter_mut()
+            .filter(|(n, s)| !names.contains(*n) && !s.dropped)
+        {
+            tracing::warn!(connector = %self.t.name, member = %name, "table dropped or renamed: its stream stops, its offsets kept");
+            s.dropped = true;
+            self.dropped += 1;
+            let _ = s.stop.send(true);
+        }
+        for m in view.members {
+            if self.streaming.contains_key(&m.name) || self.done.contains(&m.name) {
+                continue;
+            }
+            self.start(m);
+        }
+    }
+
+    fn start(&mut self, m: ConnectorConfig) {
+        let mine = select_tasks(
+            std::slice::from_ref(&m),
+            self.place.ordinal,
+            self.place.replicas,
+            self.place.rule,
+        );
+        if mine.is_empty() {
+            return;
+        }
+        tracing::info!(connector = %self.t.name, member = %m.name, topic = %m.kafka.topic, tasks = mine.len(), "table streaming");
+        let (stop, rx) = watch::channel(false);
+        for cfg in &mine {
+            let mut opts = self.opts.clone();
+            opts.shutdown = rx.clone();
+            let (cfg, name) = (cfg.clone(), m.name.clone());
+            self.set.spawn(async move { (name, run_connector(cfg, opts).await) });
+        }
+        let tasks = mine.len();
+        self.streaming.insert(
+            m.name.clone(),
+            Streaming {
+                cfg: m,
+                stop,
+                tasks,
+                dropped: false,
+            },
+        );
+    }
+
+    /// A member's task ended: a table gone or dropped stops quietly; one that cannot be streamed
+    /// is skipped; any other failure is the member's, kept for the exit code.
+    async fn ended(&mut self, joined: Option<Result<MemberEnd, tokio::task::JoinError>>, storage: &Storage) {
+        let (name, res) = match joined {
+            Some(Ok(x)) => x,
+            // a bug: the process's own handling of a panic (exit 1) applies
+            Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Some(Err(_)) | None => return,
+        };
+        let Some(s) = self.streaming.get_mut(&name) else {
+            return;
+        };
+        s.tasks -= 1;
+        let dropped = s.dropped;
+        if s.tasks == 0 {
+            self.streaming.remove(&name);
+        }
+        let e = match res {
+            Err(e) if e.kind() != ErrorKind::Stopped => e,
+            _ => return,
+        };
+        let gone = match self.found.get(&name) {
+            Some(f) => {
+                let (f, st) = (f.clone(), storage.clone());
+                !tokio::task::spawn_blocking(move || crate::source::discover::exists(&f, &st))
+                    .await
+                    .unwrap_or(true)
+            }
+            None => false,
+        };
+        let text = crate::causes::with_causes(&e);
+        if dropped || gone {
+            if !dropped {
+                self.dropped += 1;
+                tracing::warn!(connector = %self.t.name, member = %name, error = %text, "table dropped: its stream stops, its offsets kept");
+            }
+            if let Some(s) = self.streaming.get_mut(&name) {
+                s.dropped = true;
+                let _ = s.stop.send(true);
+            }
+            return;
+        }
+        // the member's other tasks stop too: a table is streamed whole or not at all
+        if let Some(s) = self.streaming.get_mut(&name) {
+            let _ = s.stop.send(true);
+        }
+        if self.done.insert(name.clone()) {
+            let table = name
+                .strip_prefix(&format!("{}/", self.t.name))
+                .unwrap_or(&name)
+                .to_string();
+            if matches!(e.kind(), ErrorKind::Config | ErrorKind::Unsupported) {
+                tracing::warn!(connector = %self.t.name, %table, reason = %text, "table skipped: it cannot be streamed as it is");
+                self.skipped.insert(table, text);
+            } else {
+                tracing::error!(connector = %self.t.name, member = %name, error = %text, "table failed: its stream stopped");
+                self.failed += 1;
+                self.worst.get_or_insert(e);
+            }
+        }
+    }
+
+    fn gauges(&self) {
+        let streaming = self.streaming.values().filter(|s| !s.dropped).count();
+        for (state, n) in [
+            ("streaming", streaming),
+            ("skipped", self.skipped.len()),
+            ("dropped", self.dropped),
+            ("failed", self.failed),
+        ] {
+            metrics::TABLES.with_label_values(&[&self.t.name, state]).set(n as f64);
+        }
+    }
+}
