@@ -47,28 +47,37 @@ impl Loaded {
     }
 }
 
-fn load_files(files: &[PathBuf], task_id: u32) -> Result<Loaded, ExitCode> {
+/// `search`: whether discovering connectors search their prefix (`validate --offline` does not).
+fn load_files(files: &[PathBuf], task_id: u32, search: bool) -> Result<Loaded, ExitCode> {
     let mut out = Loaded {
         files: Vec::new(),
         fleets: Vec::new(),
     };
     for f in files {
-        match load_file(f, task_id) {
-            Ok(lakestream::config::Loaded::Table(c)) => out.files.push(*c),
-            Ok(lakestream::config::Loaded::Tables(t)) => match Discovered::first(*t) {
-                Ok(d) => out.fleets.push(d),
-                Err(e) => {
-                    eprintln!(
-                        "error: {}: table discovery: {}",
-                        f.display(),
-                        lakestream::causes::with_causes(&e)
-                    );
-                    return Err(ExitCode::from(e.exit_code()));
-                }
-            },
+        let t = match load_file(f, task_id) {
+            Ok(lakestream::config::Loaded::Table(c)) => {
+                out.files.push(*c);
+                continue;
+            }
+            Ok(lakestream::config::Loaded::Tables(t)) => *t,
             Err(e) => {
                 eprintln!("error: {e}");
                 return Err(ExitCode::from(2));
+            }
+        };
+        if !search {
+            out.fleets.push(Discovered::unsearched(t));
+            continue;
+        }
+        match Discovered::first(t) {
+            Ok(d) => out.fleets.push(d),
+            Err(e) => {
+                eprintln!(
+                    "error: {}: table discovery: {}",
+                    f.display(),
+                    lakestream::causes::with_causes(&e)
+                );
+                return Err(ExitCode::from(e.exit_code()));
             }
         }
     }
@@ -91,7 +100,7 @@ fn load_files(files: &[PathBuf], task_id: u32) -> Result<Loaded, ExitCode> {
 
 /// A command of one table's connector (`verify`, `offsets`).
 fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, ExitCode> {
-    let loaded = load_files(files, task_id)?;
+    let loaded = load_files(files, task_id, false)?;
     if let Some(t) = loaded.fleets.first().map(|d| &d.tables) {
         eprintln!(
             "error: {}: discovers its tables (table.path.prefix): this command takes one table's connector; \
@@ -114,7 +123,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Validate { offline, online, files } => match load_files(&files, 0) {
+        Command::Validate { offline, online, files } => match load_files(&files, 0, !offline) {
             Ok(loaded) => {
                 for c in &loaded.files {
                     if let Err(code) = validate(&rt, c, offline, online) {
@@ -176,7 +185,7 @@ fn main() -> ExitCode {
             memory_budget,
             files,
         } => {
-            let loaded = match load_files(&files, 0) {
+            let loaded = match load_files(&files, 0, true) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -193,17 +202,23 @@ fn main() -> ExitCode {
             let place = Placement {
                 ordinal: task_id,
                 replicas,
-                rule,
             };
             rt.block_on(run_all(mine, loaded.fleets, once, metrics_port, memory_budget, place))
         }
         Command::Assign { replicas, pool, files } => {
-            let loaded = match load_files(&files, 0) {
+            let loaded = match load_files(&files, 0, true) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
             let rule = Rule::of(pool);
-            for c in loaded.all() {
+            let members = loaded.fleets.iter().flat_map(|d| d.view.members.iter());
+            // a discovered table's tasks are always placed by rendezvous (see runtime::fleet)
+            let placed = loaded
+                .files
+                .iter()
+                .map(|c| (c, rule))
+                .chain(members.map(|c| (c, Rule::Pool)));
+            for (c, rule) in placed {
                 for t in 0..c.runtime.tasks {
                     println!("{} {} {t}", pod_of(rule, &c.name, t, replicas), c.name);
                 }
@@ -252,11 +267,19 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
     }
 }
 
-/// `validate` of a discovering connector: what its prefix holds now — each table streamed (its
-/// format, topic and stream name; unless `offline`, its key, or what keeps it from streaming),
+/// `validate` of a discovering connector: what its prefix holds now (`offline`: not searched) —
+/// each table streamed (its format, topic and stream name, its key, or what keeps it from streaming),
 /// each table skipped and why — then each stream's settings. A table that cannot be streamed is
 /// not an error of the connector (it is skipped when it runs, too).
 fn validate_tables(rt: &tokio::runtime::Runtime, t: &TablesConfig, view: &View, offline: bool, online: bool) {
+    if offline {
+        println!(
+            "# {}: ok, discovering under {} (not searched)",
+            t.file.display(),
+            t.discovery.prefix.display()
+        );
+        return;
+    }
     println!(
         "# {}: ok, discovering under {}: {} tables streamed, {} skipped, {} left out by the lists",
         t.file.display(),
@@ -266,12 +289,9 @@ fn validate_tables(rt: &tokio::runtime::Runtime, t: &TablesConfig, view: &View, 
         view.excluded
     );
     for m in &view.members {
-        let checked = match offline {
-            true => Ok("not opened".to_string()),
-            false => lakestream::source::open(&m.source())
-                .map_err(lakestream::runtime::RuntimeError::from)
-                .map(|s| format!("key {:?}", s.info().key_fields)),
-        };
+        let checked = lakestream::source::open(&m.source())
+            .map_err(lakestream::runtime::RuntimeError::from)
+            .map(|s| format!("key {:?}", s.info().key_fields));
         let checked = match (checked, online) {
             (Ok(key), true) => rt
                 .block_on(lakestream::runtime::admin::validate_online(m))

@@ -402,3 +402,23 @@ def test_alert_rules_use_exported_metrics(helm, tmp_path):
     exported = set(re.findall(r'"(lakestream_[a-z_]+)"', (testkit.REPO / "src" / "metrics.rs").read_text()))
     assert used == {"lakestream_verify_mismatched_keys", "lakestream_verify_last_success_timestamp_seconds"}, used
     assert used <= exported
+
+
+def test_a_connector_that_discovers_its_tables_renders_and_validates(helm, tmp_path):
+    """A `table.path.prefix` connector needs no connector.class or topic, and its pods are not
+    counted against tasks.max (each table found has its own tasks); its file validates."""
+    lake = {"name": "lake", "table.path.prefix": "s3://lake/warehouse", "topic.prefix": "lake",
+            "table.include.list": "sales\\..*", "bootstrap.servers": "kafka:9092",
+            "schema.registry.url": "http://registry:8081"}
+    for values in [{"connectors": {"lake": lake}},
+                   {"connectors": {"lake": lake, **MINIMAL["connectors"]}, "statefulSetPerConnector": False, "replicas": 3}]:
+        _, docs = render(helm, tmp_path, values)
+        maps = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-connectors")]
+        bodies = [body for cm in maps for body in cm["data"].values() if "table.path.prefix" in body]
+        assert len(bodies) == 1, maps
+        f = tmp_path / "lake.properties"
+        f.write_text(bodies[0])
+        r = subprocess.run([str(testkit.BIN), "validate", "--offline", str(f)], capture_output=True, text=True)
+        assert r.returncode == 0 and "discovering under s3://lake/warehouse (not searched)" in r.stdout, r.stdout + r.stderr
+    bad = {"connectors": {"lake": {k: v for k, v in lake.items() if k != "topic.prefix"}}}
+    assert helm_template(helm, tmp_path, bad).returncode != 0

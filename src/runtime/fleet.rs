@@ -10,8 +10,9 @@
 //! `FAILED`, the error logged) while the others go on, and the process's exit code says it when
 //! it ends: never 0 over a table that was not read.
 //!
-//! Each pod of a pool runs the members' tasks that the rendezvous placement gives it, decided
-//! from the member's own name, as for connectors of their own files.
+//! Each pod runs the members' tasks that the rendezvous placement gives it, decided from the
+//! member's own name (as for connectors of their own files in a pool; with or without `--pool`:
+//! under the modulo rule every table's task 0 would land on pod 0).
 
 use std::collections::BTreeMap;
 
@@ -31,7 +32,6 @@ use crate::storage::Storage;
 pub struct Placement {
     pub ordinal: Option<u32>,
     pub replicas: Option<u32>,
-    pub rule: Rule,
 }
 
 /// How a member's task ended: the member's name and the task's result.
@@ -80,6 +80,16 @@ pub struct Discovered {
 }
 
 impl Discovered {
+    /// Not searched (`validate --offline`): no table.
+    pub fn unsearched(tables: TablesConfig) -> Self {
+        Discovered {
+            tables,
+            view: View::default(),
+            found: Vec::new(),
+            known: Known::new(),
+        }
+    }
+
     pub fn first(tables: TablesConfig) -> Result<Self, RuntimeError> {
         let mut known = Known::new();
         let (found, view) = search(&tables, &storage_of(&tables), &mut known, None)?;
@@ -203,11 +213,12 @@ impl Fleet<'_> {
     }
 
     fn start(&mut self, m: ConnectorConfig) {
+        // rendezvous whatever the rule: under modulo every table's task 0 would land on pod 0
         let mine = select_tasks(
             std::slice::from_ref(&m),
             self.place.ordinal,
             self.place.replicas,
-            self.place.rule,
+            Rule::Pool,
         );
         if mine.is_empty() {
             return;

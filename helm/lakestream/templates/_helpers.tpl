@@ -79,14 +79,18 @@ connector by default, else one for all. */}}
 {{- range (include "lakestream.workloads" . | fromJsonArray) -}}
 {{- $w := . -}}
 {{- $all := 0 -}}
+{{- $discovering := false -}}
 {{- range $id, $props := $w.connectors -}}
 {{- $tasks := int (toString (default "1" (get $props "tasks.max"))) -}}
 {{- $all = add $all $tasks -}}
-{{- if and $.Values.statefulSetPerConnector (gt (int $w.replicas) $tasks) -}}
+{{- /* a connector that discovers its tables has tasks.max tasks per table found: not known here */ -}}
+{{- if hasKey $props "table.path.prefix" -}}
+{{- $discovering = true -}}
+{{- else if and $.Values.statefulSetPerConnector (gt (int $w.replicas) $tasks) -}}
 {{- fail (printf "replicas (%d) > tasks.max (%d) of connector %s: pods beyond tasks.max would have no task and fail; raise tasks.max or lower replicas" (int $w.replicas) $tasks $id) -}}
 {{- end -}}
 {{- end -}}
-{{- if and (not $.Values.statefulSetPerConnector) (gt (int $w.replicas) (int $all)) -}}
+{{- if and (not $.Values.statefulSetPerConnector) (not $discovering) (gt (int $w.replicas) (int $all)) -}}
 {{- fail (printf "replicas (%d) > the pool's tasks (%d, the sum of its connectors' tasks.max): pods beyond them would idle; lower replicas" (int $w.replicas) (int $all)) -}}
 {{- end -}}
 {{- end -}}
