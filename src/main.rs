@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, GenerateCommand, LogFormat, OffsetsCommand};
-use lakestream::config::{load_file, ConnectorConfig, TablesConfig, View};
+use lakestream::config::{load_file, ConnectorConfig};
 use lakestream::generate;
 use lakestream::runtime::admin::show_offsets;
 use lakestream::runtime::fleet::{Discovered, Placement};
@@ -131,7 +131,15 @@ fn main() -> ExitCode {
                     }
                 }
                 for d in &loaded.fleets {
-                    validate_tables(&rt, &d.tables, &d.view, offline, online);
+                    let lines = match offline {
+                        true => vec![format!(
+                            "# {}: ok, discovering under {} (not searched)",
+                            d.tables.file.display(),
+                            d.tables.discovery.prefix.display()
+                        )],
+                        false => rt.block_on(lakestream::runtime::admin::validate_tables(d, online)),
+                    };
+                    println!("{}", lines.join("\n"));
                 }
                 ExitCode::SUCCESS
             }
@@ -264,57 +272,6 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
             eprintln!("error: {}: {e}", c.file.display());
             Err(ExitCode::from(e.exit_code()))
         }
-    }
-}
-
-/// `validate` of a discovering connector: what its prefix holds now (`offline`: not searched) —
-/// each table streamed (its format, topic and stream name, its key, or what keeps it from streaming),
-/// each table skipped and why — then each stream's settings. A table that cannot be streamed is
-/// not an error of the connector (it is skipped when it runs, too).
-fn validate_tables(rt: &tokio::runtime::Runtime, t: &TablesConfig, view: &View, offline: bool, online: bool) {
-    if offline {
-        println!(
-            "# {}: ok, discovering under {} (not searched)",
-            t.file.display(),
-            t.discovery.prefix.display()
-        );
-        return;
-    }
-    println!(
-        "# {}: ok, discovering under {}: {} tables streamed, {} skipped, {} left out by the lists",
-        t.file.display(),
-        t.discovery.prefix.display(),
-        view.members.len(),
-        view.skipped.len(),
-        view.excluded
-    );
-    for m in &view.members {
-        let checked = lakestream::source::open(&m.source())
-            .map_err(lakestream::runtime::RuntimeError::from)
-            .map(|s| format!("key {:?}", s.info().key_fields));
-        let checked = match (checked, online) {
-            (Ok(key), true) => rt
-                .block_on(lakestream::runtime::admin::validate_online(m))
-                .map(|lines| format!("{key}; {}", lines.join("; "))),
-            (other, _) => other,
-        };
-        let (state, detail) = match checked {
-            Ok(d) => ("table", d),
-            Err(e) => ("skipped", lakestream::causes::with_causes(&e)),
-        };
-        println!(
-            "{state} {} ({}) -> topic {} as {}: {detail}",
-            m.table_id,
-            m.kind.name(),
-            m.kafka.topic,
-            m.name
-        );
-    }
-    for (table, why) in &view.skipped {
-        println!("skipped {table}: {why}");
-    }
-    for m in &view.members {
-        println!("\n## {}\n{}", m.name, m.describe());
     }
 }
 

@@ -140,6 +140,55 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
     ))
 }
 
+/// `validate` of a discovering connector: what its prefix holds now — each table streamed (its
+/// format, topic and stream name, its key, or what keeps it from streaming; `online`: also what
+/// [`validate_online`] finds of it), each table skipped and why — then each stream's settings as
+/// `key = value` lines (a file of its own for `verify` and `offsets`). A table that cannot be
+/// streamed is not an error of the connector: it is skipped when it runs, too.
+pub async fn validate_tables(d: &super::fleet::Discovered, online: bool) -> Vec<String> {
+    let (t, view) = (&d.tables, &d.view);
+    let mut out = vec![format!(
+        "# {}: ok, discovering under {}: {} tables streamed, {} skipped, {} left out by the lists",
+        t.file.display(),
+        t.discovery.prefix.display(),
+        view.members.len(),
+        view.skipped.len(),
+        view.excluded
+    )];
+    for m in &view.members {
+        let mut checked = crate::source::open(&m.source())
+            .map_err(RuntimeError::from)
+            .map(|s| format!("key {:?}", s.info().key_fields));
+        if let (Ok(key), true) = (&checked, online) {
+            checked = validate_online(m)
+                .await
+                .map(|lines| format!("{key}; {}", lines.join("; ")));
+        }
+        let (state, detail) = match checked {
+            Ok(d) => ("table", d),
+            Err(e) => ("skipped", crate::causes::with_causes(&e)),
+        };
+        out.push(format!(
+            "{state} {} ({}) -> topic {} as {}: {detail}",
+            m.table_id,
+            m.kind.name(),
+            m.kafka.topic,
+            m.name
+        ));
+    }
+    out.extend(
+        view.skipped
+            .iter()
+            .map(|(table, why)| format!("skipped {table}: {why}")),
+    );
+    out.extend(
+        view.members
+            .iter()
+            .map(|m| format!("\n## {}\n{}", m.name, m.describe())),
+    );
+    out
+}
+
 /// `validate --online`: reach the table, Kafka (the topics, the stored position) and the
 /// Schema Registry with the connector's settings, and say what is there.
 pub async fn validate_online(cfg: &ConnectorConfig) -> Result<Vec<String>, RuntimeError> {
