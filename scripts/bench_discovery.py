@@ -64,6 +64,7 @@ def main():
     cat = SqlCatalog("default", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=f"file://{root}")
     cat.create_namespace("ice")
     schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "v", LongType()), identifier_field_ids=[1])
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.int64())])
     first_delta = None
     for k in range(n):
         if k % 3 == 0:
@@ -72,7 +73,7 @@ def main():
             first_delta = first_delta or p
         elif k % 3 == 1:
             t = cat.create_table(f"ice.t{k:04d}", schema=schema)
-            t.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": pa.array([k] * 3, pa.int64())}))
+            t.append(pa.Table.from_pylist([{"id": i, "v": k} for i in (1, 2, 3)], schema=arrow))
         else:
             hudi(root / "hu.db" / f"t{k:04d}")
     print(f"{n} tables written in {time.time() - t0:.0f} s", flush=True)
