@@ -262,7 +262,14 @@ impl Fleet<'_> {
         }
         let e = match res {
             Err(e) if e.kind() != ErrorKind::Stopped => e,
-            _ => return,
+            _ => {
+                // ended of itself (its read.end-commit / end-snapshot-id / ending-version reached):
+                // not started again by the next search
+                if !dropped && !*self.opts.shutdown.borrow() {
+                    self.done.insert(name);
+                }
+                return;
+            }
         };
         let gone = match self.found.get(&name) {
             Some(f) => {
