@@ -95,6 +95,9 @@ pub enum Command {
     /// 3 when they differ (the report names the keys).
     Verify {
         file: PathBuf,
+        /// A table of a connector that discovers its tables: its `namespace.table`.
+        #[arg(long)]
+        table: Option<String>,
         /// A commit at or before the connector's position (Hudi instant, Iceberg snapshot id).
         #[arg(long)]
         at: Option<String>,
@@ -122,6 +125,9 @@ pub enum OffsetsCommand {
     /// Print the stored offsets of a connector as JSON.
     Show {
         file: PathBuf,
+        /// A table of a connector that discovers its tables: its `namespace.table`.
+        #[arg(long)]
+        table: Option<String>,
         #[arg(long, env = "TASK_ID", default_value_t = 0)]
         task_id: u32,
     },
@@ -129,6 +135,9 @@ pub enum OffsetsCommand {
     /// start strategy. Fences every task of the connector: stop it first.
     Reset {
         file: PathBuf,
+        /// A table of a connector that discovers its tables: its `namespace.table`.
+        #[arg(long)]
+        table: Option<String>,
         /// Required: a running task of the connector is fenced (and exits).
         #[arg(long)]
         force: bool,
@@ -137,6 +146,9 @@ pub enum OffsetsCommand {
     /// run emits what follows it. Fences every task of the connector: stop it first.
     Set {
         file: PathBuf,
+        /// A table of a connector that discovers its tables: its `namespace.table`.
+        #[arg(long)]
+        table: Option<String>,
         /// A completed Hudi write instant (requested time).
         #[arg(long, conflicts_with = "snapshot", required_unless_present = "snapshot")]
         instant: Option<String>,

@@ -2,19 +2,20 @@
 //! `lakestream::alloc`).
 
 mod cli;
+mod loading;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use cli::{Cli, Command, GenerateCommand, LogFormat, OffsetsCommand};
-use lakestream::config::{load_file, ConnectorConfig};
+use lakestream::config::ConnectorConfig;
 use lakestream::generate;
 use lakestream::runtime::admin::show_offsets;
 use lakestream::runtime::fleet::{Discovered, Placement};
 use lakestream::runtime::placement::{pod_of, select_tasks, Rule};
 use lakestream::runtime::verify::VerifyOptions;
 use lakestream::runtime::{run_connector, RunOptions};
+use loading::{load_files, load_one};
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -29,87 +30,6 @@ fn init_logging(format: LogFormat) {
         LogFormat::Json => b.json().init(),
         LogFormat::Text => b.init(),
     }
-}
-
-/// The files of a command, loaded: connectors of one table, and connectors that discover their
-/// tables (`table.path.prefix`) with what their first search found.
-struct Loaded {
-    files: Vec<ConnectorConfig>,
-    fleets: Vec<Discovered>,
-}
-
-impl Loaded {
-    /// Every connector of one table: the files' and the discovered tables'.
-    fn all(&self) -> impl Iterator<Item = &ConnectorConfig> {
-        self.files
-            .iter()
-            .chain(self.fleets.iter().flat_map(|d| d.view.members.iter()))
-    }
-}
-
-/// `search`: whether discovering connectors search their prefix (`validate --offline` does not).
-fn load_files(files: &[PathBuf], task_id: u32, search: bool) -> Result<Loaded, ExitCode> {
-    let mut out = Loaded {
-        files: Vec::new(),
-        fleets: Vec::new(),
-    };
-    for f in files {
-        let t = match load_file(f, task_id) {
-            Ok(lakestream::config::Loaded::Table(c)) => {
-                out.files.push(*c);
-                continue;
-            }
-            Ok(lakestream::config::Loaded::Tables(t)) => *t,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return Err(ExitCode::from(2));
-            }
-        };
-        if !search {
-            out.fleets.push(Discovered::unsearched(t));
-            continue;
-        }
-        match Discovered::first(t) {
-            Ok(d) => out.fleets.push(d),
-            Err(e) => {
-                eprintln!(
-                    "error: {}: table discovery: {}",
-                    f.display(),
-                    lakestream::causes::with_causes(&e)
-                );
-                return Err(ExitCode::from(e.exit_code()));
-            }
-        }
-    }
-    for c in out.all() {
-        if let Err(e) = lakestream::sink::check_settings(&c.sink()) {
-            eprintln!("error: {}: {e}", c.file.display());
-            return Err(ExitCode::from(2));
-        }
-    }
-    let mut names = std::collections::HashSet::new();
-    let fleet_names = out.fleets.iter().map(|d| (&d.tables.name, &d.tables.file));
-    for (name, file) in out.all().map(|c| (&c.name, &c.file)).chain(fleet_names) {
-        if !names.insert(name.clone()) {
-            eprintln!("error: {}: connector name `{name}` is used twice", file.display());
-            return Err(ExitCode::from(2));
-        }
-    }
-    Ok(out)
-}
-
-/// A command of one table's connector (`verify`, `offsets`).
-fn load_all(files: &[PathBuf], task_id: u32) -> Result<Vec<ConnectorConfig>, ExitCode> {
-    let loaded = load_files(files, task_id, false)?;
-    if let Some(t) = loaded.fleets.first().map(|d| &d.tables) {
-        eprintln!(
-            "error: {}: discovers its tables (table.path.prefix): this command takes one table's connector; \
-             `lakestream validate` prints each discovered table's settings, which a file of its own can hold",
-            t.file.display()
-        );
-        return Err(ExitCode::from(2));
-    }
-    Ok(loaded.files)
 }
 
 fn main() -> ExitCode {
@@ -133,9 +53,9 @@ fn main() -> ExitCode {
                 for d in &loaded.fleets {
                     let lines = match offline {
                         true => vec![format!(
-                            "# {}: ok, discovering under {} (not searched)",
+                            "# {}: ok, discovering in {} (not searched)",
                             d.tables.file.display(),
-                            d.tables.discovery.prefix.display()
+                            d.tables.discovery.search.describe()
                         )],
                         false => rt.block_on(lakestream::runtime::admin::validate_tables(d, online)),
                     };
@@ -146,35 +66,38 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Offsets {
-            action: OffsetsCommand::Show { file, task_id },
-        } => offsets_show(file, task_id),
+            action: OffsetsCommand::Show { file, table, task_id },
+        } => offsets_show(load_one(&file, task_id, table.as_deref())),
         Command::Offsets {
-            action: OffsetsCommand::Reset { file, force },
-        } => offsets_admin(&rt, file, |c| {
+            action: OffsetsCommand::Reset { file, table, force },
+        } => offsets_admin(&rt, load_one(&file, 0, table.as_deref()), |c| {
             Box::pin(async move { lakestream::runtime::admin::reset(&c, force).await })
         }),
         Command::Offsets {
             action:
                 OffsetsCommand::Set {
                     file,
+                    table,
                     instant,
                     snapshot,
                     force,
                 },
-        } => offsets_admin(&rt, file, |c| {
+        } => offsets_admin(&rt, load_one(&file, 0, table.as_deref()), |c| {
             let id = instant.or(snapshot).unwrap_or_default();
             Box::pin(async move { lakestream::runtime::admin::set(&c, &id, force).await })
         }),
         Command::Verify {
             file,
+            table,
             at,
             json,
             examples,
-            repair: false,
-        } => verify(&rt, file, VerifyOptions { at, examples }, json),
-        Command::Verify {
-            file, json, examples, ..
-        } => repair(&rt, file, examples, json),
+            repair,
+        } => match (load_one(&file, 0, table.as_deref()), repair) {
+            (Err(code), _) => code,
+            (Ok(cfg), false) => verify(&rt, cfg, VerifyOptions { at, examples }, json),
+            (Ok(cfg), true) => self::repair(&rt, cfg, examples, json),
+        },
         Command::Generate {
             format: GenerateCommand::Hudi(opts),
         } => match generate::hudi(&opts) {
@@ -276,11 +199,7 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
 }
 
 /// `verify`: the report on stdout; exit 0 equal, 3 different, else the failure's code.
-fn verify(rt: &tokio::runtime::Runtime, file: PathBuf, opts: VerifyOptions, json: bool) -> ExitCode {
-    let cfg = match load_all(&[file], 0) {
-        Ok(mut c) => c.remove(0),
-        Err(code) => return code,
-    };
+fn verify(rt: &tokio::runtime::Runtime, cfg: ConnectorConfig, opts: VerifyOptions, json: bool) -> ExitCode {
     match rt.block_on(lakestream::runtime::verify::verify(&cfg, &opts)) {
         Ok(report) => {
             if json {
@@ -300,11 +219,7 @@ fn verify(rt: &tokio::runtime::Runtime, file: PathBuf, opts: VerifyOptions, json
 /// `verify --repair`: the report before and, after a repair, the one after; exit 0 when the topic
 /// replays to the table (events published twice stay in its log: counted, harmless to the
 /// replay), 3 when it does not.
-fn repair(rt: &tokio::runtime::Runtime, file: PathBuf, examples: usize, json: bool) -> ExitCode {
-    let cfg = match load_all(&[file], 0) {
-        Ok(mut c) => c.remove(0),
-        Err(code) => return code,
-    };
+fn repair(rt: &tokio::runtime::Runtime, cfg: ConnectorConfig, examples: usize, json: bool) -> ExitCode {
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let opts = RunOptions {
         once: true,
@@ -346,9 +261,9 @@ fn repair(rt: &tokio::runtime::Runtime, file: PathBuf, examples: usize, json: bo
 }
 
 /// `offsets show`: the task's stored offsets, as JSON.
-fn offsets_show(file: PathBuf, task_id: u32) -> ExitCode {
-    let cfg = match load_all(&[file], task_id) {
-        Ok(mut c) => c.remove(0),
+fn offsets_show(cfg: Result<ConnectorConfig, ExitCode>) -> ExitCode {
+    let cfg = match cfg {
+        Ok(c) => c,
         Err(code) => return code,
     };
     match show_offsets(&cfg) {
@@ -471,11 +386,11 @@ type AdminFuture =
 /// `offsets reset|set`: load the file, run the command, print what it did.
 fn offsets_admin(
     rt: &tokio::runtime::Runtime,
-    file: PathBuf,
+    cfg: Result<ConnectorConfig, ExitCode>,
     f: impl FnOnce(lakestream::config::ConnectorConfig) -> AdminFuture,
 ) -> ExitCode {
-    let cfg = match load_all(&[file], 0) {
-        Ok(mut c) => c.remove(0),
+    let cfg = match cfg {
+        Ok(c) => c,
         Err(code) => return code,
     };
     match rt.block_on(f(cfg)) {

@@ -285,13 +285,13 @@ metric!(
     )
 );
 metric!(TABLES, GaugeVec, register_gauge_vec_with_registry!(
-    "lakestream_tables", "Tables of a discovering connector (table.path.prefix) by state: streaming (on this process), skipped (another format, a topic collision, a key or format it cannot read), dropped (gone since it streamed), failed", &["connector", "state"], REGISTRY));
+    "lakestream_tables", "Tables of a discovering connector (a prefix or a catalog) by state: streaming (on this process), skipped (another format, a topic collision, a key or format it cannot read), dropped (gone since it streamed), failed", &["connector", "state"], REGISTRY));
 metric!(
     DISCOVERIES,
     IntCounterVec,
     register_int_counter_vec_with_registry!(
         "lakestream_discovery_runs_total",
-        "Searches of a discovering connector's prefix, by outcome (ok, error)",
+        "Searches of a discovering connector's prefix or catalog, by outcome (ok, error)",
         &["connector", "outcome"],
         REGISTRY
     )

@@ -162,6 +162,11 @@ impl Storage {
         self.inner.requests.count(op, 1);
     }
 
+    /// One request to the table's catalog, counted with the storage requests (`op="catalog"`).
+    pub fn count_catalog(&self) {
+        self.count(Op::Catalog);
+    }
+
     /// Whether S3 requests are signed with credentials a catalog vended.
     pub fn has_vended(&self) -> bool {
         self.inner.vended.lock().unwrap_or_else(|e| e.into_inner()).is_some()

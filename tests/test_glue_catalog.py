@@ -38,8 +38,7 @@ def moto(**env_extra):
     return proc, f"http://127.0.0.1:{port}"
 
 
-@pytest.fixture(scope="module")
-def aws():
+def moto_glue_and_s3():
     """(Glue endpoint, S3 endpoint, access key id, secret): Glue on a moto that authenticates from
     its fourth request on (an IAM user with an allow-all policy is made first, three requests)."""
     glue, glue_endpoint = moto(INITIAL_NO_AUTH_ACTION_COUNT="3")
@@ -54,6 +53,11 @@ def aws():
     for proc in (glue, s3):
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def aws():
+    yield from moto_glue_and_s3()
 
 
 def s3_props(endpoint, key_id, secret):

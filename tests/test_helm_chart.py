@@ -405,8 +405,9 @@ def test_alert_rules_use_exported_metrics(helm, tmp_path):
 
 
 def test_a_connector_that_discovers_its_tables_renders_and_validates(helm, tmp_path):
-    """A `table.path.prefix` connector needs no connector.class or topic, and its pods are not
-    counted against tasks.max (each table found has its own tasks); its file validates."""
+    """A `table.path.prefix` connector, or one of a catalog's tables, needs no connector.class or
+    topic, and its pods are not counted against tasks.max (each table found has its own tasks);
+    its file validates."""
     lake = {"name": "lake", "table.path.prefix": "s3://lake/warehouse", "topic.prefix": "lake",
             "table.include.list": "sales\\..*", "bootstrap.servers": "kafka:9092",
             "schema.registry.url": "http://registry:8081"}
@@ -419,6 +420,14 @@ def test_a_connector_that_discovers_its_tables_renders_and_validates(helm, tmp_p
         f = tmp_path / "lake.properties"
         f.write_text(bodies[0])
         r = subprocess.run([str(testkit.BIN), "validate", "--offline", str(f)], capture_output=True, text=True)
-        assert r.returncode == 0 and "discovering under s3://lake/warehouse (not searched)" in r.stdout, r.stdout + r.stderr
+        assert r.returncode == 0 and "discovering in s3://lake/warehouse (not searched)" in r.stdout, r.stdout + r.stderr
     bad = {"connectors": {"lake": {k: v for k, v in lake.items() if k != "topic.prefix"}}}
     assert helm_template(helm, tmp_path, bad).returncode != 0
+    # the tables of a catalog: catalog.type with topic.prefix, no table.identifier
+    glue = {**{k: v for k, v in lake.items() if k != "table.path.prefix"}, "catalog.type": "glue",
+            "catalog.region": "eu-west-1"}
+    _, docs = render(helm, tmp_path, {"connectors": {"glue": glue}, "replicas": 2})
+    (body,) = [b for d in docs if d["kind"] == "ConfigMap" for b in d["data"].values() if "catalog.type" in b]
+    f.write_text(body)
+    r = subprocess.run([str(testkit.BIN), "validate", "--offline", str(f)], capture_output=True, text=True)
+    assert r.returncode == 0 and "discovering in Glue eu-west-1" in r.stdout, r.stdout + r.stderr

@@ -1,12 +1,16 @@
-//! A connector that streams every table it discovers (issue 61): `table.path.prefix` names where
-//! tables are looked for, `table.include.list` / `table.exclude.list` (Debezium's names:
-//! comma-separated regular expressions, each matching a whole `namespace.table`) which of them are
-//! streamed, and `topic.prefix` where each one's events go (Debezium's rule:
-//! `<topic.prefix>.<namespace>.<table>`).
+//! A connector that streams every table it discovers (issue 61): `table.path.prefix` (tables found
+//! by listing storage) or `catalog.type` with its catalog's keys and no `table.identifier` (the
+//! tables an Iceberg REST or SQL catalog holds, or the Iceberg, Hudi and Delta tables of an AWS
+//! Glue catalog) names where tables are looked for, `table.include.list` / `table.exclude.list`
+//! (Debezium's names: comma-separated regular expressions, each matching a whole
+//! `namespace.table`) which of them are streamed, and `topic.prefix` where each one's events go
+//! (Debezium's rule: `<topic.prefix>.<namespace>.<table>`). A file with `table.path.prefix` or
+//! `topic.prefix` is a discovering one.
 //!
 //! The rest of the file is a template: each table found becomes a **member**, the connector file
 //! that table would have had — the same keys, less the ones its format does not take, plus its
-//! `connector.class`, `table.path`, `topic` and the member's name `<name>/<namespace>.<table>`,
+//! `connector.class`, `table.path` (or, for an Iceberg table a catalog names,
+//! `table.identifier`), `topic` and the member's name `<name>/<namespace>.<table>`,
 //! which keeps its offsets records, transactional ids, placement, status and metric series its
 //! own — loaded by the very code that loads a file. Nothing here does I/O: finding tables is the
 //! source's (`source::discover`), running members the runtime's. A file is read here
@@ -17,7 +21,7 @@ use std::time::Duration;
 
 use super::load::load_props;
 use super::values::Validator;
-use super::{keys, ConfigError, ConnectorConfig, ConnectorKind, Properties};
+use super::{keys, Catalog, ConfigError, ConnectorConfig, ConnectorKind, Properties};
 
 /// The keys that make a connector discover its tables, and that no member keeps.
 pub const DISCOVERY_KEYS: &[&str] = &[
@@ -30,16 +34,34 @@ pub const DISCOVERY_KEYS: &[&str] = &[
 ];
 
 /// Keys that name one table: a discovering connector names none.
-const ONE_TABLE_KEYS: &[&str] = &["table.path", "topic", "table.identifier", "catalog.type"];
+const ONE_TABLE_KEYS: &[&str] = &["table.path", "topic", "table.identifier"];
+
+/// Where tables are looked for.
+#[derive(Debug, Clone)]
+pub enum Search {
+    /// `table.path.prefix`: the directory (or object-store prefix) listed, `table.discovery.depth`
+    /// directory levels down.
+    Prefix { prefix: PathBuf, depth: u32 },
+    /// `catalog.type`: the tables of a catalog, `depth` namespace levels down (a REST catalog's
+    /// nested namespaces; Glue and SQL catalogs have one level).
+    Catalog { catalog: Catalog, depth: u32 },
+}
+
+impl Search {
+    /// Where, for logs and `validate`: the prefix, or the catalog.
+    pub fn describe(&self) -> String {
+        match self {
+            Search::Prefix { prefix, .. } => prefix.display().to_string(),
+            Search::Catalog { catalog, .. } => catalog.summary(),
+        }
+    }
+}
 
 /// Where tables are looked for and which are streamed.
 #[derive(Debug, Clone)]
 pub struct Discovery {
-    /// `table.path.prefix`: the directory (or object-store prefix) searched.
-    pub prefix: PathBuf,
-    /// `table.discovery.depth`: directory levels under the prefix searched for tables.
-    pub depth: u32,
-    /// `table.discovery.interval`: how often the prefix is searched again.
+    pub search: Search,
+    /// `table.discovery.interval`: how often tables are looked for again.
     pub interval: Duration,
     include: Option<regex::Regex>,
     exclude: Option<regex::Regex>,
@@ -56,8 +78,9 @@ pub struct Found {
     /// `default` for a table directly under the prefix.
     pub namespace: Vec<String>,
     pub table: String,
-    /// The table's root (where `.hoodie/`, `_delta_log/` or `metadata/` is).
-    pub path: PathBuf,
+    /// The table's root (where `.hoodie/`, `_delta_log/` or `metadata/` is); `None` for an
+    /// Iceberg table its catalog names (its member takes `table.identifier`, the catalog's keys).
+    pub path: Option<PathBuf>,
 }
 
 impl Found {
@@ -87,7 +110,7 @@ impl std::fmt::Debug for TablesConfig {
         f.debug_struct("TablesConfig")
             .field("name", &self.name)
             .field("file", &self.file)
-            .field("prefix", &self.discovery.prefix)
+            .field("search", &self.discovery.search)
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +136,10 @@ pub enum Loaded {
 /// Parse and validate one connector file. `task_id` comes from the command line / `TASK_ID`.
 pub fn load_file(file: &std::path::Path, task_id: u32) -> Result<Loaded, ConfigError> {
     let props = Properties::load(file)?;
-    if props.entries.contains_key("table.path.prefix") {
+    if ["table.path.prefix", "topic.prefix"]
+        .iter()
+        .any(|k| props.entries.contains_key(*k))
+    {
         return load(props, task_id).map(|t| Loaded::Tables(Box::new(t)));
     }
     if let Some((k, (_, line))) = props.entries.iter().find(|(k, _)| DISCOVERY_KEYS.contains(&k.as_str())) {
@@ -121,7 +147,9 @@ pub fn load_file(file: &std::path::Path, task_id: u32) -> Result<Loaded, ConfigE
             file: props.file.clone(),
             line: *line,
             key: k.clone(),
-            message: "is a setting of table discovery; set table.path.prefix too, or remove it".into(),
+            message: "is a setting of table discovery; set topic.prefix and table.path.prefix (or catalog.type) \
+                      too, or remove it"
+                .into(),
         });
     }
     load_props(props, task_id).map(|c| Loaded::Table(Box::new(c)))
@@ -133,14 +161,14 @@ pub fn load_connector(file: &std::path::Path, task_id: u32) -> Result<ConnectorC
         Loaded::Table(c) => Ok(*c),
         Loaded::Tables(t) => Err(ConfigError::Invalid {
             file: t.file.clone(),
-            line: t.props.entries.get("table.path.prefix").map(|(_, l)| *l).unwrap_or(0),
-            key: "table.path.prefix".into(),
+            line: t.props.entries.get("topic.prefix").map(|(_, l)| *l).unwrap_or(0),
+            key: "topic.prefix".into(),
             message: "this command takes a connector of one table".into(),
         }),
     }
 }
 
-/// The discovery settings of a file that has `table.path.prefix`; the template checked by
+/// The discovery settings of a file that has `table.path.prefix` or `topic.prefix`; the template checked by
 /// deriving a member of each format it may find (so a value wrong for every table stops the start
 /// with exit 2, naming its line, rather than skipping every table; a key only some tables need,
 /// such as Delta's `key.fields`, skips the tables that lack it).
@@ -151,8 +179,8 @@ fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
         if v.get(key).is_some() {
             return Err(v.invalid(
                 key,
-                "a connector that discovers its tables (table.path.prefix) names no table: each found table's \
-                 location and topic (topic.prefix) are derived; remove it"
+                "a connector that discovers its tables (topic.prefix) names no table: each found table's \
+                 location and topic are derived; remove it (or topic.prefix, for a connector of one table)"
                     .into(),
             ));
         }
@@ -178,11 +206,13 @@ fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
         None => None,
     };
     if let Some(kind) = only {
-        // one format only: a key of another is a mistake, as in a file of one table
-        super::load::foreign_keys(&v, kind)?;
+        // one format only: a key of another is a mistake, as in a file of one table (a catalog's
+        // keys say where Hudi and Delta tables are found, too)
+        if let Some((k, why)) = keys::foreign_key(kind, |k| !k.starts_with("catalog.") && v.get(k).is_some()) {
+            return Err(v.invalid(k, why));
+        }
     }
-    let prefix = super::load::parse_table_path(&v.required("table.path.prefix", "where tables are looked for")?)
-        .map_err(|m| v.invalid("table.path.prefix", m))?;
+    let search = search(&v, only)?;
     let (include, exclude) = (
         super::load::regex_list(&v, "table.include.list")?,
         super::load::regex_list(&v, "table.exclude.list")?,
@@ -199,8 +229,7 @@ fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
     )?;
     super::checks::topic_name(&v, "topic.prefix", topic_prefix.clone())?;
     let discovery = Discovery {
-        prefix: prefix.clone(),
-        depth: v.u64_in("table.discovery.depth", 3, 1..=16)? as u32,
+        search,
         interval: v.duration_or("table.discovery.interval", Duration::from_secs(60))?,
         include,
         exclude,
@@ -222,13 +251,20 @@ fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
         props,
         task_id,
     };
-    for kind in [ConnectorKind::Hudi, ConnectorKind::Iceberg, ConnectorKind::Delta] {
+    for kind in t.formats() {
         if t.discovery.only.is_none_or(|o| o == kind) {
+            // a member of each format the search may find; any existing directory stands in for
+            // a table's (its files are not read here)
+            let path = match &t.discovery.search {
+                Search::Prefix { prefix, .. } => Some(prefix.clone()),
+                Search::Catalog { .. } if kind == ConnectorKind::Iceberg => None,
+                Search::Catalog { .. } => Some(std::env::temp_dir()),
+            };
             let probe = Found {
                 kind,
                 namespace: vec!["default".into()],
                 table: "probe".into(),
-                path: prefix.clone(),
+                path,
             };
             match t.member(&probe) {
                 // a key some tables need (Delta's key.fields): those tables are skipped, saying so
@@ -240,7 +276,66 @@ fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
     Ok(t)
 }
 
+/// Where a discovering connector looks: `table.path.prefix`, or the catalog `catalog.type` names
+/// (its keys as for one Iceberg table, less `table.identifier`).
+fn search(v: &Validator<'_>, only: Option<ConnectorKind>) -> Result<Search, ConfigError> {
+    let catalog = super::iceberg::catalog(v)?;
+    let depth = |default| v.u64_in("table.discovery.depth", default, 1..=16).map(|d| d as u32);
+    match (v.get("table.path.prefix"), catalog) {
+        (Some(_), Some(c)) => Err(v.invalid(
+            "catalog.type",
+            format!(
+                "`{}` with table.path.prefix: tables are looked for under a prefix or in a catalog; remove one",
+                c.kind()
+            ),
+        )),
+        (Some(raw), None) => Ok(Search::Prefix {
+            prefix: super::load::parse_table_path(&raw).map_err(|m| v.invalid("table.path.prefix", m))?,
+            depth: depth(3)?,
+        }),
+        (None, Some(c)) => {
+            if let Some(kind) = only.filter(|k| *k != ConnectorKind::Iceberg && !matches!(c, Catalog::Glue(_))) {
+                return Err(v.invalid(
+                    "connector.class",
+                    format!(
+                        "`{}`: a {} catalog holds Iceberg tables only (Glue holds Hudi and Delta tables too)",
+                        kind.name(),
+                        c.kind()
+                    ),
+                ));
+            }
+            if matches!(c, Catalog::Glue(_) | Catalog::Sql { .. }) && v.get("table.discovery.depth").is_some() {
+                return Err(v.invalid(
+                    "table.discovery.depth",
+                    format!("a {} catalog's namespaces have one level; remove it", c.kind()),
+                ));
+            }
+            Ok(Search::Catalog {
+                catalog: c,
+                depth: depth(1)?,
+            })
+        }
+        (None, None) => Err(v.invalid(
+            "topic.prefix",
+            "set with neither table.path.prefix (tables under a prefix) nor catalog.type=rest, glue or sql (the \
+             tables of a catalog): say where tables are looked for"
+                .into(),
+        )),
+    }
+}
+
 impl TablesConfig {
+    /// The formats its search may find: a REST or SQL catalog holds Iceberg tables only.
+    fn formats(&self) -> Vec<ConnectorKind> {
+        match &self.discovery.search {
+            Search::Catalog {
+                catalog: Catalog::Rest(_) | Catalog::Sql { .. },
+                ..
+            } => vec![ConnectorKind::Iceberg],
+            _ => vec![ConnectorKind::Hudi, ConnectorKind::Iceberg, ConnectorKind::Delta],
+        }
+    }
+
     /// Whether the include and exclude lists stream a table.
     pub fn streams(&self, qualified: &str) -> bool {
         let d = &self.discovery;
@@ -270,21 +365,23 @@ impl TablesConfig {
 
     /// The file this table would have had, loaded as one.
     pub fn member(&self, found: &Found) -> Result<ConnectorConfig, ConfigError> {
-        let line = self
-            .props
-            .entries
-            .get("table.path.prefix")
-            .map(|(_, l)| *l)
-            .unwrap_or(0);
+        let line = self.props.entries.get("topic.prefix").map(|(_, l)| *l).unwrap_or(0);
         let mut props = self.props.clone();
         props.entries.retain(|k, _| {
             !DISCOVERY_KEYS.contains(&k.as_str()) && keys::foreign_key(found.kind, |key| key == k).is_none()
         });
-        let path = found.path.display().to_string();
+        let place = match &found.path {
+            Some(p) => {
+                // a table by path: a catalog's keys are not its own
+                props.entries.retain(|k, _| !k.starts_with("catalog."));
+                ("table.path", p.display().to_string())
+            }
+            None => ("table.identifier", found.qualified()),
+        };
         for (k, v) in [
             ("connector.class", found.kind.name().to_string()),
             ("name", self.member_name(found)),
-            ("table.path", path),
+            place,
             ("topic", self.topic_for(found)),
         ] {
             props.entries.insert(k.into(), (v, line));

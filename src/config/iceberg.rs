@@ -20,30 +20,110 @@ pub enum TableLocation {
     },
     /// Iceberg REST catalog: `GET {uri}/v1/{prefix}/namespaces/{ns}/tables/{table}`.
     Rest {
-        uri: String,
-        warehouse: Option<String>,
-        /// A static bearer token (`catalog.token`).
-        token: Option<String>,
-        /// OAuth 2 client credentials (`catalog.credential`: `<id>:<secret>` or `<secret>`), their
-        /// token endpoint and scope.
-        credential: Option<String>,
-        oauth2_server_uri: Option<String>,
-        scope: Option<String>,
-        /// AWS SigV4-signed requests (`catalog.rest.sigv4-enabled`): (region, signing name).
-        sigv4: Option<(String, String)>,
+        catalog: RestCatalog,
         namespace: Vec<String>,
         table: String,
     },
     /// AWS Glue Data Catalog: `GetTable` → `Parameters.metadata_location`, SigV4-signed.
     Glue {
-        region: String,
-        /// The endpoint (`catalog.uri`), else `https://glue.{region}.amazonaws.com`.
-        endpoint: String,
-        /// `catalog.glue.catalog-id`: another account's catalog.
-        catalog_id: Option<String>,
+        catalog: GlueCatalog,
         database: String,
         table: String,
     },
+}
+
+/// An Iceberg REST catalog and how the connector authenticates to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestCatalog {
+    /// `catalog.uri`, without a trailing `/`.
+    pub uri: String,
+    pub warehouse: Option<String>,
+    /// A static bearer token (`catalog.token`).
+    pub token: Option<String>,
+    /// OAuth 2 client credentials (`catalog.credential`: `<id>:<secret>` or `<secret>`), their
+    /// token endpoint and scope.
+    pub credential: Option<String>,
+    pub oauth2_server_uri: Option<String>,
+    pub scope: Option<String>,
+    /// AWS SigV4-signed requests (`catalog.rest.sigv4-enabled`): (region, signing name).
+    pub sigv4: Option<(String, String)>,
+}
+
+/// An AWS Glue Data Catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlueCatalog {
+    pub region: String,
+    /// The endpoint (`catalog.uri`), else `https://glue.{region}.amazonaws.com`.
+    pub endpoint: String,
+    /// `catalog.glue.catalog-id`: another account's catalog.
+    pub catalog_id: Option<String>,
+}
+
+/// A catalog as `catalog.type` and its keys configure it, without a table: what a
+/// [`TableLocation`] names a table in, and what table discovery lists (`config::discovery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Catalog {
+    Sql { db: PathBuf, catalog: String },
+    Rest(RestCatalog),
+    Glue(GlueCatalog),
+}
+
+impl Catalog {
+    /// A table of this catalog.
+    pub fn table(&self, namespace: Vec<String>, table: String) -> TableLocation {
+        match self {
+            Catalog::Sql { db, catalog } => TableLocation::Sql {
+                db: db.clone(),
+                catalog: catalog.clone(),
+                namespace,
+                table,
+            },
+            Catalog::Rest(c) => TableLocation::Rest {
+                catalog: c.clone(),
+                namespace,
+                table,
+            },
+            Catalog::Glue(c) => TableLocation::Glue {
+                catalog: c.clone(),
+                database: namespace.join("."),
+                table,
+            },
+        }
+    }
+
+    /// `catalog.type`'s value for it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Catalog::Sql { .. } => "sql",
+            Catalog::Rest(_) => "rest",
+            Catalog::Glue(_) => "glue",
+        }
+    }
+
+    /// Which catalog and how the connector authenticates to it (`validate --online`).
+    pub fn summary(&self) -> String {
+        match self {
+            Catalog::Sql { db, .. } => format!("sql {}", db.display()),
+            Catalog::Glue(GlueCatalog { region, .. }) => {
+                format!("Glue {region}, SigV4 with the connector's AWS credentials")
+            }
+            Catalog::Rest(RestCatalog {
+                uri,
+                token,
+                credential,
+                sigv4,
+                ..
+            }) => {
+                let how = match (token, credential, sigv4) {
+                    (_, _, Some((region, service))) => format!("SigV4 ({service}, {region})"),
+                    (Some(_), _, _) => "a static bearer token".to_string(),
+                    (_, Some(_), _) => "an OAuth 2 token (client credentials)".to_string(),
+                    _ => "no authentication".to_string(),
+                };
+                format!("REST {uri}, {how}")
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,27 +163,16 @@ impl IcebergOptions {
     /// Which catalog and how the connector authenticates to it (`validate --online`); `None` for
     /// a table by path.
     pub fn catalog_summary(&self) -> Option<String> {
-        let auth = match &self.location {
+        let catalog = match &self.location {
             TableLocation::Path(_) => return None,
-            TableLocation::Sql { db, .. } => return Some(format!("sql {}", db.display())),
-            TableLocation::Glue { region, .. } => format!("Glue {region}, SigV4 with the connector's AWS credentials"),
-            TableLocation::Rest {
-                uri,
-                token,
-                credential,
-                sigv4,
-                ..
-            } => {
-                let how = match (token, credential, sigv4) {
-                    (_, _, Some((region, service))) => format!("SigV4 ({service}, {region})"),
-                    (Some(_), _, _) => "a static bearer token".to_string(),
-                    (_, Some(_), _) => "an OAuth 2 token (client credentials)".to_string(),
-                    _ => "no authentication".to_string(),
-                };
-                format!("REST {uri}, {how}")
-            }
+            TableLocation::Sql { db, catalog, .. } => Catalog::Sql {
+                db: db.clone(),
+                catalog: catalog.clone(),
+            },
+            TableLocation::Rest { catalog, .. } => Catalog::Rest(catalog.clone()),
+            TableLocation::Glue { catalog, .. } => Catalog::Glue(catalog.clone()),
         };
-        Some(auth)
+        Some(catalog.summary())
     }
 
     /// A stable name of the table for offsets keys.
@@ -117,17 +186,19 @@ impl IcebergOptions {
                 ..
             } => format!("sql:{catalog}.{}.{table}", namespace.join(".")),
             TableLocation::Rest {
-                uri, namespace, table, ..
-            } => format!("rest:{uri}#{}.{table}", namespace.join(".")),
-            TableLocation::Glue {
-                region,
-                catalog_id,
-                database,
+                catalog,
+                namespace,
                 table,
                 ..
+            } => format!("rest:{}#{}.{table}", catalog.uri, namespace.join(".")),
+            TableLocation::Glue {
+                catalog,
+                database,
+                table,
             } => format!(
-                "glue:{region}:{}#{database}.{table}",
-                catalog_id.as_deref().unwrap_or("")
+                "glue:{}:{}#{database}.{table}",
+                catalog.region,
+                catalog.catalog_id.as_deref().unwrap_or("")
             ),
         }
     }
@@ -144,19 +215,36 @@ fn identifier(v: &Validator<'_>) -> Result<(Vec<String>, String), ConfigError> {
 }
 
 fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
+    let Some(catalog) = catalog(v)? else {
+        let raw = v.required("table.path", "the table directory or a metadata.json file")?;
+        let p = super::local_path(&raw).map_err(|m| v.invalid("table.path", m))?;
+        if !crate::storage::is_remote(&p) && !p.exists() {
+            return Err(v.invalid("table.path", format!("`{}` does not exist", p.display())));
+        }
+        return Ok(TableLocation::Path(p));
+    };
+    let (namespace, table) = identifier(v)?;
+    if matches!(catalog, Catalog::Glue(_)) && namespace.len() != 1 {
+        return Err(v.invalid(
+            "table.identifier",
+            format!(
+                "`{}.{table}`: a Glue table is `database.table` (one namespace level)",
+                namespace.join(".")
+            ),
+        ));
+    }
+    Ok(catalog.table(namespace, table))
+}
+
+/// The catalog `catalog.type` and its keys name; `None` for `hadoop` (a table by path, the
+/// default).
+pub(super) fn catalog(v: &Validator<'_>) -> Result<Option<Catalog>, ConfigError> {
     let kind = v
         .get("catalog.type")
         .unwrap_or_else(|| "hadoop".into())
         .to_ascii_lowercase();
     match kind.as_str() {
-        "hadoop" | "path" => {
-            let raw = v.required("table.path", "the table directory or a metadata.json file")?;
-            let p = super::local_path(&raw).map_err(|m| v.invalid("table.path", m))?;
-            if !crate::storage::is_remote(&p) && !p.exists() {
-                return Err(v.invalid("table.path", format!("`{}` does not exist", p.display())));
-            }
-            Ok(TableLocation::Path(p))
-        }
+        "hadoop" | "path" => Ok(None),
         "sql" | "jdbc" => {
             let uri = v.required("catalog.uri", "sqlite:///path/to/catalog.db")?;
             // sqlite:///rel/or/abs, sqlite:////abs (SQLAlchemy), jdbc:sqlite:/abs
@@ -173,20 +261,16 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
             if !db.is_file() {
                 return Err(v.invalid("catalog.uri", format!("`{}` is not a file", db.display())));
             }
-            let (namespace, table) = identifier(v)?;
-            Ok(TableLocation::Sql {
+            Ok(Some(Catalog::Sql {
                 db,
                 catalog: v.get("catalog.name").unwrap_or_else(|| "default".into()),
-                namespace,
-                table,
-            })
+            }))
         }
         "rest" => {
             let uri = v.required("catalog.uri", "the REST catalog base URL")?;
             if !(uri.starts_with("http://") || uri.starts_with("https://")) {
                 return Err(v.invalid("catalog.uri", format!("`{uri}` is not an http(s) URL")));
             }
-            let (namespace, table) = identifier(v)?;
             let (token, credential) = (v.get("catalog.token"), v.get("catalog.credential"));
             if token.is_some() && credential.is_some() {
                 return Err(v.invalid(
@@ -232,7 +316,7 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
                     ))
                 }
             };
-            Ok(TableLocation::Rest {
+            Ok(Some(Catalog::Rest(RestCatalog {
                 uri: uri.trim_end_matches('/').to_string(),
                 warehouse: v.get("catalog.warehouse"),
                 token,
@@ -240,9 +324,7 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
                 oauth2_server_uri,
                 scope: v.get("catalog.scope"),
                 sigv4,
-                namespace,
-                table,
-            })
+            })))
         }
         "glue" => {
             let region = v
@@ -261,23 +343,11 @@ fn location(v: &Validator<'_>) -> Result<TableLocation, ConfigError> {
                 Some(u) => return Err(v.invalid("catalog.uri", format!("`{u}` is not an http(s) URL"))),
                 None => format!("https://glue.{region}.amazonaws.com"),
             };
-            let (namespace, table) = identifier(v)?;
-            let [database] = <[String; 1]>::try_from(namespace).map_err(|ns| {
-                v.invalid(
-                    "table.identifier",
-                    format!(
-                        "`{}.{table}`: a Glue table is `database.table` (one namespace level)",
-                        ns.join(".")
-                    ),
-                )
-            })?;
-            Ok(TableLocation::Glue {
+            Ok(Some(Catalog::Glue(GlueCatalog {
                 region,
                 endpoint,
                 catalog_id: v.get("catalog.glue.catalog-id"),
-                database,
-                table,
-            })
+            })))
         }
         other => Err(v.invalid(
             "catalog.type",

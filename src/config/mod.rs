@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use delta::{DeltaOptions, DeltaStart};
-pub use discovery::{load_connector, load_file, Discovery, Found, Loaded, TablesConfig, View};
-pub use iceberg::{IcebergOptions, StartingStrategy, TableLocation};
+pub use discovery::{load_connector, load_file, Discovery, Found, Loaded, Search, TablesConfig, View};
+pub use iceberg::{Catalog, GlueCatalog, IcebergOptions, RestCatalog, StartingStrategy, TableLocation};
 pub use keys::{is_secret_key, Formats, KEYS};
 pub use sections::{SinkSettings, SourceSettings};
 use values::Validator;

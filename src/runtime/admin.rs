@@ -148,15 +148,17 @@ pub async fn set(cfg: &ConnectorConfig, id: &str, force: bool) -> Result<String,
 pub async fn validate_tables(d: &super::fleet::Discovered, online: bool) -> Vec<String> {
     let (t, view) = (&d.tables, &d.view);
     let mut out = vec![format!(
-        "# {}: ok, discovering under {}: {} tables streamed, {} skipped, {} left out by the lists",
+        "# {}: ok, discovering in {}: {} tables streamed, {} skipped, {} left out by the lists",
         t.file.display(),
-        t.discovery.prefix.display(),
+        t.discovery.search.describe(),
         view.members.len(),
         view.skipped.len(),
         view.excluded
     )];
     for m in &view.members {
-        let mut checked = crate::source::open(&m.source())
+        // opened on a blocking thread: a catalog's HTTP client blocks
+        let mut checked = open_source_async(m)
+            .await
             .map_err(RuntimeError::from)
             .map(|s| format!("key {:?}", s.info().key_fields));
         if let (Ok(key), true) = (&checked, online) {

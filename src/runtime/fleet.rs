@@ -1,6 +1,7 @@
-//! A discovering connector at run time (issue 61): every table its prefix holds streams as a
-//! member — a connector of its own in all but the file (`config::TablesConfig::member`), run by
-//! the same task loop — and the prefix is searched again every `table.discovery.interval`: a
+//! A discovering connector at run time (issue 61): every table its prefix or catalog holds
+//! streams as a member — a connector of its own in all but the file
+//! (`config::TablesConfig::member`), run by the same task loop — and tables are looked for again
+//! every `table.discovery.interval`: a
 //! table that appears starts streaming (its start strategy applies), a table that is gone stops
 //! its stream (its offsets kept: were it to come back, it resumes where it stood).
 //!
@@ -24,7 +25,7 @@ use super::{run_connector, RunOptions, RuntimeError};
 use crate::config::{ConnectorConfig, Found, TablesConfig, View};
 use crate::error::ErrorKind;
 use crate::metrics;
-use crate::source::discover::Known;
+use crate::source::discover::Searcher;
 use crate::storage::Storage;
 
 /// Which tasks this process runs (the `run` flags).
@@ -46,7 +47,8 @@ struct Streaming {
     dropped: bool,
 }
 
-/// The prefix's storage handle, its requests counted under the connector's name.
+/// The search's storage handle (a prefix's listings, a catalog's signing credentials), its
+/// requests counted under the connector's name.
 pub fn storage_of(t: &TablesConfig) -> Storage {
     let name = t.name.clone();
     let requests = crate::storage::requests::Requests::new(move |op| {
@@ -55,14 +57,14 @@ pub fn storage_of(t: &TablesConfig) -> Storage {
     Storage::with_requests(t.storage.clone(), requests)
 }
 
-/// One search of the prefix, and what it means against the members streaming (`None`: the first).
+/// One search, and what it means against the members streaming (`None`: the first).
 pub fn search(
     t: &TablesConfig,
     storage: &Storage,
-    known: &mut Known,
+    searcher: &mut Searcher,
     running: Option<&[ConnectorConfig]>,
 ) -> Result<(Vec<Found>, View), RuntimeError> {
-    let found = crate::source::discover::discover(&t.discovery, storage, known);
+    let found = searcher.search(&t.discovery, storage);
     let outcome = if found.is_ok() { "ok" } else { "error" };
     metrics::DISCOVERIES.with_label_values(&[&t.name, outcome]).inc();
     let found = found?;
@@ -71,12 +73,12 @@ pub fn search(
 }
 
 /// A discovering connector and what its first search found (at start, before anything runs: a
-/// collision or a prefix that cannot be listed stops the start).
+/// collision, or a prefix or catalog that cannot be listed, stops the start).
 pub struct Discovered {
     pub tables: TablesConfig,
     pub view: View,
     found: Vec<Found>,
-    known: Known,
+    searcher: Searcher,
 }
 
 impl Discovered {
@@ -86,20 +88,50 @@ impl Discovered {
             tables,
             view: View::default(),
             found: Vec::new(),
-            known: Known::new(),
+            searcher: Searcher::default(),
         }
     }
 
     pub fn first(tables: TablesConfig) -> Result<Self, RuntimeError> {
-        let mut known = Known::new();
-        let (found, view) = search(&tables, &storage_of(&tables), &mut known, None)?;
+        let mut searcher = Searcher::default();
+        let (found, view) = search(&tables, &storage_of(&tables), &mut searcher, None)?;
         Ok(Discovered {
             tables,
             view,
             found,
-            known,
+            searcher,
         })
     }
+}
+
+/// The stream of one discovered table, by its `namespace.table` (`--table` of `verify` and
+/// `offsets`): the tables are looked for as `run` looks for them, and the table's stream is the
+/// one `run` streams it as (its offsets, its transactional id).
+pub fn member_named(t: TablesConfig, table: &str) -> Result<ConnectorConfig, RuntimeError> {
+    let d = Discovered::first(t)?;
+    let want = format!("{}/{table}", d.tables.name);
+    if let Some(m) = d.view.members.iter().find(|m| m.name == want) {
+        return Ok(m.clone());
+    }
+    let why = match d.view.skipped.iter().find(|(q, _)| q == table) {
+        Some((_, why)) => format!("table `{table}` is found but not streamed: {why}"),
+        None => {
+            let names: Vec<&str> = d
+                .view
+                .members
+                .iter()
+                .map(|m| &m.name[d.tables.name.len() + 1..])
+                .collect();
+            let shown = names.iter().take(20).copied().collect::<Vec<_>>().join(", ");
+            format!(
+                "no table `{table}` streams in {} (the include and exclude lists apply); {} do: {shown}{}",
+                d.tables.discovery.search.describe(),
+                names.len(),
+                if names.len() > 20 { ", ..." } else { "" }
+            )
+        }
+    };
+    Err(RuntimeError::Usage(format!("{}: {why}", d.tables.file.display())))
 }
 
 /// Stream the members of the first search's view and of every later search, until the process
@@ -109,10 +141,10 @@ pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -
         tables: t,
         view: first,
         found,
-        known,
+        searcher,
     } = first;
     let storage = storage_of(&t);
-    let known = std::sync::Arc::new(parking_lot::Mutex::new(known));
+    let searcher = std::sync::Arc::new(parking_lot::Mutex::new(searcher));
     let mut fleet = Fleet {
         t: &t,
         opts: opts.clone(),
@@ -125,6 +157,7 @@ pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -
         failed: 0,
         dropped: 0,
         worst: None,
+        searcher: searcher.clone(),
     };
     fleet.apply(first, found);
     let mut shutdown = opts.shutdown.clone();
@@ -139,8 +172,8 @@ pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -
             joined = fleet.set.join_next(), if !fleet.set.is_empty() => fleet.ended(joined, &storage).await,
             _ = tick.tick(), if !opts.once => {
                 let running: Vec<ConnectorConfig> = fleet.streaming.values().filter(|s| !s.dropped).map(|s| s.cfg.clone()).collect();
-                let (tc, st, kn) = (t.clone(), storage.clone(), known.clone());
-                match tokio::task::spawn_blocking(move || search(&tc, &st, &mut kn.lock(), Some(&running))).await {
+                let (tc, st, se) = (t.clone(), storage.clone(), searcher.clone());
+                match tokio::task::spawn_blocking(move || search(&tc, &st, &mut se.lock(), Some(&running))).await {
                     Ok(Ok((found, view))) => fleet.apply(view, found),
                     Ok(Err(e)) => tracing::warn!(connector = %t.name, error = %crate::causes::with_causes(&e), "table discovery failed: the tables found before stream on; searching again at the next interval"),
                     Err(e) => tracing::error!(connector = %t.name, error = %e, "table discovery panicked"),
@@ -180,6 +213,7 @@ struct Fleet<'a> {
     failed: usize,
     dropped: usize,
     worst: Option<RuntimeError>,
+    searcher: std::sync::Arc<parking_lot::Mutex<Searcher>>,
 }
 
 impl Fleet<'_> {
@@ -273,8 +307,13 @@ impl Fleet<'_> {
         };
         let gone = match self.found.get(&name) {
             Some(f) => {
-                let (f, st) = (f.clone(), storage.clone());
-                !tokio::task::spawn_blocking(move || crate::source::discover::exists(&f, &st))
+                let (f, st, se, d) = (
+                    f.clone(),
+                    storage.clone(),
+                    self.searcher.clone(),
+                    self.t.discovery.clone(),
+                );
+                !tokio::task::spawn_blocking(move || se.lock().exists(&d, &f, &st))
                     .await
                     .unwrap_or(true)
             }

@@ -1,5 +1,5 @@
-//! Table discovery under a prefix (issue 61): the tables a `table.path.prefix` holds, found by
-//! listing — a directory holding `.hoodie/` (with its `hoodie.properties`) is a Hudi table,
+//! Table discovery (issue 61): the tables a catalog holds ([`catalog`]), or those under a
+//! `table.path.prefix`, found by listing — a directory holding `.hoodie/` (with its `hoodie.properties`) is a Hudi table,
 //! `_delta_log/` (with a commit or checkpoint in it) a Delta table, and a `metadata/` directory
 //! with an Iceberg metadata file (`*.metadata.json`, or `version-hint.text`) an Iceberg table; a
 //! table still being created (its marker directory there, its first file not yet) is found at a
@@ -14,22 +14,63 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::config::{ConnectorKind, Discovery, Found};
+use crate::config::{ConnectorKind, Discovery, Found, Search};
 use crate::storage::{Entry, Storage};
 
+use super::iceberg::rest::RestSession;
 use super::SourceError;
 
+mod catalog;
+
 /// The tables earlier searches confirmed, by root: found again by their directory alone.
-pub type Known = HashMap<PathBuf, ConnectorKind>;
+type Known = HashMap<PathBuf, ConnectorKind>;
+
+/// What a connector's searches keep from one to the next: the tables a prefix's last search
+/// confirmed, a REST catalog's session (its token, its routes' prefix).
+#[derive(Default)]
+pub struct Searcher {
+    known: Known,
+    rest: Arc<RestSession>,
+}
+
+impl Searcher {
+    /// Every table the connector's search finds now, in name order.
+    pub fn search(&mut self, d: &Discovery, storage: &Storage) -> Result<Vec<Found>, SourceError> {
+        match &d.search {
+            Search::Prefix { prefix, depth } => under_prefix(prefix, *depth, storage, &mut self.known),
+            Search::Catalog { catalog, depth } => catalog::tables(catalog, *depth, storage, &self.rest),
+        }
+    }
+
+    /// Whether a table found before is still there (looked for again): to tell a table dropped
+    /// from one that failed. A catalog that cannot be asked says it is (its failure is then the
+    /// member's, loud).
+    pub fn exists(&self, d: &Discovery, found: &Found, storage: &Storage) -> bool {
+        match (&d.search, &found.path) {
+            (Search::Prefix { .. }, Some(path)) => {
+                let children = list_dirs(storage, path).unwrap_or_default();
+                matches!(table_kind(storage, path, &children), Ok(Some(k)) if k == found.kind)
+            }
+            (Search::Prefix { .. }, None) => true,
+            (Search::Catalog { catalog, depth }, _) => catalog::tables(catalog, *depth, storage, &self.rest)
+                .map(|all| {
+                    all.iter()
+                        .any(|f| f.kind == found.kind && f.qualified() == found.qualified())
+                })
+                .unwrap_or(true),
+        }
+    }
+}
 
 /// Every table under the prefix, at most `depth` directories down, in path order. `known` holds
 /// the tables confirmed before and gains those confirmed now; a table no longer listed leaves it.
-pub fn discover(d: &Discovery, storage: &Storage, known: &mut Known) -> Result<Vec<Found>, SourceError> {
+fn under_prefix(prefix: &Path, depth: u32, storage: &Storage, known: &mut Known) -> Result<Vec<Found>, SourceError> {
     let mut out = Vec::new();
-    let top = list_dirs(storage, &d.prefix)?;
-    walk(storage, top, &mut Vec::new(), d.depth, known, &mut out)?;
-    known.retain(|p, _| out.iter().any(|f| &f.path == p));
+    let top = list_dirs(storage, prefix)?;
+    walk(storage, top, &mut Vec::new(), depth, known, &mut out)?;
+    known.retain(|p, _| out.iter().any(|f| f.path.as_deref() == Some(p.as_path())));
     Ok(out)
 }
 
@@ -75,7 +116,7 @@ fn walk(
                         ns.clone()
                     },
                     table: e.name.clone(),
-                    path: e.path.clone(),
+                    path: Some(e.path.clone()),
                 });
             }
             None if depth > 1 => {
@@ -123,13 +164,6 @@ fn table_kind(storage: &Storage, dir: &Path, children: &[Entry]) -> Result<Optio
     Ok(None)
 }
 
-/// Whether a table discovery found is still there (looked into again): to tell a table dropped
-/// from one that failed.
-pub fn exists(found: &Found, storage: &Storage) -> bool {
-    let children = list_dirs(storage, &found.path).unwrap_or_default();
-    matches!(table_kind(storage, &found.path, &children), Ok(Some(k)) if k == found.kind)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,8 +199,8 @@ mod tests {
         std::fs::create_dir_all(root.join("sales.db/new/_delta_log")).unwrap();
         std::fs::write(root.join("sales.db/new/_delta_log/.00000000000000000000.json.tmp"), "").unwrap();
         let d = discovery(root, 3);
-        let mut known = Known::new();
-        let found = discover(&d, &Storage::new(Default::default()), &mut known).unwrap();
+        let mut searcher = Searcher::default();
+        let found = searcher.search(&d, &Storage::new(Default::default())).unwrap();
         let got: Vec<(ConnectorKind, String)> = found.iter().map(|f| (f.kind, f.qualified())).collect();
         assert_eq!(
             got,
@@ -176,7 +210,7 @@ mod tests {
                 (ConnectorKind::Delta, "sales.items".to_string()),
             ]
         );
-        assert_eq!(known.len(), 3);
+        assert_eq!(searcher.known.len(), 3);
         // known tables are not looked into again
         let counter = prometheus::IntCounter::new("requests", "storage requests").unwrap();
         let c = counter.clone();
@@ -185,23 +219,20 @@ mod tests {
             crate::storage::requests::Requests::new(move |_| c.clone()),
         );
         std::fs::write(root.join("sales.db/new/_delta_log/00000000000000000000.json"), "").unwrap();
-        let again = discover(&d, &counted, &mut known).unwrap();
+        let again = searcher.search(&d, &counted).unwrap();
         assert_eq!(again.len(), 4, "{again:?}");
         // the prefix, sales.db, new (+ its log), notyet (+ its metadata, and that searched as a
         // directory), a, a/b, a/b/c: no known table is listed
         assert_eq!(counter.get(), 10);
-        assert!(exists(&found[0], &Storage::new(Default::default())));
+        assert!(searcher.exists(&d, &found[0], &Storage::new(Default::default())));
         std::fs::remove_dir_all(root.join("orders")).unwrap();
-        assert!(!exists(&found[0], &Storage::new(Default::default())));
-        let left = discover(&d, &Storage::new(Default::default()), &mut known).unwrap();
+        assert!(!searcher.exists(&d, &found[0], &Storage::new(Default::default())));
+        let left = searcher.search(&d, &Storage::new(Default::default())).unwrap();
         assert_eq!(left.len(), 3);
-        assert!(!known.contains_key(&root.join("orders")));
-        let deeper = discover(
-            &discovery(root, 4),
-            &Storage::new(Default::default()),
-            &mut Known::new(),
-        )
-        .unwrap();
+        assert!(!searcher.known.contains_key(&root.join("orders")));
+        let deeper = Searcher::default()
+            .search(&discovery(root, 4), &Storage::new(Default::default()))
+            .unwrap();
         assert!(deeper.iter().any(|f| f.qualified() == "a.b.c.deep"), "{deeper:?}");
     }
 

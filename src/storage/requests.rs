@@ -14,9 +14,12 @@ pub enum Op {
     Get,
     RangedGet,
     Head,
+    /// A request to the table's catalog (Iceberg REST, AWS Glue): a lookup of its metadata, a
+    /// listing of table discovery, a token.
+    Catalog,
 }
 
-const OPS: [Op; 4] = [Op::List, Op::Get, Op::RangedGet, Op::Head];
+const OPS: [Op; 5] = [Op::List, Op::Get, Op::RangedGet, Op::Head, Op::Catalog];
 
 impl Op {
     pub fn label(self) -> &'static str {
@@ -25,6 +28,7 @@ impl Op {
             Op::Get => "get",
             Op::RangedGet => "ranged_get",
             Op::Head => "head",
+            Op::Catalog => "catalog",
         }
     }
 }
@@ -33,7 +37,7 @@ impl Op {
 /// reads or a unit test's).
 #[derive(Clone, Default)]
 pub struct Requests {
-    counters: Option<Arc<[IntCounter; 4]>>,
+    counters: Option<Arc<[IntCounter; 5]>>,
 }
 
 impl Requests {

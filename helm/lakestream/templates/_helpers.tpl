@@ -84,7 +84,7 @@ connector by default, else one for all. */}}
 {{- $tasks := int (toString (default "1" (get $props "tasks.max"))) -}}
 {{- $all = add $all $tasks -}}
 {{- /* a connector that discovers its tables has tasks.max tasks per table found: not known here */ -}}
-{{- if hasKey $props "table.path.prefix" -}}
+{{- if hasKey $props "topic.prefix" -}}
 {{- $discovering = true -}}
 {{- else if and $.Values.statefulSetPerConnector (gt (int $w.replicas) $tasks) -}}
 {{- fail (printf "replicas (%d) > tasks.max (%d) of connector %s: pods beyond tasks.max would have no task and fail; raise tasks.max or lower replicas" (int $w.replicas) $tasks $id) -}}

@@ -26,7 +26,7 @@ fn found(dir: &tempfile::TempDir, kind: ConnectorKind, ns: &[&str], table: &str)
         kind,
         namespace: ns.iter().map(|s| s.to_string()).collect(),
         table: table.into(),
-        path,
+        path: Some(path),
     }
 }
 
@@ -100,7 +100,7 @@ fn one_table_keys_and_a_slash_in_the_name_are_refused() {
     )
     .unwrap();
     let e = load_file(&p, 0).err().unwrap().to_string();
-    assert!(e.contains("`topic.prefix`: is a setting of table discovery"), "{e}");
+    assert!(e.contains("`table.path`") && e.contains("names no table"), "{e}");
     let e = tables(&dir, "").map(|_| ()).and_then(|_| {
         let body = std::fs::read_to_string(dir.path().join("lake.properties"))
             .unwrap()
@@ -170,4 +170,66 @@ fn a_connector_class_keeps_its_format_only_and_excluded_tables_are_counted() {
         "{:?}",
         view.skipped
     );
+}
+
+fn in_catalog(dir: &tempfile::TempDir, catalog: &str) -> Result<TablesConfig, ConfigError> {
+    let p = dir.path().join("cat.properties");
+    std::fs::write(
+        &p,
+        format!(
+            "name=lake\ntopic.prefix=lake\nbootstrap.servers=k:9092\nschema.registry.url=http://r:8081\n\
+             starting-version=0\nkey.fields=id\n{catalog}"
+        ),
+    )
+    .unwrap();
+    match load_file(&p, 0)? {
+        Loaded::Tables(t) => Ok(*t),
+        Loaded::Table(_) => panic!("a discovering file loads as one table"),
+    }
+}
+
+#[test]
+fn a_catalogs_iceberg_tables_are_members_by_name_its_others_by_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let glue = "catalog.type=glue\ncatalog.region=eu-west-1\ncatalog.uri=http://127.0.0.1:1\n";
+    let t = in_catalog(&dir, glue).unwrap();
+    assert!(matches!(t.discovery.search, Search::Catalog { depth: 1, .. }));
+    let orders = Found {
+        kind: ConnectorKind::Iceberg,
+        namespace: vec!["sales".into()],
+        table: "orders".into(),
+        path: None,
+    };
+    let m = t.member(&orders).unwrap();
+    assert_eq!(m.raw.get("table.identifier").map(String::as_str), Some("sales.orders"));
+    assert_eq!(m.raw.get("catalog.type").map(String::as_str), Some("glue"));
+    assert!(!m.raw.contains_key("table.path"));
+    assert_eq!(m.kafka.topic, "lake.sales.orders");
+    // a Delta table Glue names is read by its location; the catalog's keys are not its own
+    let items = found(&dir, ConnectorKind::Delta, &["sales"], "items");
+    let m = t.member(&items).unwrap();
+    assert_eq!(m.table_path, dir.path().join("items"));
+    assert!(m.raw.keys().all(|k| !k.starts_with("catalog.")), "{:?}", m.raw);
+    let err = |extra: &str| in_catalog(&dir, extra).err().map(|e| e.to_string()).unwrap_or_default();
+    // connector.class=hudi with Glue: the catalog's keys are not foreign to it, Delta's are
+    let e = err(&format!("{glue}connector.class=hudi\n"));
+    assert!(!e.contains("catalog.") && (e.contains("key.fields") || e.contains("starting-version")), "{e}");
+    let rest = "catalog.type=rest\ncatalog.uri=http://127.0.0.1:1\n";
+    assert!(in_catalog(&dir, &format!("{rest}table.discovery.depth=2\n")).is_ok());
+    let e = err(&format!("{rest}connector.class=delta\n"));
+    assert!(
+        e.contains("`connector.class`") && e.contains("Iceberg tables only"),
+        "{e}"
+    );
+    let e = err(&format!("{glue}table.discovery.depth=2\n"));
+    assert!(e.contains("`table.discovery.depth`"), "{e}");
+    let e = err(&format!("{glue}table.path.prefix={}\n", dir.path().display()));
+    assert!(e.contains("`catalog.type`") && e.contains("table.path.prefix"), "{e}");
+    let e = err("catalog.type=hadoop\n");
+    assert!(
+        e.contains("`topic.prefix`") && e.contains("say where tables are looked for"),
+        "{e}"
+    );
+    let e = err(&format!("{rest}table.identifier=a.b\n"));
+    assert!(e.contains("`table.identifier`") && e.contains("names no table"), "{e}");
 }

@@ -16,7 +16,7 @@ pub mod metadata;
 mod monitor;
 mod plan;
 pub mod reader;
-mod rest;
+pub mod rest;
 
 use std::sync::Arc;
 

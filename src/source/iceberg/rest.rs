@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::catalog::{catalog_error, excerpt, http_client, local, unavailable};
-use crate::config::TableLocation;
+use crate::config::{RestCatalog, TableLocation};
 use crate::source::{CatalogFailure, SourceError};
 use crate::storage::aws::query_encode as encode;
 use crate::storage::vended::{Renew, Vended};
@@ -31,6 +31,8 @@ pub struct RestSession {
     client: OnceLock<reqwest::blocking::Client>,
     /// The OAuth 2 token and when to fetch the next one.
     token: Mutex<Option<(String, Instant)>>,
+    /// The routes' prefix (`GET /v1/config`'s `prefix`), asked once.
+    prefix: OnceLock<String>,
 }
 
 /// A life of a token whose answer gives none.
@@ -145,10 +147,18 @@ impl RestSession {
 
     /// `GET url` as JSON, authenticated, with `headers`; a 401 to an OAuth 2 token fetches a new
     /// one and asks again.
-    fn get(&self, name: &str, auth: &Auth<'_>, url: &str, headers: &[(&str, &str)]) -> Result<Value, SourceError> {
+    fn get(
+        &self,
+        storage: &Storage,
+        name: &str,
+        auth: &Auth<'_>,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, SourceError> {
         let mut refused: Option<String> = None;
         loop {
             let bearer = self.bearer(name, auth, refused.as_deref())?;
+            storage.count_catalog();
             let mut req = self.client(name)?.get(url);
             match auth {
                 // the given headers signed, with the signature's own
@@ -222,13 +232,7 @@ impl RestSession {
     /// `loadTable` of the table (asking for vended credentials): the catalog's name and its answer.
     fn load_table(&self, storage: &Storage, loc: &TableLocation) -> Result<(String, Value), SourceError> {
         let TableLocation::Rest {
-            uri,
-            warehouse,
-            token,
-            credential,
-            oauth2_server_uri,
-            scope,
-            sigv4,
+            catalog,
             namespace,
             table,
         } = loc
@@ -237,10 +241,112 @@ impl RestSession {
                 message: "not a REST catalog".into(),
             });
         };
+        let (name, auth, base) = self.connect(storage, catalog)?;
+        let url = format!(
+            "{base}namespaces/{}/tables/{}",
+            namespace_path(namespace),
+            encode(table)
+        );
+        let body = self.get(
+            storage,
+            &name,
+            &auth,
+            &url,
+            &[("X-Iceberg-Access-Delegation", "vended-credentials")],
+        )?;
+        Ok((name, body))
+    }
+
+    /// Every table of the catalog (table discovery): the namespaces `depth` levels down
+    /// (`listNamespaces`, with `parent` below the top level), each one's `listTables`, following
+    /// `next-page-token`. Requests: 1 + (namespaces) + (namespaces above the last level).
+    pub fn list_tables(
+        &self,
+        storage: &Storage,
+        catalog: &RestCatalog,
+        depth: u32,
+    ) -> Result<Vec<(Vec<String>, String)>, SourceError> {
+        let (name, auth, base) = self.connect(storage, catalog)?;
+        let strings = |v: &Value| -> Option<Vec<String>> {
+            v.as_array()?.iter().map(|s| s.as_str().map(str::to_string)).collect()
+        };
+        let mut level: Vec<Vec<String>> = self
+            .paged(storage, &name, &auth, &format!("{base}namespaces"), "namespaces")?
+            .iter()
+            .filter_map(strings)
+            .collect();
+        let mut out = Vec::new();
+        for d in 1..=depth {
+            let mut next = Vec::new();
+            for ns in &level {
+                let path = namespace_path(ns);
+                for t in self.paged(
+                    storage,
+                    &name,
+                    &auth,
+                    &format!("{base}namespaces/{path}/tables"),
+                    "identifiers",
+                )? {
+                    let (Some(namespace), Some(table)) = (
+                        t.get("namespace").and_then(strings),
+                        t.get("name").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    out.push((namespace, table.to_string()));
+                }
+                if d < depth {
+                    let url = format!("{base}namespaces?parent={path}");
+                    next.extend(
+                        self.paged(storage, &name, &auth, &url, "namespaces")?
+                            .iter()
+                            .filter_map(strings),
+                    );
+                }
+            }
+            level = next;
+        }
+        Ok(out)
+    }
+
+    /// The items of a list answer's `field`, over every page.
+    fn paged(
+        &self,
+        storage: &Storage,
+        name: &str,
+        auth: &Auth<'_>,
+        url: &str,
+        field: &str,
+    ) -> Result<Vec<Value>, SourceError> {
+        let mut items = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            let at = match &page {
+                None => url.to_string(),
+                Some(t) => format!(
+                    "{url}{}pageToken={}",
+                    if url.contains('?') { '&' } else { '?' },
+                    encode(t)
+                ),
+            };
+            let answer = self.get(storage, name, auth, &at, &[])?;
+            items.extend(answer.get(field).and_then(Value::as_array).cloned().unwrap_or_default());
+            match answer.get("next-page-token").and_then(Value::as_str) {
+                Some(t) if !t.is_empty() && page.as_deref() != Some(t) => page = Some(t.to_string()),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// The catalog's name, how to authenticate to it, and the base of its routes
+    /// (`{uri}/v1/{prefix}`, the prefix from `GET /v1/config`, asked once per session).
+    fn connect<'a>(&self, storage: &Storage, c: &'a RestCatalog) -> Result<(String, Auth<'a>, String), SourceError> {
+        let uri = &c.uri;
         let name = format!("REST catalog {uri}");
-        let auth = match (token, credential) {
-            _ if sigv4.is_some() => {
-                let (region, service) = sigv4
+        let auth = match (&c.token, &c.credential) {
+            _ if c.sigv4.is_some() => {
+                let (region, service) = c
+                    .sigv4
                     .as_ref()
                     .map(|(r, s)| (r.as_str(), s.as_str()))
                     .unwrap_or_default();
@@ -250,44 +356,47 @@ impl RestSession {
                 Auth::SigV4(signer, service)
             }
             (Some(t), _) => Auth::Bearer(t),
-            (None, Some(c)) => {
-                let (id, secret) = match c.split_once(':') {
+            (None, Some(cred)) => {
+                let (id, secret) = match cred.split_once(':') {
                     Some((id, secret)) => (Some(id), secret),
-                    None => (None, c.as_str()),
+                    None => (None, cred.as_str()),
                 };
                 Auth::Client {
                     id,
                     secret,
-                    server: oauth2_server_uri
+                    server: c
+                        .oauth2_server_uri
                         .clone()
                         .unwrap_or_else(|| format!("{uri}/v1/oauth/tokens")),
-                    scope: scope.as_deref().unwrap_or("catalog"),
+                    scope: c.scope.as_deref().unwrap_or("catalog"),
                 }
             }
             (None, None) => Auth::None,
         };
-        let mut config_url = format!("{uri}/v1/config");
-        if let Some(w) = warehouse {
-            config_url.push_str(&format!("?warehouse={}", encode(w)));
-        }
-        let config = self.get(&name, &auth, &config_url, &[])?;
-        let prefix = config
-            .pointer("/overrides/prefix")
-            .or_else(|| config.pointer("/defaults/prefix"))
-            .and_then(Value::as_str)
-            .map(|p| format!("{}/", p.trim_matches('/')))
-            .unwrap_or_default();
-        // namespace levels are joined with the unit separator, URL-encoded
-        let ns = encode(&namespace.join("\u{1f}"));
-        let url = format!("{uri}/v1/{prefix}namespaces/{ns}/tables/{}", encode(table));
-        let body = self.get(
-            &name,
-            &auth,
-            &url,
-            &[("X-Iceberg-Access-Delegation", "vended-credentials")],
-        )?;
-        Ok((name, body))
+        let prefix = match self.prefix.get() {
+            Some(p) => p.clone(),
+            None => {
+                let mut config_url = format!("{uri}/v1/config");
+                if let Some(w) = &c.warehouse {
+                    config_url.push_str(&format!("?warehouse={}", encode(w)));
+                }
+                let config = self.get(storage, &name, &auth, &config_url, &[])?;
+                let prefix = config
+                    .pointer("/overrides/prefix")
+                    .or_else(|| config.pointer("/defaults/prefix"))
+                    .and_then(Value::as_str)
+                    .map(|p| format!("{}/", p.trim_matches('/')))
+                    .unwrap_or_default();
+                self.prefix.get_or_init(|| prefix).clone()
+            }
+        };
+        Ok((name, auth, format!("{uri}/v1/{prefix}")))
     }
+}
+
+/// A namespace in a route: its levels joined with the unit separator, URL-encoded.
+fn namespace_path(namespace: &[String]) -> String {
+    encode(&namespace.join("\u{1f}"))
 }
 
 /// S3 credentials a `loadTable` answer vends: the `storage-credentials` entry whose prefix is the
