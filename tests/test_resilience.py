@@ -143,10 +143,14 @@ def test_a_newer_instance_stops_a_busy_one_mid_stream(env, registry, tmp_path):
     oracle, instants, revealed, topic, props = setup(
         env, tmp_path, "busy", fixture,
         **{"read.streaming.check-interval": "50ms", "transaction.max.records": "1", "read.start-commit": first_instant})
-    revealed.reveal_through(testkit.instant_order(instants[-1]))
+    # half the history first: the rest is revealed once the second has started, so the first has
+    # work left whenever it meets the fence (had it caught up before, it would idle, unfenced)
+    revealed.reveal_through(testkit.instant_order(instants[len(instants) // 2]))
     first = testkit.LogTail(start(props))
     assert first.wait("unit emitted", timeout=60), first.text()
     second = testkit.LogTail(start(props))
+    assert second.wait("producer initialised", timeout=60), second.text()
+    revealed.reveal_through(testkit.instant_order(instants[-1]))
     try:
         code = first.finish(timeout=60)
         assert code == 1 and "fenced" in first.text().lower(), first.text()[-4000:]
