@@ -4,7 +4,9 @@ catalog."""
 
 import random
 import shutil
+import signal
 import socket
+import subprocess
 import time
 import uuid
 
@@ -143,3 +145,41 @@ class Lake:
             t["compare"](t["want"], t["replay"], f"seed {self.seed} {label}: {q}")
 
 
+
+
+class Running:
+    """`lakestream run` of a connector file, started again after each kill -9."""
+
+    def __init__(self, props):
+        self.props, self.kills, self.logs = props, 0, []
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen([str(testkit.BIN), "run", str(self.props)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.log = testkit.LogTail(self.proc)
+
+    def steps(self, lake, rng, steps, at=None):
+        """`lake.advance(i)` for i in 1..steps (`at[i]()` first where given), each followed after a
+        random pause by a kill -9 and a new start, with probability 0.6."""
+        for i in range(1, steps):
+            (at or {}).get(i, lambda: None)()
+            lake.advance(i)
+            time.sleep(rng.uniform(0.1, 1.2))
+            if rng.random() < 0.6:
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.wait(30)
+                self.logs.append(self.log.text())
+                self.kills += 1
+                self._start()
+
+    def alive(self):
+        assert self.proc.poll() is None, self.log.text()[-3000:]
+
+    def stop(self):
+        """SIGTERM: the exit code; every run's log is in `everything()`."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.log.finish()
+
+    def everything(self):
+        return "".join(self.logs) + self.log.text()

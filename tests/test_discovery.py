@@ -8,15 +8,13 @@ kill -9s at random moments of a running connector lose and duplicate nothing."""
 import json
 import random
 import shutil
-import signal
 import subprocess
-import time
 import urllib.request
 
 
 import deltakit as dk
 import testkit
-from lakekit import Lake, free_port, seed
+from lakekit import Lake, Running, free_port, seed
 from testkit import BIN, run_once
 
 
@@ -104,32 +102,18 @@ def test_a_running_connector_picks_up_new_tables_stops_dropped_ones_and_survives
     props = lake.props(**{"table.discovery.interval": "300ms", "monitor-interval": "200ms", "metrics.port": str(port)})
     name = props.read_text().split("\n")[0][len("name="):]
 
-    def started():
-        proc = subprocess.Popen([str(BIN), "run", str(props)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        return proc, testkit.LogTail(proc)
-
-    proc, log = started()
-    kills, logs = 0, []
+    run = Running(props)
     try:
-        for i in range(1, 15):
-            if i == 3:
-                lake.add_delta("sales.late", "sales.db/late", versions=5, partitioned=False)
-            lake.advance(i)
-            time.sleep(rng.uniform(0.1, 1.2))
-            if rng.random() < 0.6:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(30)
-                logs.append(log.text())
-                kills += 1
-                proc, log = started()
+        run.steps(lake, rng, 15, at={3: lambda: lake.add_delta("sales.late", "sales.db/late", versions=5,
+                                                               partitioned=False)})
         # caught up: every table's topic replays to it, the process still running
-        assert log.wait("table streaming", count=1, timeout=60), log.text()[-3000:]
+        assert run.log.wait("table streaming", count=1, timeout=60), run.log.text()[-3000:]
         lake.converge("caught up")
-        assert proc.poll() is None, log.text()[-3000:]
+        run.alive()
         # a table created while the process runs (no restart): found by a later search
         lake.add_delta("sales.later", "sales.db/later", versions=3, partitioned=False)
         lake.advance(20)
-        assert log.wait(f"{name}/sales.later", timeout=30), log.text()[-3000:]
+        assert run.log.wait(f"{name}/sales.later", timeout=30), run.log.text()[-3000:]
         lake.converge("a table created mid-run")
         # each table's stream has its status and its series; the connector counts its tables
         status = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/connectors/{name}%2Fsales.items/status").read())
@@ -139,18 +123,17 @@ def test_a_running_connector_picks_up_new_tables_stops_dropped_ones_and_survives
             [line for line in metrics.splitlines() if "lakestream_tables" in line]
         # a table dropped: its stream stops, the others go on
         shutil.rmtree(gone.table)
-        assert log.wait("table dropped", timeout=60), log.text()[-3000:]
+        assert run.log.wait("table dropped", timeout=60), run.log.text()[-3000:]
         lake.tables.pop("ops.gone")
         lake.advance(30)
         lake.converge("after the drop")
-        assert proc.poll() is None, log.text()[-3000:]
+        run.alive()
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         for state, n in [("streaming", 4), ("dropped", 1), ("failed", 0), ("skipped", 0)]:
             assert f'lakestream_tables{{connector="{name}",state="{state}"}} {n}' in metrics, \
                 [line for line in metrics.splitlines() if "lakestream_tables" in line]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = log.finish()
-    assert code == 0, log.text()[-3000:]
-    print(f"seed {s}: {kills} kill -9s")
-    assert "table failed" not in "".join(logs) + log.text()
+        code = run.stop()
+    assert code == 0, run.log.text()[-3000:]
+    print(f"seed {s}: {run.kills} kill -9s")
+    assert "table failed" not in run.everything()

@@ -20,7 +20,7 @@ import pytest
 
 import testkit
 from icebergrest import rest_server  # noqa: F401 (the fixture)
-from lakekit import Lake, free_port, seed
+from lakekit import Lake, Running, free_port, seed
 from testkit import BIN, run_once
 
 
@@ -90,11 +90,9 @@ def test_a_rest_catalogs_tables_stream_commit_by_commit_as_they_come_and_go(env,
     port = free_port()
     running = lake.props(**catalog, **{"table.include.list": f"{ns}\\\\..*", "table.discovery.interval": "300ms",
                                        "metrics.port": str(port), "name": name})
-    proc = subprocess.Popen([str(BIN), "run", str(running)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    log = testkit.LogTail(proc)
+    run = Running(running)
     try:
-        assert log.wait("table streaming", count=2, timeout=60), log.text()[-3000:]
+        assert run.log.wait("table streaming", count=2, timeout=60), run.log.text()[-3000:]
         series = f'lakestream_storage_requests_total{{connector="{name}",op="catalog"}}'
         runs = f'lakestream_discovery_runs_total{{connector="{name}",outcome="ok"}}'
         before = scrape(port, "lakestream_")
@@ -107,9 +105,8 @@ def test_a_rest_catalogs_tables_stream_commit_by_commit_as_they_come_and_go(env,
         # a search under way at either scrape counts in part
         assert 3 * (searches - 1) <= requests <= 3 * (searches + 1), f"{requests} catalog requests, {searches} searches"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = log.finish()
-    assert code == 0, log.text()[-3000:]
+        code = run.stop()
+    assert code == 0, run.log.text()[-3000:]
 
 
 def test_a_sql_catalogs_tables_stream(env, registry, tmp_path):
@@ -163,21 +160,13 @@ def test_a_glue_catalogs_iceberg_delta_and_hudi_tables_stream_through_kill9s(env
     (with the fixtures) a Hudi table, a CSV table that is none of them and, in another database,
     one the include list leaves out; tables registered and one deleted mid-run; killed with -9 at
     random moments and started again. Every matched table's topic replays to it."""
-    from pyiceberg.catalog.glue import GlueCatalog
-    from test_glue_catalog import REGION, s3_props
-    import boto3
+    from test_glue_catalog import REGION, glue_catalog, s3_props
     glue_endpoint, s3_endpoint, key_id, secret = aws
     s = seed()
     rng = random.Random(s)
     lake = Lake(env, registry, tmp_path, s)
     glue = glue_client(aws)
-    bucket = "lake-" + uuid.uuid4().hex[:8]
-    boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret,
-                 region_name=REGION).create_bucket(Bucket=bucket)
-    cat = GlueCatalog("glue", **{
-        "glue.endpoint": glue_endpoint, "glue.region": REGION, "glue.access-key-id": key_id,
-        "glue.secret-access-key": secret, "warehouse": f"s3://{bucket}/warehouse",
-        "s3.endpoint": s3_endpoint, "s3.access-key-id": key_id, "s3.secret-access-key": secret, "s3.region": REGION})
+    cat, bucket = glue_catalog(aws)
     db = "db_" + uuid.uuid4().hex[:6]
     lake.add_iceberg(f"{db}.orders", cat, location=f"s3://{bucket}/warehouse/{db}/orders")
     lake.add_delta(f"{db}.items", "glue/items", versions=10)
@@ -200,42 +189,29 @@ def test_a_glue_catalogs_iceberg_delta_and_hudi_tables_stream_through_kill9s(env
         "table.discovery.interval": "300ms", "monitor-interval": "200ms", "metrics.port": str(port)})
     name = props.read_text().split("\n")[0][len("name="):]
 
-    def started():
-        proc = subprocess.Popen([str(BIN), "run", str(props)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
-        return proc, testkit.LogTail(proc)
+    def late():
+        lake.add_delta(f"{db}.late", "glue/late", versions=5, partitioned=False)
+        register(glue, db, "late", "delta", lake.root / "glue/late")
 
-    proc, log = started()
-    kills, logs = 0, []
+    run = Running(props)
     try:
-        for i in range(1, 12):
-            if i == 3:
-                lake.add_delta(f"{db}.late", "glue/late", versions=5, partitioned=False)
-                register(glue, db, "late", "delta", lake.root / "glue/late")
-            lake.advance(i)
-            time.sleep(rng.uniform(0.1, 1.2))
-            if rng.random() < 0.6:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(30)
-                logs.append(log.text())
-                kills += 1
-                proc, log = started()
-        assert log.wait("table streaming", count=1, timeout=60), log.text()[-3000:]
+        run.steps(lake, rng, 12, at={3: late})
+        assert run.log.wait("table streaming", count=1, timeout=60), run.log.text()[-3000:]
         lake.converge("caught up")
-        assert proc.poll() is None, log.text()[-3000:]
+        run.alive()
         # a table registered while the process runs: found by a later search
         lake.add_delta(f"{db}.later", "glue/later", versions=3, partitioned=False)
         register(glue, db, "later", "delta", lake.root / "glue/later")
         lake.advance(20)
-        assert log.wait(f"{name}/{db}.later", timeout=30), log.text()[-3000:]
+        assert run.log.wait(f"{name}/{db}.later", timeout=30), run.log.text()[-3000:]
         lake.converge("a table registered mid-run")
         # a table deleted from the catalog: its stream stops, the others go on
         glue.delete_table(DatabaseName=db, Name="gone")
-        assert log.wait("table dropped", timeout=60), log.text()[-3000:]
+        assert run.log.wait("table dropped", timeout=60), run.log.text()[-3000:]
         lake.tables.pop(f"{db}.gone")
         lake.advance(30)
         lake.converge("after the drop")
-        assert proc.poll() is None, log.text()[-3000:]
+        run.alive()
         lines = scrape(port, "lakestream_tables")
         streaming = len(lake.tables)
         for state, n in [("streaming", streaming), ("dropped", 1), ("failed", 0), ("skipped", 0)]:
@@ -250,11 +226,10 @@ def test_a_glue_catalogs_iceberg_delta_and_hudi_tables_stream_through_kill9s(env
         print(f"Glue catalog: {requests:.0f} requests over {searches:.0f} searches")
         assert searches >= 2 and requests <= 3 * searches + 3, (requests, searches)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = log.finish()
-    assert code == 0, log.text()[-3000:]
-    print(f"seed {s}: {kills} kill -9s")
-    everything = "".join(logs) + log.text()
+        code = run.stop()
+    assert code == 0, run.log.text()[-3000:]
+    print(f"seed {s}: {run.kills} kill -9s")
+    everything = run.everything()
     assert "table failed" not in everything and "audit" not in everything and secret not in everything
 
 

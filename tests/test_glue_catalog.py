@@ -65,19 +65,25 @@ def s3_props(endpoint, key_id, secret):
             "s3.secret-access-key": secret, "s3.path-style-access": "true", "s3.allow-http": "true"}
 
 
-def glue_table(aws, name):
-    """A pyiceberg GlueCatalog table `db_x.name` whose files are in a new moto bucket."""
+def glue_catalog(aws):
+    """pyiceberg's GlueCatalog on the moto Glue, its warehouse in a new bucket of the moto S3:
+    (catalog, bucket)."""
     from pyiceberg.catalog.glue import GlueCatalog
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType, TimestamptzType
     glue_endpoint, endpoint, key_id, secret = aws
     bucket = "glue-" + uuid.uuid4().hex[:8]
     boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret,
                  region_name=REGION).create_bucket(Bucket=bucket)
-    cat = GlueCatalog("glue", **{
+    return GlueCatalog("glue", **{
         "glue.endpoint": glue_endpoint, "glue.region": REGION, "glue.access-key-id": key_id,
         "glue.secret-access-key": secret, "warehouse": f"s3://{bucket}/warehouse",
-        "s3.endpoint": endpoint, "s3.access-key-id": key_id, "s3.secret-access-key": secret, "s3.region": REGION})
+        "s3.endpoint": endpoint, "s3.access-key-id": key_id, "s3.secret-access-key": secret, "s3.region": REGION}), bucket
+
+
+def glue_table(aws, name):
+    """A pyiceberg GlueCatalog table `db_x.name` whose files are in a new moto bucket."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType, TimestamptzType
+    cat, bucket = glue_catalog(aws)
     db = "db_" + uuid.uuid4().hex[:6]
     cat.create_namespace(db)
     schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "cat", StringType()),

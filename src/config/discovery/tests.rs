@@ -213,7 +213,10 @@ fn a_catalogs_iceberg_tables_are_members_by_name_its_others_by_path() {
     let err = |extra: &str| in_catalog(&dir, extra).err().map(|e| e.to_string()).unwrap_or_default();
     // connector.class=hudi with Glue: the catalog's keys are not foreign to it, Delta's are
     let e = err(&format!("{glue}connector.class=hudi\n"));
-    assert!(!e.contains("catalog.") && (e.contains("key.fields") || e.contains("starting-version")), "{e}");
+    assert!(
+        !e.contains("catalog.") && (e.contains("key.fields") || e.contains("starting-version")),
+        "{e}"
+    );
     let rest = "catalog.type=rest\ncatalog.uri=http://127.0.0.1:1\n";
     assert!(in_catalog(&dir, &format!("{rest}table.discovery.depth=2\n")).is_ok());
     let e = err(&format!("{rest}connector.class=delta\n"));
