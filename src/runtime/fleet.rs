@@ -144,7 +144,6 @@ pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -
         searcher,
     } = first;
     let storage = storage_of(&t);
-    let searcher = std::sync::Arc::new(parking_lot::Mutex::new(searcher));
     let mut fleet = Fleet {
         t: &t,
         opts: opts.clone(),
@@ -157,7 +156,7 @@ pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -
         failed: 0,
         dropped: 0,
         worst: None,
-        searcher: searcher.clone(),
+        searcher: std::sync::Arc::new(parking_lot::Mutex::new(searcher)),
     };
     fleet.apply(first, found);
     let mut shutdown = opts.shutdown.clone();
@@ -172,7 +171,7 @@ pub async fn run_tables(first: Discovered, opts: RunOptions, place: Placement) -
             joined = fleet.set.join_next(), if !fleet.set.is_empty() => fleet.ended(joined, &storage).await,
             _ = tick.tick(), if !opts.once => {
                 let running: Vec<ConnectorConfig> = fleet.streaming.values().filter(|s| !s.dropped).map(|s| s.cfg.clone()).collect();
-                let (tc, st, se) = (t.clone(), storage.clone(), searcher.clone());
+                let (tc, st, se) = (t.clone(), storage.clone(), fleet.searcher.clone());
                 match tokio::task::spawn_blocking(move || search(&tc, &st, &mut se.lock(), Some(&running))).await {
                     Ok(Ok((found, view))) => fleet.apply(view, found),
                     Ok(Err(e)) => tracing::warn!(connector = %t.name, error = %crate::causes::with_causes(&e), "table discovery failed: the tables found before stream on; searching again at the next interval"),

@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::config::{ConnectorKind, Discovery, Found, Search};
 use crate::storage::{Entry, Storage};
@@ -32,7 +31,7 @@ type Known = HashMap<PathBuf, ConnectorKind>;
 #[derive(Default)]
 pub struct Searcher {
     known: Known,
-    rest: Arc<RestSession>,
+    rest: RestSession,
 }
 
 impl Searcher {

@@ -194,16 +194,29 @@ pub fn glue_list(
     field: &str,
     what: &str,
 ) -> Result<Vec<Value>, SourceError> {
+    all_pages(field, "NextToken", |next| {
+        let mut b = body.clone();
+        if let Some(t) = next {
+            b["NextToken"] = Value::from(t);
+        }
+        glue_call(storage, c, target, b, what)
+    })
+}
+
+/// Every item of a paged list answer's `field`: `page(token)` asks for the page of a token (the
+/// first: none), and the answer's `token` field names the next; followed until there is none, or
+/// the same one again. Glue's `NextToken` and the REST catalog's `next-page-token` alike.
+pub(super) fn all_pages(
+    field: &str,
+    token: &str,
+    mut page: impl FnMut(Option<&str>) -> Result<Value, SourceError>,
+) -> Result<Vec<Value>, SourceError> {
     let mut items = Vec::new();
     let mut next: Option<String> = None;
     loop {
-        let mut b = body.clone();
-        if let Some(t) = &next {
-            b["NextToken"] = Value::from(t.as_str());
-        }
-        let answer = glue_call(storage, c, target, b, what)?;
+        let answer = page(next.as_deref())?;
         items.extend(answer.get(field).and_then(Value::as_array).cloned().unwrap_or_default());
-        match answer.get("NextToken").and_then(Value::as_str) {
+        match answer.get(token).and_then(Value::as_str) {
             Some(t) if !t.is_empty() && next.as_deref() != Some(t) => next = Some(t.to_string()),
             _ => return Ok(items),
         }

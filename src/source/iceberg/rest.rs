@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::catalog::{catalog_error, excerpt, http_client, local, unavailable};
+use super::catalog::{all_pages, catalog_error, excerpt, http_client, local, unavailable};
 use crate::config::{RestCatalog, TableLocation};
 use crate::source::{CatalogFailure, SourceError};
 use crate::storage::aws::query_encode as encode;
@@ -318,10 +318,8 @@ impl RestSession {
         url: &str,
         field: &str,
     ) -> Result<Vec<Value>, SourceError> {
-        let mut items = Vec::new();
-        let mut page: Option<String> = None;
-        loop {
-            let at = match &page {
+        all_pages(field, "next-page-token", |page| {
+            let at = match page {
                 None => url.to_string(),
                 Some(t) => format!(
                     "{url}{}pageToken={}",
@@ -329,13 +327,8 @@ impl RestSession {
                     encode(t)
                 ),
             };
-            let answer = self.get(storage, name, auth, &at, &[])?;
-            items.extend(answer.get(field).and_then(Value::as_array).cloned().unwrap_or_default());
-            match answer.get("next-page-token").and_then(Value::as_str) {
-                Some(t) if !t.is_empty() && page.as_deref() != Some(t) => page = Some(t.to_string()),
-                _ => return Ok(items),
-            }
-        }
+            self.get(storage, name, auth, &at, &[])
+        })
     }
 
     /// The catalog's name, how to authenticate to it, and the base of its routes
