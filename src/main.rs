@@ -4,6 +4,7 @@
 mod cli;
 mod loading;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -43,28 +44,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Validate { offline, online, files } => match load_files(&files, 0, !offline) {
-            Ok(loaded) => {
-                for c in &loaded.files {
-                    if let Err(code) = validate(&rt, c, offline, online) {
-                        return code;
-                    }
-                }
-                for d in &loaded.fleets {
-                    let lines = match offline {
-                        true => vec![format!(
-                            "# {}: ok, discovering in {} (not searched)",
-                            d.tables.file.display(),
-                            d.tables.discovery.search.describe()
-                        )],
-                        false => rt.block_on(lakestream::runtime::admin::validate_tables(d, online)),
-                    };
-                    println!("{}", lines.join("\n"));
-                }
-                ExitCode::SUCCESS
-            }
-            Err(code) => code,
-        },
+        Command::Validate { offline, online, files } => validate_files(&rt, &files, offline, online),
         Command::Offsets {
             action: OffsetsCommand::Show { file, table, task_id },
         } => offsets_show(load_one(&file, task_id, table.as_deref())),
@@ -120,43 +100,87 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let rule = Rule::of(pool);
-            let mine = select_tasks(&loaded.files, task_id, replicas, rule);
-            if mine.is_empty() && loaded.fleets.is_empty() && (once || !pool) {
-                eprintln!("error: no task to run: --task-id {task_id:?} with --replicas {replicas:?} selects none of the connectors' tasks");
-                return ExitCode::from(2);
-            }
-            if mine.is_empty() && loaded.fleets.is_empty() {
-                let tasks: u32 = loaded.files.iter().map(|c| c.runtime.tasks).sum();
-                tracing::info!(pod = ?task_id, ?replicas, tasks, "this pod runs none of the pool's tasks: serving health and waiting");
-            }
+            let mine = match mine(&loaded, task_id, replicas, pool, once) {
+                Ok(mine) => mine,
+                Err(code) => return code,
+            };
             let place = Placement {
                 ordinal: task_id,
                 replicas,
             };
             rt.block_on(run_all(mine, loaded.fleets, once, metrics_port, memory_budget, place))
         }
-        Command::Assign { replicas, pool, files } => {
-            let loaded = match load_files(&files, 0, true) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            let rule = Rule::of(pool);
-            let members = loaded.fleets.iter().flat_map(|d| d.view.members.iter());
-            // a discovered table's tasks are always placed by rendezvous (see runtime::fleet)
-            let placed = loaded
-                .files
-                .iter()
-                .map(|c| (c, rule))
-                .chain(members.map(|c| (c, Rule::Pool)));
-            for (c, rule) in placed {
-                for t in 0..c.runtime.tasks {
-                    println!("{} {} {t}", pod_of(rule, &c.name, t, replicas), c.name);
+        Command::Assign { replicas, pool, files } => assign(&files, replicas, pool),
+    }
+}
+
+/// `validate` of every file: each connector's, then each discovering file's tables.
+fn validate_files(rt: &tokio::runtime::Runtime, files: &[PathBuf], offline: bool, online: bool) -> ExitCode {
+    match load_files(files, 0, !offline) {
+        Ok(loaded) => {
+            for c in &loaded.files {
+                if let Err(code) = validate(rt, c, offline, online) {
+                    return code;
                 }
+            }
+            for d in &loaded.fleets {
+                let lines = match offline {
+                    true => vec![format!(
+                        "# {}: ok, discovering in {} (not searched)",
+                        d.tables.file.display(),
+                        d.tables.discovery.search.describe()
+                    )],
+                    false => rt.block_on(lakestream::runtime::admin::validate_tables(d, online)),
+                };
+                println!("{}", lines.join("\n"));
             }
             ExitCode::SUCCESS
         }
+        Err(code) => code,
     }
+}
+
+/// `assign`: the pod each task of each connector runs on.
+fn assign(files: &[PathBuf], replicas: u32, pool: bool) -> ExitCode {
+    let loaded = match load_files(files, 0, true) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let rule = Rule::of(pool);
+    let members = loaded.fleets.iter().flat_map(|d| d.view.members.iter());
+    // a discovered table's tasks are always placed by rendezvous (see runtime::fleet)
+    let placed = loaded
+        .files
+        .iter()
+        .map(|c| (c, rule))
+        .chain(members.map(|c| (c, Rule::Pool)));
+    for (c, rule) in placed {
+        for t in 0..c.runtime.tasks {
+            println!("{} {} {t}", pod_of(rule, &c.name, t, replicas), c.name);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The tasks of `loaded` this pod runs; exit 2 where it runs none and is not a pool member
+/// waiting for its share.
+fn mine(
+    loaded: &loading::Loaded,
+    task_id: Option<u32>,
+    replicas: Option<u32>,
+    pool: bool,
+    once: bool,
+) -> Result<Vec<ConnectorConfig>, ExitCode> {
+    let mine = select_tasks(&loaded.files, task_id, replicas, Rule::of(pool));
+    if mine.is_empty() && loaded.fleets.is_empty() && (once || !pool) {
+        eprintln!("error: no task to run: --task-id {task_id:?} with --replicas {replicas:?} selects none of the connectors' tasks");
+        return Err(ExitCode::from(2));
+    }
+    if mine.is_empty() && loaded.fleets.is_empty() {
+        let tasks: u32 = loaded.files.iter().map(|c| c.runtime.tasks).sum();
+        tracing::info!(pod = ?task_id, ?replicas, tasks, "this pod runs none of the pool's tasks: serving health and waiting");
+    }
+    Ok(mine)
 }
 
 /// `validate` of one connector: the file alone (`offline`), also the broker, registry and

@@ -12,27 +12,26 @@ import pytest
 
 import uuid
 
-from testkit import FIXTURES, Replay, assert_verified, compare, connector_props, consume_all, new_records, norm, run_once
+from testkit import Replay, assert_verified, fixture_path, fixtures_present, compare, connector_props, consume_all, new_records, norm, run_once
 
 ICEBERG_ROOT = Path("/tmp/lakestream-fixtures/iceberg")
 WAREHOUSE = ICEBERG_ROOT / "warehouse"
 
 
 def unpack():
-    script = FIXTURES / "iceberg" / "unpack.sh"
-    if not script.exists():
-        pytest.skip(f"Iceberg fixtures not found at {script.parent} (set LAKESTREAM_FIXTURES or put ../shared beside the repo)")
+    script = fixture_path("iceberg", "unpack.sh")
     subprocess.run(["sh", str(script)], check=True, capture_output=True)
 
 
 def table_names():
-    d = FIXTURES / "iceberg" / "expected"
-    return sorted(json.loads(p.read_text())["table"] for p in d.glob("*.json")) if d.exists() else []
+    if not fixtures_present("iceberg"):
+        return []
+    return sorted(json.loads(p.read_text())["table"] for p in fixture_path("iceberg", "expected").glob("*.json"))
 
 
 def load_oracle(name):
     """The oracle of `namespace.table` (files are named by the table alone)."""
-    return json.loads((FIXTURES / "iceberg" / "expected" / f"{name.split('.')[-1]}.json").read_text())
+    return json.loads(fixture_path("iceberg", "expected", f"{name.split('.')[-1]}.json").read_text())
 
 
 def version_of(path: Path):

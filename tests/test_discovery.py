@@ -26,7 +26,7 @@ def test_a_prefix_streams_every_matched_table_commit_by_commit(env, registry, tm
     lake = Lake(env, registry, tmp_path, s)
     lake.add_delta("sales.items", "sales.db/items")
     lake.add_iceberg("shop.orders")
-    if (testkit.FIXTURES / "hudi").is_dir():
+    if testkit.fixtures_present():
         lake.add_hudi("sales.trips", "sales.db/trips")
     else:
         print("fixtures not found: the lake holds no Hudi table")

@@ -171,7 +171,7 @@ def test_a_glue_catalogs_iceberg_delta_and_hudi_tables_stream_through_kill9s(env
     lake.add_iceberg(f"{db}.orders", cat, location=f"s3://{bucket}/warehouse/{db}/orders")
     lake.add_delta(f"{db}.items", "glue/items", versions=10)
     register(glue, db, "items", "delta", lake.root / "glue/items")
-    if (testkit.FIXTURES / "hudi").is_dir():
+    if testkit.fixtures_present():
         lake.add_hudi(f"{db}.trips", "glue/trips")
         register(glue, db, "trips", "hudi", lake.root / "glue/trips")
     else:

@@ -11,7 +11,7 @@ import testkit
 from conftest import require_fixtures
 
 # fixtures whose newest file slices still have live log files (Avro and Parquet data blocks)
-FIXTURES = ["sample_table/mor/avro/v9_timebasedkeygen_nonhivestyle", "sample_table/mor/parquet/v6_nonpartitioned"]
+DAMAGED = ["sample_table/mor/avro/v9_timebasedkeygen_nonhivestyle", "sample_table/mor/parquet/v6_nonpartitioned"]
 
 
 def state_of(env, registry, tmp_path, table, label):
@@ -23,7 +23,7 @@ def state_of(env, registry, tmp_path, table, label):
     return replay.state, r.stderr
 
 
-@pytest.mark.parametrize("fixture", FIXTURES)
+@pytest.mark.parametrize("fixture", DAMAGED)
 def test_damaged_log_blocks_are_skipped_and_reported(env, registry, tmp_path, fixture):
     require_fixtures()
     copies = {}

@@ -10,7 +10,7 @@ from conftest import require_fixtures
 
 
 def _cases():
-    if not (testkit.FIXTURES / "hudi").is_dir():
+    if not testkit.fixtures_present():
         return ["(fixtures absent)"]
     out = []
     for name in testkit.hudi_fixture_names():
@@ -62,7 +62,7 @@ def test_fixture_replays_to_oracle_as_changes(env, registry, tmp_path, name):
 
 
 def _table_service_cases():
-    if not (testkit.FIXTURES / "hudi").is_dir():
+    if not testkit.fixtures_present():
         return ["(fixtures absent)"]
     return [n for n in _cases() if any(i.get("operation") in ("COMPACT", "CLUSTER")
                                        for i in testkit.load_oracle(n)["instants"])]
@@ -76,7 +76,7 @@ def test_compaction_and_clustering_read_but_emit_nothing(env, registry, tmp_path
 
 
 def _mor_cases():
-    if not (testkit.FIXTURES / "hudi").is_dir():
+    if not testkit.fixtures_present():
         return ["(fixtures absent)"]
     return [n for n in _cases() if testkit.load_oracle(n)["table_type"] == "MERGE_ON_READ"]
 
@@ -108,7 +108,7 @@ def test_skip_merge_emits_late_records_unmerged(env, registry, tmp_path):
 def test_interval_transaction_boundary_replays_to_oracle(env, registry, tmp_path, name):
     """transaction.boundary=interval groups instants into transactions by time, and small
     transaction.max.records splits them: the replay is the same."""
-    if not (testkit.FIXTURES / "hudi").is_dir():
+    if not testkit.fixtures_present():
         pytest.skip("fixtures absent")
     replay_stepwise(env, registry, tmp_path, name, "first", **{
         "transaction.boundary": "interval", "transaction.interval.ms": "60000", "transaction.max.records": "3"})
@@ -129,7 +129,7 @@ def test_tiny_memory_budget_diffs_in_buckets_and_replays_to_oracle(env, registry
     """read.memory.budget of one byte: every change unit is diffed in key buckets on disk (log
     records of a merge are never held whole, whatever the budget); the replay still equals the
     oracle at every instant."""
-    if not (testkit.FIXTURES / "hudi").is_dir():
+    if not testkit.fixtures_present():
         pytest.skip("fixtures absent")
     testkit.RUN_LOGS.clear()
     spill = tmp_path / "spill"

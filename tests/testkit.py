@@ -24,7 +24,9 @@ import requests
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("LAKESTREAM_FIXTURES", REPO.parent / "shared" / "fixtures"))
+# The fixtures (../shared/fixtures) are read only through fixture_path(), which skips the test
+# where they are absent: a fresh clone has none (tests/test_suite_guard.py holds every module to it).
+_FIXTURES = Path(os.environ.get("LAKESTREAM_FIXTURES", REPO.parent / "shared" / "fixtures"))
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 BIN = Path(os.environ.get("LAKESTREAM_BIN", TARGET / "release" / "lakestream"))
 REGISTRY_BIN = Path(os.environ.get("LAKESTREAM_REGISTRY_BIN", TARGET / "release" / "lakestream-registry"))
@@ -35,10 +37,22 @@ PARTITION_PATH = "_hoodie_partition_path"
 
 # ---------------------------------------------------------------- Hudi fixtures, revealed stepwise
 
-def require_fixtures():
-    if not (FIXTURES / "hudi").is_dir():
+def fixtures_present(kind="hudi"):
+    """Whether the `kind` ("hudi", "iceberg") fixtures are here (for collection-time choices)."""
+    return (_FIXTURES / kind).is_dir()
+
+
+def require_fixtures(kind="hudi"):
+    if not fixtures_present(kind):
         import pytest
-        pytest.skip(f"fixtures not found at {FIXTURES} (../shared/fixtures beside the repo)")
+        pytest.skip(f"{kind} fixtures not found at {_FIXTURES / kind} "
+                    "(put ../shared beside the repo or set LAKESTREAM_FIXTURES)")
+
+
+def fixture_path(kind, *parts):
+    """A path in the `kind` fixtures; skips the calling test where they are absent."""
+    require_fixtures(kind)
+    return _FIXTURES.joinpath(kind, *parts)
 
 
 def revealed_fixture(env, tmp_path, prefix, fixture, **extra):
@@ -54,21 +68,23 @@ def revealed_fixture(env, tmp_path, prefix, fixture, **extra):
 
 
 def hudi_fixture_names():
-    root = FIXTURES / "hudi"
+    if not fixtures_present():
+        return []
+    root = fixture_path("hudi")
     return sorted(str(p.relative_to(root))[:-4] for p in root.rglob("*.zip"))
 
 
 def zip_has_log_files(name):
-    with zipfile.ZipFile(FIXTURES / "hudi" / f"{name}.zip") as z:
+    with zipfile.ZipFile(fixture_path("hudi", f"{name}.zip")) as z:
         return any(".log." in Path(n).name and Path(n).name.startswith(".") for n in z.namelist())
 
 
 def load_oracle(name):
-    return json.loads((FIXTURES / "hudi" / "expected" / f"{name}.json").read_text())
+    return json.loads(fixture_path("hudi", "expected", f"{name}.json").read_text())
 
 
 def extract(name, dest):
-    with zipfile.ZipFile(FIXTURES / "hudi" / f"{name}.zip") as z:
+    with zipfile.ZipFile(fixture_path("hudi", f"{name}.zip")) as z:
         z.extractall(dest)
     tables = [p for p in Path(dest).iterdir() if p.is_dir() and p.name != "__MACOSX"]
     assert len(tables) == 1, tables

@@ -24,6 +24,7 @@ pub mod polls;
 mod progress;
 mod resume;
 pub mod resync;
+mod start;
 pub mod state;
 pub mod tasks;
 pub mod verify;
@@ -34,7 +35,7 @@ use crate::config::{ConnectorConfig, TxnBoundary};
 use crate::error::Joined;
 use crate::health::{Health, TaskHealthHandle};
 use crate::metrics;
-use crate::sink::{Cluster, ReadTo, Sink, SinkError};
+use crate::sink::{Cluster, Sink, SinkError};
 use crate::source::{Ownership, Source, SourceError, Unit};
 
 #[derive(Clone)]
@@ -135,33 +136,13 @@ async fn run_inner(
     if release && retaking {
         park::check_before_taking(&opts, &cfg).await?;
     }
-    // one task: its transactional id does not depend on how tasks divide the table, so the
-    // producer initialises first and one offsets read after it serves both the ownership and
-    // the resume decision (each read is ~0.1 s of a start on Kafka); the table opens meanwhile
-    // (neither needs the other; a table that cannot be opened fails in milliseconds, before the
-    // topics are made in practice, though nothing orders the two)
     let single = cfg.runtime.tasks <= 1;
-    let (mut source, head, (early_sink, stable)) = if single {
-        let early = async {
-            // (one task's ids do not depend on how tasks divide the table)
-            let sink = opts.cluster.start(&cfg.sink(), false, health.clone()).await?;
-            let stable = tasks::read_offsets(&opts.cluster, &cfg, ReadTo::Stable).await?;
-            Ok::<_, RuntimeError>((Some(sink), Some(stable)))
-        };
-        let source = async {
-            let source = open_source_async(&cfg).await.map_err(RuntimeError::from)?;
-            // (with idle.release a start reads its record's holder first)
-            let head = match release {
-                false => head::begin(&cfg, &opts, &source, unrecorded).await,
-                true => None,
-            };
-            Ok::<_, RuntimeError>((source, head))
-        };
-        let ((source, head), early) = tokio::try_join!(source, early)?;
-        (source, head, early)
-    } else {
-        (open_source_async(&cfg).await?, None, (None, None))
-    };
+    let start::Opened {
+        mut source,
+        head,
+        early_sink,
+        stable,
+    } = start::open_early(&cfg, &opts, &health, unrecorded).await?;
     let ownership = tasks::effective_ownership(&opts.cluster, &cfg, &source, stable.as_ref()).await?;
     let by_partition = ownership == Ownership::Partition;
     let sink = match early_sink {
@@ -170,37 +151,13 @@ async fn run_inner(
     };
     let (mut state, new_state) = tasks::resume_state(&opts.cluster, &cfg, ownership, &source, stable).await?;
     if release {
-        if retaking {
-            // read under this instance's new producer: an instance that took the task meanwhile
-            // is on record now
-            park::check(
-                &cfg,
-                &opts.instance,
-                (!new_state).then_some(&state),
-                "found once the producer was taken back",
-            )?;
-        }
-        state.holder = Some(opts.instance.clone());
+        start::claim(&cfg, &opts, &mut state, new_state, retaking)?;
     }
     if resume::kept_record_key(&cfg, &state.key, &source.info().key_fields) {
-        // published before `key.partition-path=auto` keyed Hudi rows by partition too: the
-        // connector keeps its key (a topic never mixes two); the README says how to switch
-        tracing::warn!(connector = %cfg.name, key = %state.key.join(","), "the events already published are keyed by the record key \
-            alone: keeping that key (key.partition-path=false). Two live rows with one record key in two partitions \
-            share a Kafka key; to key by partition too, start a new connector name with key.partition-path=auto");
-        // (the source opened again with that key; the connector's settings stay as loaded)
-        let mut kept = cfg.clone();
-        kept.read.key_partition_path = Some(false);
-        source = open_source_async(&kept).await?;
+        source = start::reopen_with_record_key(&cfg, &state.key).await?;
     }
     state.key = resume::checked_key(&state.key, source.as_ref())?;
-    if let Some(trace) = unsettled.trace.clone() {
-        // this producer's init settled it: what is visible now is what became of it
-        let sent = resume::resolve_unknown_outcome(&opts.cluster, &cfg, trace).await?;
-        unsettled.watched.extend(sent);
-        unsettled.trace = None;
-    }
-    let watch = resume::Watch::over(std::mem::take(&mut unsettled.watched));
+    let watch = start::settle(&cfg, &opts, unsettled).await?;
     if let (false, Some(issued)) = (new_state, &state.issued) {
         resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
@@ -234,34 +191,53 @@ async fn run_inner(
         identity,
         recreated,
     };
-    // (a failed first commit leaves its transaction on record like any other)
-    let mut res = match (new_state || release) && !single {
-        true => task.commit().await,
-        false => Ok(()),
-    };
-    let mut parked = false;
-    if res.is_ok() {
-        res = task.run().await.map(|p| parked = p);
+    let (res, parked) = task.run_through((new_state || release) && !single).await;
+    task.ended(res, parked, unsettled)
+}
+
+impl Task {
+    /// The run's loop, with a first commit before it where `commit_first` (a failed one leaves
+    /// its transaction on record like any other) and the first record committed if the run
+    /// stopped before its first poll. Returns the result and whether the task parked.
+    async fn run_through(&mut self, commit_first: bool) -> (Result<(), RuntimeError>, bool) {
+        let mut res = match commit_first {
+            true => self.commit().await,
+            false => Ok(()),
+        };
+        let mut parked = false;
+        if res.is_ok() {
+            res = self.run().await.map(|p| parked = p);
+        }
+        if res.is_ok() && self.first_record {
+            res = self.commit().await;
+        }
+        (res, parked)
     }
-    if res.is_ok() && task.first_record {
-        // stopped before its first poll
-        res = task.commit().await;
+
+    /// How the run ends: an error leaves what became of its transaction to the next run; a parked
+    /// task hands its source on.
+    fn ended(
+        mut self,
+        res: Result<(), RuntimeError>,
+        parked: bool,
+        unsettled: &mut resume::Unsettled,
+    ) -> Result<Outcome, RuntimeError> {
+        if res.is_err() {
+            unsettled.trace = self.sink.unknown_outcome();
+            unsettled.watched = self.watch.take().map(resume::Watch::into_sent).unwrap_or_default();
+        }
+        if let (Ok(()), true, Some(issued)) = (&res, parked, self.committed.issued.clone()) {
+            tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, position = %issued.instant,
+                "idle: producer released (idle.release); polling the table without it");
+            return Ok(Outcome::Parked(park::Parked {
+                source: self.source.clone(),
+                issued,
+            }));
+        }
+        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, rows_read = self.read.0, bytes_read = self.read.1, ok = res.is_ok(),
+            "task stopped");
+        res.map(|()| Outcome::Stopped)
     }
-    if res.is_err() {
-        unsettled.trace = task.sink.unknown_outcome();
-        unsettled.watched = task.watch.take().map(resume::Watch::into_sent).unwrap_or_default();
-    }
-    if let (Ok(()), true, Some(issued)) = (&res, parked, task.committed.issued.clone()) {
-        tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, position = %issued.instant,
-            "idle: producer released (idle.release); polling the table without it");
-        return Ok(Outcome::Parked(park::Parked {
-            source: task.source.clone(),
-            issued,
-        }));
-    }
-    tracing::info!(connector = %task.cfg.name, task = task.cfg.runtime.task_id, rows_read = task.read.0, bytes_read = task.read.1, ok = res.is_ok(),
-        "task stopped");
-    res.map(|()| Outcome::Stopped)
 }
 
 /// The connector's encoder of `table`'s rows, as its settings shape the events.
@@ -333,6 +309,44 @@ impl Task {
     }
 
     /// One poll and everything it found. `Stop` when done (`--once`, end commit, shutdown).
+    /// Whether this task of a generation starts fresh (nothing on record); a fresh task other than
+    /// task 0 starts where task 0's start strategy chose, so a later change of tasks.max can hand
+    /// over from one common first unit.
+    async fn start_where_task0_does(&mut self) -> bool {
+        let fresh = self.cfg.runtime.tasks > 1
+            && self.state.issued.is_none()
+            && self.state.in_flight.is_none()
+            && self.state.handoff.is_none();
+        if fresh && self.cfg.runtime.task_id != 0 {
+            let (firsts, cluster) = (&self.opts.first_units, &self.opts.cluster);
+            if let Some(f) = tasks::first_unit_of_task0(firsts, cluster, &self.cfg, self.ownership).await {
+                self.state.first = Some(f.clone());
+                self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
+            }
+        }
+        fresh
+    }
+
+    /// A poll answered `units` (begun at `started`): a fresh task 0 tells the others where it
+    /// starts; the poll's time, the pending units and the lag's commit times are noted.
+    fn polled(&mut self, units: &[Unit], fresh: bool, started: Instant) {
+        if fresh && self.cfg.runtime.task_id == 0 {
+            let first = units.first().map(|u| FirstUnit {
+                unit: u.position.clone(),
+                snapshot: u.snapshot,
+            });
+            self.opts.first_units.publish(&self.cfg, first);
+        }
+        metrics::POLL_SECONDS
+            .with_label_values(&[&self.cfg.name, &self.cfg.runtime.task_id.to_string()])
+            .observe(started.elapsed().as_secs_f64());
+        self.moved();
+        metrics::PENDING_UNITS
+            .with_label_values(&[&self.cfg.name])
+            .set(units.len() as f64);
+        self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
+    }
+
     async fn cycle(&mut self) -> Result<Flow, RuntimeError> {
         'poll: loop {
             if self.resync_due().await? {
@@ -346,21 +360,7 @@ impl Task {
                 return Ok(Flow::Stop);
             }
             let started = Instant::now();
-            let fresh = self.cfg.runtime.tasks > 1
-                && self.state.issued.is_none()
-                && self.state.in_flight.is_none()
-                && self.state.handoff.is_none();
-            if fresh && self.cfg.runtime.task_id != 0 {
-                // every task starts where task 0's start strategy chose, so a later change of
-                // tasks.max can hand over from one common first unit
-                if let Some(f) =
-                    tasks::first_unit_of_task0(&self.opts.first_units, &self.opts.cluster, &self.cfg, self.ownership)
-                        .await
-                {
-                    self.state.first = Some(f.clone());
-                    self.state.in_flight = Some(InFlight::new(f.unit, f.snapshot));
-                }
-            }
+            let fresh = self.start_where_task0_does().await;
             // before the poll: where the position's successors are gone, the poll is what fails
             self.check_headroom().await;
             let units = match self.head.as_mut().and_then(head::HeadStart::take_units) {
@@ -373,23 +373,7 @@ impl Task {
                     polled => polled?,
                 },
             };
-            if fresh && self.cfg.runtime.task_id == 0 {
-                self.opts.first_units.publish(
-                    &self.cfg,
-                    units.first().map(|u| FirstUnit {
-                        unit: u.position.clone(),
-                        snapshot: u.snapshot,
-                    }),
-                );
-            }
-            metrics::POLL_SECONDS
-                .with_label_values(&[&self.cfg.name, &self.cfg.runtime.task_id.to_string()])
-                .observe(started.elapsed().as_secs_f64());
-            self.moved();
-            metrics::PENDING_UNITS
-                .with_label_values(&[&self.cfg.name])
-                .set(units.len() as f64);
-            self.pending = units.iter().filter(|u| !u.snapshot).map(|u| u.ts_ms).collect();
+            self.polled(&units, fresh, started);
             if units.is_empty() {
                 if self.first_record {
                     self.commit().await?;
