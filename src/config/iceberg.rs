@@ -245,115 +245,123 @@ pub(super) fn catalog(v: &Validator<'_>) -> Result<Option<Catalog>, ConfigError>
         .to_ascii_lowercase();
     match kind.as_str() {
         "hadoop" | "path" => Ok(None),
-        "sql" | "jdbc" => {
-            let uri = v.required("catalog.uri", "sqlite:///path/to/catalog.db")?;
-            // sqlite:///rel/or/abs, sqlite:////abs (SQLAlchemy), jdbc:sqlite:/abs
-            let rest = uri
-                .strip_prefix("jdbc:sqlite:")
-                .or_else(|| uri.strip_prefix("sqlite:///"))
-                .ok_or_else(|| {
-                    v.invalid(
-                        "catalog.uri",
-                        format!("`{uri}`: only sqlite catalogs (sqlite:///path) are supported"),
-                    )
-                })?;
-            let db = PathBuf::from(format!("/{}", rest.trim_start_matches('/')));
-            if !db.is_file() {
-                return Err(v.invalid("catalog.uri", format!("`{}` is not a file", db.display())));
-            }
-            Ok(Some(Catalog::Sql {
-                db,
-                catalog: v.get("catalog.name").unwrap_or_else(|| "default".into()),
-            }))
-        }
-        "rest" => {
-            let uri = v.required("catalog.uri", "the REST catalog base URL")?;
-            if !(uri.starts_with("http://") || uri.starts_with("https://")) {
-                return Err(v.invalid("catalog.uri", format!("`{uri}` is not an http(s) URL")));
-            }
-            let (token, credential) = (v.get("catalog.token"), v.get("catalog.credential"));
-            if token.is_some() && credential.is_some() {
-                return Err(v.invalid(
-                    "catalog.credential",
-                    "set catalog.token (a static bearer token) or catalog.credential (OAuth 2 client credentials), not both"
-                        .to_string(),
-                ));
-            }
-            let oauth2_server_uri = v.get("catalog.oauth2-server-uri");
-            if let Some(u) = oauth2_server_uri
-                .as_ref()
-                .filter(|u| !(u.starts_with("http://") || u.starts_with("https://")))
-            {
-                return Err(v.invalid("catalog.oauth2-server-uri", format!("`{u}` is not an http(s) URL")));
-            }
-            let sigv4 = match v.bool_or("catalog.rest.sigv4-enabled", false)? {
-                false => None,
-                true if token.is_some() || credential.is_some() => {
-                    return Err(v.invalid(
-                        "catalog.rest.sigv4-enabled",
-                        "SigV4-signed requests carry AWS credentials: unset catalog.token / catalog.credential"
-                            .to_string(),
-                    ))
-                }
-                true => {
-                    let region = v
-                        .get("catalog.rest.signing-region")
-                        .or_else(|| v.get("catalog.region"))
-                        .or_else(|| v.get("s3.region"))
-                        .or_else(|| std::env::var("AWS_REGION").ok())
-                        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-                        .ok_or_else(|| {
-                            v.invalid(
-                                "catalog.rest.signing-region",
-                                "required with catalog.rest.sigv4-enabled=true (or s3.region, or AWS_REGION)"
-                                    .to_string(),
-                            )
-                        })?;
-                    Some((
-                        region,
-                        v.get("catalog.rest.signing-name")
-                            .unwrap_or_else(|| "execute-api".into()),
-                    ))
-                }
-            };
-            Ok(Some(Catalog::Rest(RestCatalog {
-                uri: uri.trim_end_matches('/').to_string(),
-                warehouse: v.get("catalog.warehouse"),
-                token,
-                credential,
-                oauth2_server_uri,
-                scope: v.get("catalog.scope"),
-                sigv4,
-            })))
-        }
-        "glue" => {
-            let region = v
-                .get("catalog.region")
-                .or_else(|| v.get("s3.region"))
-                .or_else(|| std::env::var("AWS_REGION").ok())
-                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-                .ok_or_else(|| {
-                    v.invalid(
-                        "catalog.region",
-                        "required for catalog.type=glue (or s3.region, or AWS_REGION)".to_string(),
-                    )
-                })?;
-            let endpoint = match v.get("catalog.uri") {
-                Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.trim_end_matches('/').to_string(),
-                Some(u) => return Err(v.invalid("catalog.uri", format!("`{u}` is not an http(s) URL"))),
-                None => format!("https://glue.{region}.amazonaws.com"),
-            };
-            Ok(Some(Catalog::Glue(GlueCatalog {
-                region,
-                endpoint,
-                catalog_id: v.get("catalog.glue.catalog-id"),
-            })))
-        }
+        "sql" | "jdbc" => sql_catalog(v).map(Some),
+        "rest" => rest_catalog(v).map(Some),
+        "glue" => glue_catalog(v).map(Some),
         other => Err(v.invalid(
             "catalog.type",
             format!("`{other}` is not one of: hadoop, sql, rest, glue"),
         )),
     }
+}
+
+/// `catalog.type=sql`: a sqlite catalog (`catalog.uri`, `catalog.name`).
+fn sql_catalog(v: &Validator<'_>) -> Result<Catalog, ConfigError> {
+    let uri = v.required("catalog.uri", "sqlite:///path/to/catalog.db")?;
+    // sqlite:///rel/or/abs, sqlite:////abs (SQLAlchemy), jdbc:sqlite:/abs
+    let rest = uri
+        .strip_prefix("jdbc:sqlite:")
+        .or_else(|| uri.strip_prefix("sqlite:///"))
+        .ok_or_else(|| {
+            v.invalid(
+                "catalog.uri",
+                format!("`{uri}`: only sqlite catalogs (sqlite:///path) are supported"),
+            )
+        })?;
+    let db = PathBuf::from(format!("/{}", rest.trim_start_matches('/')));
+    if !db.is_file() {
+        return Err(v.invalid("catalog.uri", format!("`{}` is not a file", db.display())));
+    }
+    Ok(Catalog::Sql {
+        db,
+        catalog: v.get("catalog.name").unwrap_or_else(|| "default".into()),
+    })
+}
+
+/// `catalog.type=rest`: the catalog's URL and how requests authenticate.
+fn rest_catalog(v: &Validator<'_>) -> Result<Catalog, ConfigError> {
+    let uri = v.required("catalog.uri", "the REST catalog base URL")?;
+    if !(uri.starts_with("http://") || uri.starts_with("https://")) {
+        return Err(v.invalid("catalog.uri", format!("`{uri}` is not an http(s) URL")));
+    }
+    let (token, credential) = (v.get("catalog.token"), v.get("catalog.credential"));
+    if token.is_some() && credential.is_some() {
+        return Err(v.invalid(
+            "catalog.credential",
+            "set catalog.token (a static bearer token) or catalog.credential (OAuth 2 client credentials), not both"
+                .to_string(),
+        ));
+    }
+    let oauth2_server_uri = v.get("catalog.oauth2-server-uri");
+    if let Some(u) = oauth2_server_uri
+        .as_ref()
+        .filter(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+    {
+        return Err(v.invalid("catalog.oauth2-server-uri", format!("`{u}` is not an http(s) URL")));
+    }
+    let sigv4 = rest_sigv4(v, token.is_some() || credential.is_some())?;
+    Ok(Catalog::Rest(RestCatalog {
+        uri: uri.trim_end_matches('/').to_string(),
+        warehouse: v.get("catalog.warehouse"),
+        token,
+        credential,
+        oauth2_server_uri,
+        scope: v.get("catalog.scope"),
+        sigv4,
+    }))
+}
+
+/// `catalog.rest.sigv4-enabled`: the signing region and service name; refused beside a bearer
+/// token or credential (`bearer`).
+fn rest_sigv4(v: &Validator<'_>, bearer: bool) -> Result<Option<(String, String)>, ConfigError> {
+    match v.bool_or("catalog.rest.sigv4-enabled", false)? {
+        false => Ok(None),
+        true if bearer => Err(v.invalid(
+            "catalog.rest.sigv4-enabled",
+            "SigV4-signed requests carry AWS credentials: unset catalog.token / catalog.credential".to_string(),
+        )),
+        true => {
+            let region =
+                aws_region(v, &["catalog.rest.signing-region", "catalog.region", "s3.region"]).ok_or_else(|| {
+                    v.invalid(
+                        "catalog.rest.signing-region",
+                        "required with catalog.rest.sigv4-enabled=true (or s3.region, or AWS_REGION)".to_string(),
+                    )
+                })?;
+            let name = v
+                .get("catalog.rest.signing-name")
+                .unwrap_or_else(|| "execute-api".into());
+            Ok(Some((region, name)))
+        }
+    }
+}
+
+/// The AWS region: the first of `keys` set, else `AWS_REGION`, else `AWS_DEFAULT_REGION`.
+fn aws_region(v: &Validator<'_>, keys: &[&str]) -> Option<String> {
+    keys.iter()
+        .find_map(|k| v.get(k))
+        .or_else(|| std::env::var("AWS_REGION").ok())
+        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
+}
+
+/// `catalog.type=glue`: the region, endpoint and catalog id.
+fn glue_catalog(v: &Validator<'_>) -> Result<Catalog, ConfigError> {
+    let region = aws_region(v, &["catalog.region", "s3.region"]).ok_or_else(|| {
+        v.invalid(
+            "catalog.region",
+            "required for catalog.type=glue (or s3.region, or AWS_REGION)".to_string(),
+        )
+    })?;
+    let endpoint = match v.get("catalog.uri") {
+        Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.trim_end_matches('/').to_string(),
+        Some(u) => return Err(v.invalid("catalog.uri", format!("`{u}` is not an http(s) URL"))),
+        None => format!("https://glue.{region}.amazonaws.com"),
+    };
+    Ok(Catalog::Glue(GlueCatalog {
+        region,
+        endpoint,
+        catalog_id: v.get("catalog.glue.catalog-id"),
+    }))
 }
 
 fn i64_key(v: &Validator<'_>, key: &str) -> Result<Option<i64>, ConfigError> {

@@ -3,6 +3,7 @@
 //! where a column was added later), partition columns filled from the action's
 //! `partitionValues`, and the rows a deletion vector marks left out.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -119,26 +120,7 @@ impl Reader<'_> {
             }
             _ => None,
         };
-        let source_of = |t: &Field| -> Option<usize> {
-            if self.schema.partition_columns.iter().any(|p| p == t.name()) {
-                return None;
-            }
-            // row tracking's columns, materialized under the names the table's settings give
-            match (lineage, t.name().as_str()) {
-                (Some((id, _)), ROW_ID) => return file_schema.index_of(id).ok(),
-                (Some((_, version)), ROW_VERSION) => return file_schema.index_of(version).ok(),
-                _ => {}
-            }
-            let (name, id) = match self.schema.physical.get(t.name()) {
-                Some((p, id)) => (p.as_str(), *id),
-                None => (t.name().as_str(), None),
-            };
-            match (by_id, id) {
-                (true, Some(id)) => file_schema.fields().iter().position(|f| field_id(f) == Some(id)),
-                _ => file_schema.index_of(name).ok(),
-            }
-        };
-        let sources: Vec<Option<usize>> = target.fields().iter().map(|t| source_of(t)).collect();
+        let sources = self.column_sources(&file_schema, target, by_id, lineage);
         let mut wanted: Vec<usize> = sources.iter().flatten().copied().collect();
         wanted.sort_unstable();
         wanted.dedup();
@@ -156,37 +138,7 @@ impl Reader<'_> {
         for b in reader {
             let b = b.map_err(SourceError::arrow(format!("reading {}", path.display())))?;
             let n = b.num_rows();
-            let mut cols = Vec::with_capacity(target.fields().len());
-            for (t, src) in target.fields().iter().zip(&sources) {
-                let col = match src {
-                    Some(i) => {
-                        // the projected batch holds the wanted columns in file order
-                        let j = wanted
-                            .binary_search(i)
-                            .map_err(|_| SourceError::format(&path, "projection"))?;
-                        let c = b.column(j);
-                        if c.data_type() == t.data_type() {
-                            c.clone()
-                        } else {
-                            crate::source::rows::cast(c, t.data_type()).map_err(SourceError::arrow(format!(
-                                "{}: column `{}` ({} → {})",
-                                path.display(),
-                                t.name(),
-                                c.data_type(),
-                                t.data_type()
-                            )))?
-                        }
-                    }
-                    None if self.schema.partition_columns.iter().any(|p| p == t.name()) => {
-                        let v = values
-                            .and_then(|m| m.get(self.schema.physical_name(t.name())).or_else(|| m.get(t.name())))
-                            .and_then(|v| v.as_deref());
-                        partition_column(t, v, n)?
-                    }
-                    None => arrow_array::new_null_array(t.data_type(), n),
-                };
-                cols.push(col);
-            }
+            let cols = self.conform(&b, target, &sources, &wanted, &path, values)?;
             let batch = RecordBatch::try_new(target.clone(), cols).map_err(SourceError::arrow(format!(
                 "{}: conforming to the table schema",
                 path.display()
@@ -215,6 +167,83 @@ impl Reader<'_> {
             }
         }
         Ok(size)
+    }
+    /// For each column of `target`, the file column it is read from (by field id where the table
+    /// maps columns and the file has ids, else by physical name); `None` for a partition column
+    /// (from the file's partition values) or one the file lacks (nulls).
+    fn column_sources(
+        &self,
+        file_schema: &Schema,
+        target: &SchemaRef,
+        by_id: bool,
+        lineage: Option<&(String, String)>,
+    ) -> Vec<Option<usize>> {
+        let source_of = |t: &Field| -> Option<usize> {
+            if self.schema.partition_columns.iter().any(|p| p == t.name()) {
+                return None;
+            }
+            // row tracking's columns, materialized under the names the table's settings give
+            match (lineage, t.name().as_str()) {
+                (Some((id, _)), ROW_ID) => return file_schema.index_of(id).ok(),
+                (Some((_, version)), ROW_VERSION) => return file_schema.index_of(version).ok(),
+                _ => {}
+            }
+            let (name, id) = match self.schema.physical.get(t.name()) {
+                Some((p, id)) => (p.as_str(), *id),
+                None => (t.name().as_str(), None),
+            };
+            match (by_id, id) {
+                (true, Some(id)) => file_schema.fields().iter().position(|f| field_id(f) == Some(id)),
+                _ => file_schema.index_of(name).ok(),
+            }
+        };
+        target.fields().iter().map(|t| source_of(t)).collect()
+    }
+
+    /// The columns of `target` from batch `b` (which holds the `wanted` file columns in file
+    /// order), cast where the file's type differs; partition columns from `values`.
+    fn conform(
+        &self,
+        b: &RecordBatch,
+        target: &SchemaRef,
+        sources: &[Option<usize>],
+        wanted: &[usize],
+        path: &Path,
+        values: Option<&HashMap<String, Option<String>>>,
+    ) -> Result<Vec<ArrayRef>, SourceError> {
+        let n = b.num_rows();
+        let mut cols = Vec::with_capacity(target.fields().len());
+        for (t, src) in target.fields().iter().zip(sources) {
+            let col = match src {
+                Some(i) => {
+                    // the projected batch holds the wanted columns in file order
+                    let j = wanted
+                        .binary_search(i)
+                        .map_err(|_| SourceError::format(path, "projection"))?;
+                    let c = b.column(j);
+                    if c.data_type() == t.data_type() {
+                        c.clone()
+                    } else {
+                        crate::source::rows::cast(c, t.data_type()).map_err(SourceError::arrow(format!(
+                            "{}: column `{}` ({} → {})",
+                            path.display(),
+                            t.name(),
+                            c.data_type(),
+                            t.data_type()
+                        )))?
+                    }
+                }
+                None if self.schema.partition_columns.iter().any(|p| p == t.name()) => {
+                    let v = values
+                        .and_then(|m| m.get(self.schema.physical_name(t.name())).or_else(|| m.get(t.name())))
+                        .and_then(|v| v.as_deref());
+                    partition_column(t, v, n)?
+                }
+                None => arrow_array::new_null_array(t.data_type(), n),
+            };
+            cols.push(col);
+        }
+        Ok(cols)
     }
 }
 
