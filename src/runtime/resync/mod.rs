@@ -23,25 +23,24 @@
 //! keyless table's, whose null keys cannot be compacted: any other policy) and every partition
 //! starting at offset 0; otherwise the task stops naming the topic.
 
+mod apply;
 mod diff;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use self::diff::Change;
 use super::state::ResyncProgress;
-use super::verify::runs::{buckets_for, Payloads};
+use super::verify::runs::buckets_for;
 use super::verify::topic::SharedMine;
 use super::verify::{read_sides, SideSpec, VerifyError};
-use super::{metrics, now_ms, RuntimeError, Task};
+use super::{metrics, RuntimeError, Task};
 use crate::changelog::decode::EventDecoder;
 use crate::changelog::registry::RegistryClient;
-use crate::changelog::resync::{RawChange, ResyncEncoder};
-use crate::changelog::KafkaRecord;
+use crate::changelog::resync::ResyncEncoder;
 use crate::config::{ConnectorConfig, HistoryGap};
 use crate::error::Joined;
-use crate::source::{Op, Ownership, Source, SourceError, Unit};
+use crate::source::{Ownership, Source, SourceError, Unit};
 
 /// A topic's (low, high) watermarks by partition.
 type Ends = HashMap<i32, (i64, i64)>;
@@ -170,45 +169,7 @@ impl Task {
         let limit = std::time::Duration::from_millis(self.cfg.kafka.transaction_timeout_ms / 3);
         let mut duplicates = 0u64;
         for b in done..buckets {
-            let (tp, rp, keyless) = (
-                sides.topic[b as usize].clone(),
-                sides.table[b as usize].clone(),
-                sides.keyless,
-            );
-            let (changes, dups) = tokio::task::spawn_blocking(move || {
-                let mut dups = 0;
-                let c = match keyless {
-                    true => diff::keyless(&tp, &rp),
-                    false => diff::keyed(&tp, &rp, &mut dups),
-                };
-                c.map(|c| (c, dups))
-            })
-            .await
-            .map_err(|e| VerifyError::Spill(format!("resync diff: {e}")))?
-            .map_err(|e| VerifyError::Spill(format!("resync diff: {e}")))?;
-            duplicates += dups;
-            let payloads = (
-                Payloads::open(&sides.topic[b as usize]).map_err(|e| VerifyError::Spill(e.to_string()))?,
-                Payloads::open(&sides.table[b as usize]).map_err(|e| VerifyError::Spill(e.to_string()))?,
-            );
-            let mut records = Vec::with_capacity(2);
-            for c in &changes {
-                records.clear();
-                let op = publish(&mut sides, &payloads, c, &mut records).await?;
-                self.sink.send(&records)?;
-                self.state.records += records.len() as u64;
-                *self.written.entry(op.code()).or_default() += 1;
-                progress.events[op as usize - 1] += 1;
-                metrics::RESYNC_KEYS
-                    .with_label_values(&[&self.cfg.name, op.code()])
-                    .inc();
-                if self.sink.txn_records() >= self.cfg.runtime.max_txn_records as u64
-                    || self.sink.txn_age().is_some_and(|a| a >= limit)
-                {
-                    self.state.resync = Some(progress.clone());
-                    self.commit().await?;
-                }
-            }
+            duplicates += self.apply_bucket(&mut sides, b, &mut progress, limit).await?;
             progress.done = b + 1;
             self.state.resync = Some(progress.clone());
             gauge.set(progress.done as f64 / buckets as f64);
@@ -337,6 +298,29 @@ impl Task {
         }
     }
 
+    /// Which events and rows a resync of this task keeps: its share of the keys (tasks > 1), in
+    /// `partitions` where given; `None`: all.
+    fn resync_filter(&self, partitions: Option<&BTreeSet<String>>) -> Option<SharedMine> {
+        let (tasks, me, ownership) = (self.cfg.runtime.tasks, self.cfg.runtime.task_id, self.ownership);
+        let mine: Option<SharedMine> = (tasks > 1).then(|| {
+            Arc::new(move |key: &[u8], partition: &str| {
+                let owner = super::state::RowOwner {
+                    // (the hash the task loop takes: of the key's datum, without its framing)
+                    key_hash: crc32fast::hash(key.get(5..).unwrap_or_default()),
+                    partition_hash: Ownership::partition_hash(partition),
+                };
+                owner.task(ownership, tasks) == me
+            }) as _
+        });
+        let Some(p) = partitions else {
+            return mine;
+        };
+        let p = Arc::new(p.clone());
+        Some(Arc::new(move |key: &[u8], partition: &str| {
+            p.contains(partition) && mine.as_ref().is_none_or(|m| m(key, partition))
+        }) as _)
+    }
+
     /// Both sides read into runs with their payloads: the whole topic, and the table at the
     /// target, each restricted to what this task owns and to `partitions` where given.
     async fn resync_sides(
@@ -353,28 +337,11 @@ impl Task {
             .prefix("lakestream-resync-")
             .tempdir_in(&self.cfg.read.spill_dir)
             .map_err(spill)?;
-        let (tasks, me, ownership) = (self.cfg.runtime.tasks, self.cfg.runtime.task_id, self.ownership);
-        let mine: Option<SharedMine> = (tasks > 1).then(|| {
-            std::sync::Arc::new(move |key: &[u8], partition: &str| {
-                let owner = super::state::RowOwner {
-                    // (the hash the task loop takes: of the key's datum, without its framing)
-                    key_hash: crc32fast::hash(key.get(5..).unwrap_or_default()),
-                    partition_hash: Ownership::partition_hash(partition),
-                };
-                owner.task(ownership, tasks) == me
-            }) as _
-        });
         let mut unit = target.clone();
-        let mine = match partitions {
-            None => mine,
-            Some(p) => {
-                unit.splits.retain(|s| p.contains(&s.partition));
-                let p = Arc::new(p.clone());
-                Some(Arc::new(move |key: &[u8], partition: &str| {
-                    p.contains(partition) && mine.as_ref().is_none_or(|m| m(key, partition))
-                }) as _)
-            }
-        };
+        if let Some(p) = partitions {
+            unit.splits.retain(|s| p.contains(&s.partition));
+        }
+        let mine = self.resync_filter(partitions);
         let spec = SideSpec {
             source: source.clone(),
             unit,
@@ -420,89 +387,6 @@ impl Task {
             _dir: dir,
         })
     }
-}
-
-/// The records of one change: its images read back from the payloads (the topic's resolved into
-/// the current schema), encoded. Its op.
-async fn publish(
-    sides: &mut Sides,
-    (topic, table): &(Payloads, Payloads),
-    change: &Change,
-    out: &mut Vec<KafkaRecord>,
-) -> Result<Op, RuntimeError> {
-    let spill = |e: std::io::Error| VerifyError::Spill(format!("resync payload: {e}"));
-    let row = match change {
-        Change::Create { table: loc } | Change::Update { table: loc, .. } => Some(table.get(*loc).map_err(spill)?),
-        Change::Delete { .. } => None,
-    };
-    let before = match change {
-        Change::Update { topic: loc, .. } | Change::Delete { topic: loc } => Some(topic.get(*loc).map_err(spill)?),
-        Change::Create { .. } => None,
-    };
-    // the topic's last image, as a datum of the current schema
-    let mut partition = String::new();
-    let before_datum = match &before {
-        Some(parts) => {
-            let value = &parts[1];
-            if let Some(id) = sides.decoder.unknown(value)? {
-                sides.decoder.fetch(id).await?;
-            }
-            if row.is_none() {
-                partition = sides.decoder.value(value)?.partition;
-            }
-            match (sides.decoder.after_image(value)?, &sides.encoder) {
-                (Some(image), Some(enc)) => match enc.image(&image) {
-                    Ok(d) => Some(d),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "resync: an event's before image left null");
-                        None
-                    }
-                },
-                _ => None,
-            }
-        }
-        None => None,
-    };
-    let op = match change {
-        Change::Create { .. } => Op::Create,
-        Change::Update { .. } => Op::Update,
-        Change::Delete { .. } => Op::Delete,
-    };
-    let Some(enc) = &sides.encoder else {
-        // no row read and a format that tells no schema without one (Hudi): nothing to encode
-        // the deletes with
-        return Err(SourceError::HistoryGone {
-            message: "history gap: the table at the target commit holds no row of this task's and its format \
-                      gives no schema without one, so the resync's deletes cannot be encoded. Ways out: restart \
-                      when the table holds rows again, or under a new connector name"
-                .into(),
-        }
-        .into());
-    };
-    let (key, after, partition, file) = match &row {
-        Some(parts) => (
-            parts[0].as_slice(),
-            Some(parts[1].as_slice()),
-            String::from_utf8_lossy(&parts[2]).into_owned(),
-            String::from_utf8_lossy(&parts[3]).into_owned(),
-        ),
-        None => (
-            before.as_ref().map_or(&[][..], |p| p[0].as_slice()),
-            None,
-            partition,
-            String::new(),
-        ),
-    };
-    let change = RawChange {
-        key,
-        op,
-        before: before_datum.as_deref(),
-        after,
-        partition: &partition,
-        file: &file,
-    };
-    enc.encode(&change, now_ms(), out);
-    Ok(op)
 }
 
 /// `verify --repair`: compare; where the topic differs from the table at the connector's
