@@ -310,19 +310,7 @@ async fn run_all(
     memory: Option<usize>,
     place: Placement,
 ) -> ExitCode {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("shutdown requested: committing the open transaction");
-        let _ = tx.send(true);
-    });
+    let rx = shutdown_on_signal();
     let health = lakestream::health::Health::new();
     let fleet_port = fleets.iter().find_map(|d| d.tables.metrics_port);
     if let Some(port) = metrics_port.or_else(|| cfgs.iter().find_map(|c| c.runtime.metrics_port).or(fleet_port)) {
@@ -385,6 +373,29 @@ async fn run_all(
             }
         }
     }
+    joined(set).await
+}
+
+/// A receiver that turns true on SIGTERM or Ctrl-C (the connectors commit and stop).
+fn shutdown_on_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutdown requested: committing the open transaction");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Waits for every connector of the process; the exit code is the worst of their errors'.
+async fn joined(mut set: tokio::task::JoinSet<(String, Result<(), lakestream::runtime::RuntimeError>)>) -> ExitCode {
     let mut code = 0u8;
     while let Some(res) = set.join_next().await {
         match res {

@@ -175,24 +175,7 @@ pub fn load_connector(file: &std::path::Path, task_id: u32) -> Result<ConnectorC
 fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
     super::load::known_keys(&props)?;
     let v = Validator { props: &props };
-    for key in ONE_TABLE_KEYS {
-        if v.get(key).is_some() {
-            return Err(v.invalid(
-                key,
-                "a connector that discovers its tables (topic.prefix) names no table: each found table's \
-                 location and topic are derived; remove it (or topic.prefix, for a connector of one table)"
-                    .into(),
-            ));
-        }
-    }
-    if v.get("verify.interval").is_some() {
-        return Err(v.invalid(
-            "verify.interval",
-            "not yet with table discovery: run `lakestream verify` on a discovered table's own settings \
-             (`lakestream validate` prints them)"
-                .into(),
-        ));
-    }
+    refuse_one_table_keys(&v)?;
     let name = v.required("name", "the connector's unique name")?;
     if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '/') {
         return Err(v.invalid(
@@ -251,29 +234,62 @@ fn load(props: Properties, task_id: u32) -> Result<TablesConfig, ConfigError> {
         props,
         task_id,
     };
-    for kind in t.formats() {
-        if t.discovery.only.is_none_or(|o| o == kind) {
-            // a member of each format the search may find; any existing directory stands in for
-            // a table's (its files are not read here)
-            let path = match &t.discovery.search {
-                Search::Prefix { prefix, .. } => Some(prefix.clone()),
-                Search::Catalog { .. } if kind == ConnectorKind::Iceberg => None,
-                Search::Catalog { .. } => Some(std::env::temp_dir()),
-            };
-            let probe = Found {
-                kind,
-                namespace: vec!["default".into()],
-                table: "probe".into(),
-                path,
-            };
-            match t.member(&probe) {
-                // a key some tables need (Delta's key.fields): those tables are skipped, saying so
-                Ok(_) | Err(ConfigError::Missing { .. }) => {}
-                Err(e) => return Err(e),
-            }
+    t.probe_members()?;
+    Ok(t)
+}
+
+/// Keys that name one table (its location, its topic): refused in a discovering file, as is
+/// `verify.interval` (not yet with discovery).
+fn refuse_one_table_keys(v: &Validator<'_>) -> Result<(), ConfigError> {
+    for key in ONE_TABLE_KEYS {
+        if v.get(key).is_some() {
+            return Err(v.invalid(
+                key,
+                "a connector that discovers its tables (topic.prefix) names no table: each found table's \
+                 location and topic are derived; remove it (or topic.prefix, for a connector of one table)"
+                    .into(),
+            ));
         }
     }
-    Ok(t)
+    if v.get("verify.interval").is_some() {
+        return Err(v.invalid(
+            "verify.interval",
+            "not yet with table discovery: run `lakestream verify` on a discovered table's own settings \
+             (`lakestream validate` prints them)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+impl TablesConfig {
+    /// The template checked by deriving a member of each format the search may find: a value
+    /// wrong for every table stops the start (exit 2); a key only some tables need is left to them.
+    fn probe_members(&self) -> Result<(), ConfigError> {
+        for kind in self.formats() {
+            if self.discovery.only.is_none_or(|o| o == kind) {
+                // a member of each format the search may find; any existing directory stands in for
+                // a table's (its files are not read here)
+                let path = match &self.discovery.search {
+                    Search::Prefix { prefix, .. } => Some(prefix.clone()),
+                    Search::Catalog { .. } if kind == ConnectorKind::Iceberg => None,
+                    Search::Catalog { .. } => Some(std::env::temp_dir()),
+                };
+                let probe = Found {
+                    kind,
+                    namespace: vec!["default".into()],
+                    table: "probe".into(),
+                    path,
+                };
+                match self.member(&probe) {
+                    // a key some tables need (Delta's key.fields): those tables are skipped, saying so
+                    Ok(_) | Err(ConfigError::Missing { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where a discovering connector looks: `table.path.prefix`, or the catalog `catalog.type` names
