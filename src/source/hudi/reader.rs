@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
+use super::cdc::CdcFiles;
 use super::files::Listings;
 use super::keys::KeyFilter;
 use super::merge::SliceMerge;
@@ -136,6 +137,37 @@ impl HudiSource {
         Ok((keys, schema.index_of("_hoodie_commit_time").ok()))
     }
 
+    /// What a unit's read needs of its commit: the file groups replaced (up to it, for a snapshot),
+    /// and the CDC files it wrote (where they are read); its inputs checked to be there.
+    fn unit_inputs(
+        &self,
+        tl: &Timeline,
+        unit: &Unit,
+        listings: &Listings,
+        changelog: bool,
+    ) -> Result<(BTreeSet<(String, String)>, Option<CdcFiles>), SourceError> {
+        if unit.snapshot {
+            return Ok((self.replaced_up_to(tl, unit.position.order_key())?, None));
+        }
+        let Some(instant) = tl.get(&unit.position.instant) else {
+            return Err(SourceError::Unreadable {
+                message: format!(
+                    "instant {} is no longer on the active timeline (archived or rolled back) and its files cannot \
+                     be planned; restart from read.start-commit=latest or earliest",
+                    unit.position.instant
+                ),
+            });
+        };
+        let md = CommitMetadata::load(&self.table.storage, &instant.meta)?;
+        let cdc = match changelog {
+            true => None,
+            false => self.cdc_files(&md, &unit.position.instant)?,
+        };
+        self.verify_inputs(&md, listings, &self.cdc_previous_optional(cdc.as_ref()))?;
+        let replaced = md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect();
+        Ok((replaced, cdc))
+    }
+
     pub(super) fn read(
         &self,
         unit: &Unit,
@@ -148,34 +180,8 @@ impl HudiSource {
         }
         let tl = self.timeline()?;
         let listings = Listings::new(&self.table.storage, &self.table.path);
-        if !unit.snapshot && tl.get(&unit.position.instant).is_none() {
-            return Err(SourceError::Unreadable {
-                message: format!(
-                    "instant {} is no longer on the active timeline (archived or rolled back) and its files cannot \
-                     be planned; restart from read.start-commit=latest or earliest",
-                    unit.position.instant
-                ),
-            });
-        }
         let changelog = (self.read.changelog || self.read.skip_merge) && self.table.is_mor();
-        let (replaced, cdc) = if unit.snapshot {
-            (self.replaced_up_to(&tl, unit.position.order_key())?, None)
-        } else {
-            let md = CommitMetadata::load(
-                &self.table.storage,
-                &tl.get(&unit.position.instant).expect("checked above").meta,
-            )?;
-            let cdc = if changelog {
-                None
-            } else {
-                self.cdc_files(&md, &unit.position.instant)?
-            };
-            self.verify_inputs(&md, &listings, &self.cdc_previous_optional(cdc.as_ref()))?;
-            (
-                md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect(),
-                cdc,
-            )
-        };
+        let (replaced, cdc) = self.unit_inputs(&tl, unit, &listings, changelog)?;
         let r = UnitRead {
             unit,
             tl: &tl,
