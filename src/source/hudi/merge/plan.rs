@@ -10,7 +10,7 @@ use arrow_schema::SchemaRef;
 
 use super::super::files::{base_as_of, partition_dir, with_virtual_keys, BaseFile, LogFile, LAYOUT_META_COLUMNS};
 use super::super::log::{BlockType, LogBlock, COMMAND_BLOCK_TYPE, TARGET_INSTANT_TIME};
-use super::super::slice::SliceReader;
+use super::super::slice::{CachedLog, SliceReader};
 use super::SliceMerge;
 use crate::source::rows::nullable;
 use crate::source::SourceError;
@@ -48,9 +48,6 @@ impl<'a> SliceMerge<'a> {
             }
             None => None,
         };
-        // blocks of visible instants, rollbacks applied, in commit order: (order, file, block)
-        let mut blocks: Vec<(String, usize, usize)> = Vec::new();
-        let mut rolled_back: HashSet<String> = HashSet::new();
         let mut cached = Vec::new();
         for l in &logs {
             let path = dir.join(&l.name);
@@ -60,35 +57,8 @@ impl<'a> SliceMerge<'a> {
                 l.name.clone(),
             ));
         }
-        for (i, (c, _, name)) in cached.iter().enumerate() {
-            bytes_read += c.1;
-            for (j, b) in c.0.iter().enumerate() {
-                let Some(instant) = b.instant() else { continue };
-                if b.block_type == BlockType::Command {
-                    if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
-                        if let Some(t) = b.header.get(&TARGET_INSTANT_TIME) {
-                            rolled_back.insert(t.clone());
-                        }
-                    }
-                    continue;
-                }
-                if !reader.visible(instant, at, inclusive) {
-                    continue;
-                }
-                let order = reader.timeline.completed_order(instant).unwrap_or_default();
-                blocks.push((order, i, j));
-                if file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
-                    file = Some(name.clone());
-                }
-            }
-        }
-        blocks.retain(|&(_, i, j)| {
-            cached[i].0 .0[j]
-                .instant()
-                .map(|x| !rolled_back.contains(x))
-                .unwrap_or(true)
-        });
-        blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        bytes_read += cached.iter().map(|(c, _, _)| c.1).sum::<u64>();
+        let blocks = visible_blocks(reader, &cached, at, inclusive, &mut file);
         if base.is_none() && blocks.is_empty() {
             return Ok(None);
         }
@@ -97,7 +67,7 @@ impl<'a> SliceMerge<'a> {
             partition: partition.to_string(),
             base: base_stream.map(|b| b.peekable()),
             base_schema,
-            blocks: blocks.into_iter().map(|(_, i, j)| (i, j)).collect(),
+            blocks,
             cached: cached.into_iter().map(|(c, p, _)| (c, p)).collect(),
             last_schema: None,
             target: None,
@@ -107,6 +77,49 @@ impl<'a> SliceMerge<'a> {
         merge.plan_schema()?;
         Ok(Some(merge))
     }
+}
+
+/// The blocks of `cached` logs (in slice order) of instants visible as of `at`, rollbacks
+/// applied, in commit order, as (log, block) indexes; `file` becomes the newest log holding one.
+fn visible_blocks(
+    reader: &SliceReader<'_>,
+    cached: &[(CachedLog, std::path::PathBuf, String)],
+    at: &str,
+    inclusive: bool,
+    file: &mut Option<String>,
+) -> Vec<(usize, usize)> {
+    // (order, log, block)
+    let mut blocks: Vec<(String, usize, usize)> = Vec::new();
+    let mut rolled_back: HashSet<String> = HashSet::new();
+    for (i, (c, _, name)) in cached.iter().enumerate() {
+        for (j, b) in c.0.iter().enumerate() {
+            let Some(instant) = b.instant() else { continue };
+            if b.block_type == BlockType::Command {
+                if b.header.get(&COMMAND_BLOCK_TYPE).map(String::as_str) == Some("0") {
+                    if let Some(t) = b.header.get(&TARGET_INSTANT_TIME) {
+                        rolled_back.insert(t.clone());
+                    }
+                }
+                continue;
+            }
+            if !reader.visible(instant, at, inclusive) {
+                continue;
+            }
+            let order = reader.timeline.completed_order(instant).unwrap_or_default();
+            blocks.push((order, i, j));
+            if file.as_deref() != Some(name.as_str()) && b.block_type != BlockType::Corrupt {
+                *file = Some(name.clone());
+            }
+        }
+    }
+    blocks.retain(|&(_, i, j)| {
+        cached[i].0 .0[j]
+            .instant()
+            .map(|x| !rolled_back.contains(x))
+            .unwrap_or(true)
+    });
+    blocks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    blocks.into_iter().map(|(_, i, j)| (i, j)).collect()
 }
 
 impl SliceMerge<'_> {
