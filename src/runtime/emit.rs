@@ -103,17 +103,7 @@ impl Task {
             None => head::read_from(&self.cfg, &self.opts, &self.source, &read, resume, finished),
         };
         shown.announce(&name, unit);
-        if self.first_record {
-            // a new task's record, committed while the unit is read (as before the unit began:
-            // without it as the first one)
-            self.commit().await?;
-        }
-        if self.state.issued.is_none() && self.state.first.is_none() {
-            self.state.first = Some(FirstUnit {
-                unit: unit.position.clone(),
-                snapshot: unit.snapshot,
-            });
-        }
+        self.note_first(unit).await?;
         let by_partition = self.cfg.runtime.tasks > 1 && self.ownership == Ownership::Partition;
         let mut e = UnitEmit {
             unit,
@@ -151,6 +141,27 @@ impl Task {
             .await
             .joined()
             .or_else(|err| if self.stopping() { Ok(()) } else { Err(err) })?;
+        self.unit_read(e, unit).await
+    }
+
+    /// While the unit is read: a new task's record is committed (as before the unit began:
+    /// without it as the first one), and a task with nothing issued notes it as its first.
+    async fn note_first(&mut self, unit: &Unit) -> Result<(), RuntimeError> {
+        if self.first_record {
+            self.commit().await?;
+        }
+        if self.state.issued.is_none() && self.state.first.is_none() {
+            self.state.first = Some(FirstUnit {
+                unit: unit.position.clone(),
+                snapshot: unit.snapshot,
+            });
+        }
+        Ok(())
+    }
+
+    /// The unit's reader is done: a shutdown mid-unit commits its progress; else the unit is
+    /// counted, its end marker sent in the transaction that records it as issued, and finished.
+    async fn unit_read(&mut self, e: UnitEmit<'_>, unit: &Unit) -> Result<(), RuntimeError> {
         if self.stopping() && e.finished < e.total {
             return self.commit().await;
         }
@@ -158,7 +169,6 @@ impl Task {
             .with_label_values(&[e.name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }])
             .inc();
         if let (Some(m), true) = (&e.markers, e.events > 0) {
-            // in the transaction that records the unit as issued
             self.sink.send_marker(&m.end(&e.txn_id, e.events, now_ms()))?;
         }
         e.shown.finish(&e.name, &e.task_label, unit);
