@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 
 use super::runs::{Partitions, Rec, RunWriter, NO_PAYLOAD};
 use super::VerifyError;
-use crate::changelog::decode::{Columns, EventDecoder};
+use crate::changelog::decode::{Columns, EventDecoder, Key};
 use crate::config::ConnectorConfig;
 use crate::metrics;
 use crate::source::Position;
@@ -104,25 +104,7 @@ impl State<'_> {
             (None, false) => return Err(VerifyError::Topic("a record without a key in a keyed topic".into())),
         };
         let Some(value) = value else {
-            let Some(key) = key else {
-                return Ok(()); // a keyless table has no tombstones
-            };
-            if self.skipped_deletes.remove(&(partition, key.digest)) {
-                self.side.after_position += 1;
-                return Ok(());
-            }
-            self.side.applied += 1;
-            let p = self.side.partitions.id("");
-            return self.push(Rec {
-                key: key.digest,
-                image: 0,
-                delta: 0,
-                commit: 0,
-                op: 0,
-                partition: p,
-                text: key.text,
-                loc: NO_PAYLOAD,
-            });
+            return self.tombstone(partition, key);
         };
         self.reader.decoder.load_for(value, &self.reader.handle)?;
         if !self.columns_set {
@@ -177,6 +159,30 @@ impl State<'_> {
                 }
             }
         }
+    }
+
+    /// A tombstone of `key` (none in a keyless table's topic): one of a delete read past the
+    /// position is skipped with it.
+    fn tombstone(&mut self, partition: i32, key: Option<Key>) -> Result<(), VerifyError> {
+        let Some(key) = key else {
+            return Ok(());
+        };
+        if self.skipped_deletes.remove(&(partition, key.digest)) {
+            self.side.after_position += 1;
+            return Ok(());
+        }
+        self.side.applied += 1;
+        let p = self.side.partitions.id("");
+        self.push(Rec {
+            key: key.digest,
+            image: 0,
+            delta: 0,
+            commit: 0,
+            op: 0,
+            partition: p,
+            text: key.text,
+            loc: NO_PAYLOAD,
+        })
     }
 
     fn push(&mut self, r: Rec) -> Result<(), VerifyError> {
