@@ -12,6 +12,7 @@ pub mod delta;
 pub mod hudi;
 pub mod iceberg;
 pub mod lineage;
+pub mod opening;
 pub mod par;
 pub mod plan;
 pub mod positions;
@@ -292,7 +293,7 @@ impl SplitChanges {
 }
 
 /// What a table exposes to the changelog layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TableInfo {
     pub name: String,
     /// Record-key columns: the Kafka key.

@@ -47,6 +47,43 @@ pub struct DeltaSource {
     by_partition: bool,
 }
 
+/// What the Delta log says of the table at `version` (see [`super::opening`]).
+fn describe(
+    opts: &DeltaOptions,
+    meta: &Meta,
+    name: String,
+    version: u64,
+    cfg: &SourceSettings,
+) -> super::opening::Described {
+    let schema = &meta.schema;
+    let key_fields = opts.key_fields.clone();
+    let columns = schema.arrow.fields().iter();
+    let stays_in_partition = match schema.partition_columns.iter().find(|p| !key_fields.contains(p)) {
+        Some(p) => Err(format!(
+            "partition column `{p}` is not in key.fields: an update may move a key to another partition"
+        )),
+        None => Ok(()),
+    };
+    super::opening::Described {
+        connector: "delta",
+        name,
+        db: String::new(),
+        what: format!("the Delta table at version {version} ({})", cfg.table_path.display()),
+        columns: Some(
+            columns
+                .map(|f| super::opening::Column {
+                    name: f.name().clone(),
+                    required: !f.is_nullable(),
+                })
+                .collect(),
+        ),
+        key_fields,
+        key_configured: true,
+        partitioned: !schema.partition_columns.is_empty(),
+        stays_in_partition,
+    }
+}
+
 impl DeltaSource {
     pub fn open(cfg: &SourceSettings, storage: Storage) -> Result<Self, SourceError> {
         let opts = cfg.delta.clone().ok_or_else(|| SourceError::Unsupported {
@@ -73,15 +110,8 @@ impl DeltaSource {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "table".into());
-        let info = TableInfo {
-            name: name.clone(),
-            key_fields: opts.key_fields.clone(),
-            connector: "delta",
-            db: String::new(),
-            required: Vec::new(),
-        };
         let mut me = Self {
-            env: ReadEnv::new(cfg, info),
+            env: ReadEnv::new(cfg, TableInfo::default()),
             opts,
             log,
             storage,
@@ -92,45 +122,10 @@ impl DeltaSource {
             by_partition: false,
         };
         let meta = me.meta_at(&listing, latest)?;
-        let schema = &meta.schema;
-        if let Some(k) = me
-            .env
-            .info
-            .key_fields
-            .iter()
-            .find(|k| schema.arrow.index_of(k).is_err())
-        {
-            let columns: Vec<&str> = schema.arrow.fields().iter().map(|f| f.name().as_str()).collect();
-            return Err(SourceError::Config {
-                message: format!(
-                    "key.fields: `{k}` is not a column of the Delta table at version {latest} (columns: {})",
-                    columns.join(", ")
-                ),
-            });
-        }
-        if cfg.required_columns {
-            me.env.info.required = schema
-                .arrow
-                .fields()
-                .iter()
-                .filter(|f| !f.is_nullable())
-                .map(|f| f.name().clone())
-                .collect();
-        }
-        let proof = match schema
-            .partition_columns
-            .iter()
-            .find(|p| !me.env.info.key_fields.contains(p))
-        {
-            Some(p) => Err(format!(
-                "partition column `{p}` is not in key.fields: an update may move a key to another partition"
-            )),
-            None => Ok(()),
-        };
-        let partitioned = !schema.partition_columns.is_empty();
-        me.by_partition = super::Ownership::decide(cfg, &name, partitioned, proof) == super::Ownership::Partition;
-        tracing::info!(table = %name, path = %cfg.table_path.display(), version = latest, cdf = meta.cdf,
-            keys = %me.env.info.key_fields.join(","), "opened Delta table");
+        let (info, ownership) = super::opening::opened(cfg, describe(&me.opts, &meta, name, latest, cfg))?;
+        tracing::debug!(table = %info.name, version = latest, cdf = meta.cdf, "Delta table's change data feed");
+        me.env.info = info;
+        me.by_partition = ownership == super::Ownership::Partition;
         Ok(me)
     }
 

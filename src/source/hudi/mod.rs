@@ -87,7 +87,20 @@ impl HudiSource {
                 "partition field `{f}` is not a record-key field, so a key can change partition"
             )),
         };
-        let ownership = super::Ownership::decide(cfg, &table.name, !partition_fields.is_empty(), proof);
+        // (the writer schema is read only where its required columns are asked for; the record
+        // key is checked against the data files when they are read)
+        let described = super::opening::Described {
+            connector: "hudi",
+            name: table.name.clone(),
+            db: table.props.get("hoodie.database.name").cloned().unwrap_or_default(),
+            what: format!("Hudi table {}", table.path.display()),
+            columns: cfg.required_columns.then(|| timeline::columns(&table)).transpose()?,
+            key_fields,
+            key_configured: false,
+            partitioned: !partition_fields.is_empty(),
+            stays_in_partition: proof,
+        };
+        let (info, ownership) = super::opening::opened(cfg, described)?;
         let ownership_from_key = movable.is_some()
             && by_path
             && cfg.read.key_partition_path.is_none()
@@ -106,17 +119,7 @@ impl HudiSource {
         Ok(Self {
             ownership,
             ownership_from_key,
-            info: TableInfo {
-                name: table.name.clone(),
-                key_fields,
-                connector: "hudi",
-                db: table.props.get("hoodie.database.name").cloned().unwrap_or_default(),
-                required: if cfg.required_columns {
-                    timeline::required_columns(&table)?
-                } else {
-                    Vec::new()
-                },
-            },
+            info,
             read: cfg.read.clone(),
             merge,
             spill: slice::SpillConfig {

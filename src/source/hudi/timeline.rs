@@ -340,7 +340,7 @@ fn parse_name(name: &str, layout: u32) -> Option<Parsed> {
 }
 
 mod commit;
-pub use commit::{cleaned_by, partitions_written, required_columns, retained_from, CommitMetadata, WriteStat};
+pub use commit::{cleaned_by, columns, partitions_written, retained_from, CommitMetadata, WriteStat};
 
 /// Epoch millis of an instant time `yyyyMMddHHmmss[SSS]` read as UTC.
 pub fn instant_millis(ts: &str) -> Option<i64> {

@@ -28,26 +28,10 @@ pub(super) fn key_fields(
             ),
         });
     }
-    let key_fields: Vec<String> = if !opts.key_fields.is_empty() {
-        for k in &opts.key_fields {
-            if !schema.fields.iter().any(|f| f.name == *k) {
-                return Err(SourceError::Config {
-                    message: format!(
-                        "key.fields: `{k}` is not a column of table {} (columns: {})",
-                        file.display(),
-                        schema
-                            .fields
-                            .iter()
-                            .map(|f| f.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
-        }
-        opts.key_fields.clone()
-    } else {
-        declared
+    // (`key.fields` is checked against the columns where every format's is: source::opening)
+    let key_fields = match opts.key_fields.is_empty() {
+        false => opts.key_fields.clone(),
+        true => declared,
     };
     let key_fields = if opts.keyless { Vec::new() } else { key_fields };
     if key_fields.is_empty() && !opts.keyless {

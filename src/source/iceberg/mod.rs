@@ -77,29 +77,32 @@ impl IcebergSource {
             .iter()
             .filter_map(|k| schema.fields.iter().find(|f| f.name == *k).map(|f| f.id))
             .collect();
-        let ownership = super::Ownership::decide(cfg, &name, md.partitioned(), md.partition_follows(&key_ids));
-        tracing::info!(table = %name, metadata = %file.display(), keys = %key_fields.join(","), "opened Iceberg table");
-        let info = TableInfo {
-            name,
-            key_fields,
+        let described = super::opening::Described {
             connector: "iceberg",
+            name,
             db: match &opts.location {
                 crate::config::TableLocation::Path(_) => String::new(),
                 crate::config::TableLocation::Sql { namespace, .. }
                 | crate::config::TableLocation::Rest { namespace, .. } => namespace.join("."),
                 crate::config::TableLocation::Glue { database, .. } => database.clone(),
             },
-            required: if cfg.required_columns {
+            what: format!("table {}", file.display()),
+            columns: Some(
                 schema
                     .fields
                     .iter()
-                    .filter(|f| f.required)
-                    .map(|f| f.name.clone())
-                    .collect()
-            } else {
-                Vec::new()
-            },
+                    .map(|f| super::opening::Column {
+                        name: f.name.clone(),
+                        required: f.required,
+                    })
+                    .collect(),
+            ),
+            key_configured: !opts.key_fields.is_empty(),
+            key_fields,
+            partitioned: md.partitioned(),
+            stays_in_partition: md.partition_follows(&key_ids),
         };
+        let (info, ownership) = super::opening::opened(cfg, described)?;
         Ok(Self {
             env: ReadEnv::new(cfg, info),
             opts,

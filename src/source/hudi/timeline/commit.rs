@@ -57,10 +57,10 @@ impl WriteStat {
     }
 }
 
-/// Top-level columns the table's writer schema declares required (an Avro type that is not a
-/// union with `null`): the newest write's schema (`extraMetadata.schema`), else the schema the
+/// The top-level columns of the table's writer schema, required where their Avro type is not a
+/// union with `null`: the newest write's schema (`extraMetadata.schema`), else the schema the
 /// table was created with (`hoodie.table.create.schema`).
-pub fn required_columns(table: &TableConfig) -> Result<Vec<String>, SourceError> {
+pub fn columns(table: &TableConfig) -> Result<Vec<crate::source::opening::Column>, SourceError> {
     let timeline = Timeline::load(table)?;
     let newest = match timeline.completed.iter().rev().find(|i| i.is_write()) {
         Some(i) => CommitMetadata::load(&table.storage, &i.meta)?.writer_schema(),
@@ -72,15 +72,15 @@ pub fn required_columns(table: &TableConfig) -> Result<Vec<String>, SourceError>
     let parsed: serde_json::Value = serde_json::from_str(&schema)
         .map_err(|e| SourceError::format(&table.timeline_dir, format!("the writer schema is not JSON: {e}")))?;
     let nullable = |t: &serde_json::Value| t.as_array().is_some_and(|u| u.iter().any(|b| b == "null")) || t == "null";
-    Ok(parsed["fields"]
-        .as_array()
-        .map(|fs| {
-            fs.iter()
-                .filter(|f| !nullable(&f["type"]))
-                .filter_map(|f| f["name"].as_str().map(String::from))
-                .collect()
+    let fields = parsed["fields"].as_array().map(Vec::as_slice).unwrap_or_default();
+    Ok(fields
+        .iter()
+        .filter_map(|f| {
+            let name = f["name"].as_str()?.to_string();
+            let required = !nullable(&f["type"]);
+            Some(crate::source::opening::Column { name, required })
         })
-        .unwrap_or_default())
+        .collect())
 }
 
 impl CommitMetadata {
