@@ -1,6 +1,6 @@
 //! Ordered parallel reading: splits are read by a few threads, results handed on in split order,
 //! at most `window` results ahead of the consumer (bounded memory). The window's lock is
-//! `parking_lot`'s, like every lock of the crate: no poisoning to handle (see CONTRIBUTING).
+//! `parking_lot`'s: no poisoning to handle (see CONTRIBUTING).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -109,12 +109,11 @@ enum Msg<R> {
 /// window an item whose parts all fit its queue freed its thread for the next: a full scan of
 /// small files read the whole table ahead of the producer — 300 MiB held at 4M rows, 1.26 GiB
 /// at 16M.) The first error (from either side) stops everything and is returned.
-#[allow(clippy::type_complexity)]
 pub fn ordered_streams<R: Send>(
     n: usize,
     threads: usize,
     depth: usize,
-    produce: &(dyn Fn(usize, &mut dyn FnMut(R) -> Result<(), SourceError>) -> Result<(), SourceError> + Sync),
+    produce: &Produce<'_, R>,
     sink: &mut dyn FnMut(R) -> Result<(), SourceError>,
 ) -> Result<(), SourceError> {
     let threads = threads.clamp(1, n.max(1));
@@ -131,68 +130,102 @@ pub fn ordered_streams<R: Send>(
         senders.push(Mutex::new(Some(tx)));
         receivers.push(rx);
     }
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    // the item the sink takes parts from
-    let taking = Mutex::new(0usize);
-    let moved = Condvar::new();
-    let stopped = || SourceError::Stopped;
+    let shared = Streams {
+        senders,
+        next: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+        taking: Mutex::new(0),
+        moved: Condvar::new(),
+        n,
+        threads,
+    };
     std::thread::scope(|scope| {
-        let (senders, next, stop, taking, moved) = (&senders, &next, &stop, &taking, &moved);
+        let shared = &shared;
         for _ in 0..threads {
-            scope.spawn(move || loop {
-                // items are claimed in order, so the one the sink waits for is always in hand
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= n || stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                {
-                    let mut t = taking.lock();
-                    while i >= *t + threads && !stop.load(Ordering::SeqCst) {
-                        moved.wait(&mut t);
-                    }
-                }
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Some(tx) = senders[i].lock().take() else {
-                    return;
-                };
-                let res = produce(i, &mut |part| {
-                    if stop.load(Ordering::SeqCst) {
-                        return Err(stopped());
-                    }
-                    tx.send(Msg::Part(part)).map_err(|_| stopped())
-                });
-                let end = match res {
-                    Ok(()) => Msg::End,
-                    Err(e) => Msg::Failed(e),
-                };
-                if tx.send(end).is_err() {
-                    return;
-                }
-            });
+            scope.spawn(move || shared.work(produce));
         }
-        let result = (|| {
-            for (i, rx) in receivers.iter().enumerate() {
-                *taking.lock() = i;
-                moved.notify_all();
-                loop {
-                    match rx.recv() {
-                        Ok(Msg::Part(p)) => sink(p)?,
-                        Ok(Msg::End) => break,
-                        Ok(Msg::Failed(e)) => return Err(e),
-                        Err(_) => return Err(stopped()),
-                    }
-                }
-            }
-            Ok(())
-        })();
-        stop.store(true, Ordering::SeqCst);
-        moved.notify_all();
+        let result = shared.take(&receivers, sink);
+        shared.stop.store(true, Ordering::SeqCst);
+        shared.moved.notify_all();
         drop(receivers); // a producer blocked on a full queue sees the end
         result
     })
+}
+
+/// Streams `i` of `0..n` by `produce(i, send)` (see [`ordered_streams`]).
+type Produce<'a, R> =
+    dyn Fn(usize, &mut dyn FnMut(R) -> Result<(), SourceError>) -> Result<(), SourceError> + Sync + 'a;
+
+/// What the threads of [`ordered_streams`] share.
+struct Streams<R> {
+    /// Each item's queue, taken by the thread that streams it.
+    senders: Vec<Mutex<Option<mpsc::SyncSender<Msg<R>>>>>,
+    next: AtomicUsize,
+    stop: AtomicBool,
+    /// The item the sink takes parts from.
+    taking: Mutex<usize>,
+    moved: Condvar,
+    n: usize,
+    threads: usize,
+}
+
+impl<R: Send> Streams<R> {
+    /// One thread's loop: items are claimed in order (so the one the sink waits for is always in
+    /// hand), each begun only within `threads` items of the one the sink takes from.
+    fn work(&self, produce: &Produce<'_, R>) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::SeqCst);
+            if i >= self.n || self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            {
+                let mut t = self.taking.lock();
+                while i >= *t + self.threads && !self.stop.load(Ordering::SeqCst) {
+                    self.moved.wait(&mut t);
+                }
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let Some(tx) = self.senders[i].lock().take() else {
+                return;
+            };
+            let res = produce(i, &mut |part| {
+                if self.stop.load(Ordering::SeqCst) {
+                    return Err(SourceError::Stopped);
+                }
+                tx.send(Msg::Part(part)).map_err(|_| SourceError::Stopped)
+            });
+            let end = match res {
+                Ok(()) => Msg::End,
+                Err(e) => Msg::Failed(e),
+            };
+            if tx.send(end).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The sink's side: every part of item 0, then of item 1, ...
+    fn take(
+        &self,
+        receivers: &[mpsc::Receiver<Msg<R>>],
+        sink: &mut dyn FnMut(R) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        for (i, rx) in receivers.iter().enumerate() {
+            *self.taking.lock() = i;
+            self.moved.notify_all();
+            loop {
+                match rx.recv() {
+                    Ok(Msg::Part(p)) => sink(p)?,
+                    Ok(Msg::End) => break,
+                    Ok(Msg::Failed(e)) => return Err(e),
+                    Err(_) => return Err(SourceError::Stopped),
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
