@@ -13,6 +13,23 @@ use crate::metrics;
 /// First wait after a broker outage shows; doubled each retry up to `errors.retry.delay.max.ms`.
 const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
 
+/// A parked task waits for work (a new commit) with the producer dropped; `false`: shut down.
+async fn parked_until_work(
+    cfg: &ConnectorConfig,
+    opts: &RunOptions,
+    health: &TaskHealthHandle,
+    parked: park::Parked,
+) -> bool {
+    let gauge = metrics::TASK_PARKED.with_label_values(&[cfg.name.as_str(), &cfg.runtime.task_id.to_string()]);
+    gauge.set(1.0);
+    let work = park::wait_for_work(cfg, opts, health, parked).await;
+    gauge.set(0.0);
+    if work {
+        tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, "work: taking the producer back");
+    }
+    work
+}
+
 /// Run the task, and after a broker outage (down, restarted, stalled: a transient sink error)
 /// or a Schema Registry that stopped answering, run it again from the top as a restarted process would: a new producer whose
 /// `init_transactions` aborts what the old one left open (or finds it committed), and the
@@ -54,18 +71,13 @@ pub(super) async fn ride_out(
         retaking = release;
         let err = match run {
             Ok(Outcome::Stopped) => return Ok(()),
-            Ok(Outcome::Parked(parked)) => {
-                let gauge = metrics::TASK_PARKED.with_label_values(&[name.as_str(), &cfg.runtime.task_id.to_string()]);
-                gauge.set(1.0);
-                let work = park::wait_for_work(cfg, opts, health, parked).await;
-                gauge.set(0.0);
-                if !work {
-                    return Ok(());
+            Ok(Outcome::Parked(parked)) => match parked_until_work(cfg, opts, health, parked).await {
+                false => return Ok(()),
+                true => {
+                    outage = None;
+                    continue;
                 }
-                tracing::info!(connector = %name, task = cfg.runtime.task_id, "work: taking the producer back");
-                outage = None;
-                continue;
-            }
+            },
             Err(e) => e,
         };
         metrics::ERRORS

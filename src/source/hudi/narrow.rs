@@ -121,22 +121,7 @@ impl HudiSource {
             }
             Ok(())
         })?;
-        let fallback = match (no_commit_time, too_many) {
-            (Some(id), _) => Some((
-                "no_commit_time",
-                format!("file group {id} has no _hoodie_commit_time to tell new rows from carried-over ones"),
-            )),
-            (None, true) => Some((
-                "too_many_keys",
-                format!("its changed keys would take more than a quarter of read.memory.budget ({limit} bytes)"),
-            )),
-            (None, false) => None,
-        };
-        if let Some((reason, why)) = fallback {
-            tracing::info!(connector = %self.connector, instant, reason, "change unit: {why}; diffing whole file groups");
-            metrics::FULL_DIFF_UNITS
-                .with_label_values(&[&self.connector, reason])
-                .inc();
+        if self.takes_full_diff(instant, no_commit_time, too_many, limit) {
             return Ok(None);
         }
         let row_bytes = match sample {
@@ -150,6 +135,27 @@ impl HudiSource {
             split_keys,
             row_bytes,
         }))
+    }
+
+    /// Whether the unit takes the full diff after all (logged and counted by reason): a file group
+    /// without commit times, or changed keys beyond `limit` bytes.
+    fn takes_full_diff(&self, instant: &str, no_commit_time: Option<String>, too_many: bool, limit: usize) -> bool {
+        let (reason, why) = match (no_commit_time, too_many) {
+            (Some(id), _) => (
+                "no_commit_time",
+                format!("file group {id} has no _hoodie_commit_time to tell new rows from carried-over ones"),
+            ),
+            (None, true) => (
+                "too_many_keys",
+                format!("its changed keys would take more than a quarter of read.memory.budget ({limit} bytes)"),
+            ),
+            (None, false) => return false,
+        };
+        tracing::info!(connector = %self.connector, instant, reason, "change unit: {why}; diffing whole file groups");
+        metrics::FULL_DIFF_UNITS
+            .with_label_values(&[&self.connector, reason])
+            .inc();
+        true
     }
 
     /// One file group's candidate keys (see the module doc).
