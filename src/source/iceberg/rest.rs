@@ -80,6 +80,22 @@ impl RestSession {
                 return Ok(Some(t.clone()));
             }
         }
+        let (token, life) = self.fetch_token(name, id, secret, server, scope)?;
+        tracing::info!(catalog = name, endpoint = %server, expires_in_s = life.as_secs(), "REST catalog OAuth2 token obtained");
+        *kept = Some((token.clone(), Instant::now() + life.mul_f64(0.8)));
+        Ok(Some(token))
+    }
+
+    /// A token from the OAuth 2 token endpoint `server` (client credentials grant), and how long
+    /// it lives (`expires_in`, else the JWT's own expiry, else an hour).
+    fn fetch_token(
+        &self,
+        name: &str,
+        id: Option<&str>,
+        secret: &str,
+        server: &str,
+        scope: &str,
+    ) -> Result<(String, Duration), SourceError> {
         let mut form = vec![
             ("grant_type", "client_credentials"),
             ("client_secret", secret),
@@ -140,9 +156,7 @@ impl RestSession {
             .map(Duration::from_secs)
             .or_else(|| jwt_life(&token))
             .unwrap_or(DEFAULT_LIFE);
-        tracing::info!(catalog = name, endpoint = %server, expires_in_s = life.as_secs(), "REST catalog OAuth2 token obtained");
-        *kept = Some((token.clone(), Instant::now() + life.mul_f64(0.8)));
-        Ok(Some(token))
+        Ok((token, life))
     }
 
     /// `GET url` as JSON, authenticated, with `headers`; a 401 to an OAuth 2 token fetches a new
