@@ -197,24 +197,7 @@ impl Writer {
             out.extend(encode_block(3, &[(INSTANT_TIME, instant), (SCHEMA, &schema)], &content));
         }
         if !w.deletes.is_empty() {
-            let mut datum = Vec::new();
-            write_long(&mut datum, w.deletes.len() as i64);
-            for k in &w.deletes {
-                datum.push(2);
-                write_bytes(&mut datum, k.as_bytes());
-                datum.push(2);
-                write_bytes(&mut datum, p.name.as_bytes());
-                // orderingVal: what Hudi writes for a delete by key, Integer 0 (its default:
-                // ordered by commit time); Hudi 0.14's readers refuse a null one
-                write_long(&mut datum, 2); // the union's OrderingIntWrapper
-                write_long(&mut datum, 0);
-            }
-            datum.push(0);
-            let mut content = Vec::new();
-            content.extend_from_slice(&3i32.to_be_bytes());
-            content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
-            content.extend_from_slice(&datum);
-            out.extend(encode_block(1, &[(INSTANT_TIME, instant)], &content));
+            out.extend(delete_block(&w.deletes, &p.name, instant));
         }
         let path = self.path.join(&rel);
         fs::write(&path, &out).map_err(io(&path))?;
@@ -334,4 +317,27 @@ impl Writer {
         self.last_instant = chrono::Utc::now().format("%Y%m%d%H%M%S%3f").to_string();
         Ok(())
     }
+}
+
+/// A delete block of `deletes` (record keys) in `partition` at `instant`: Hudi's
+/// `HoodieDeleteRecordList` (version 3) of key, partition and ordering value.
+fn delete_block(deletes: &[String], partition: &str, instant: &str) -> Vec<u8> {
+    let mut datum = Vec::new();
+    write_long(&mut datum, deletes.len() as i64);
+    for k in deletes {
+        datum.push(2);
+        write_bytes(&mut datum, k.as_bytes());
+        datum.push(2);
+        write_bytes(&mut datum, partition.as_bytes());
+        // orderingVal: what Hudi writes for a delete by key, Integer 0 (its default:
+        // ordered by commit time); Hudi 0.14's readers refuse a null one
+        write_long(&mut datum, 2); // the union's OrderingIntWrapper
+        write_long(&mut datum, 0);
+    }
+    datum.push(0);
+    let mut content = Vec::new();
+    content.extend_from_slice(&3i32.to_be_bytes());
+    content.extend_from_slice(&(datum.len() as i32).to_be_bytes());
+    content.extend_from_slice(&datum);
+    encode_block(1, &[(INSTANT_TIME, instant)], &content)
 }

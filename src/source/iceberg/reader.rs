@@ -111,20 +111,7 @@ pub fn read_range_at(
         .map(|(i, _)| i)
         .collect();
     let meta = builder.metadata().clone();
-    // row groups starting inside the range: (index, first position, rows)
-    let (mut groups, mut pos) = (Vec::new(), 0u64);
-    for (i, rg) in meta.row_groups().iter().enumerate() {
-        let rg_start = rg
-            .columns()
-            .iter()
-            .map(|c| c.dictionary_page_offset().unwrap_or(c.data_page_offset()))
-            .min()
-            .unwrap_or(0);
-        if rg_start >= range.start && rg_start < range.start + range.len {
-            groups.push((i, pos, rg.num_rows() as u64));
-        }
-        pos += rg.num_rows() as u64;
-    }
+    let groups = groups_in(&meta, range);
     let bytes: u64 = groups
         .iter()
         .map(|(i, _, _)| meta.row_group(*i).compressed_size().max(0) as u64)
@@ -162,6 +149,24 @@ pub fn read_range_at(
         at += n;
     }
     Ok(out)
+}
+
+/// The row groups starting inside `range`: (index, first position, rows).
+fn groups_in(meta: &parquet::file::metadata::ParquetMetaData, range: &FileRange) -> Vec<(usize, u64, u64)> {
+    let (mut groups, mut pos) = (Vec::new(), 0u64);
+    for (i, rg) in meta.row_groups().iter().enumerate() {
+        let rg_start = rg
+            .columns()
+            .iter()
+            .map(|c| c.dictionary_page_offset().unwrap_or(c.data_page_offset()))
+            .min()
+            .unwrap_or(0);
+        if rg_start >= range.start && rg_start < range.start + range.len {
+            groups.push((i, pos, rg.num_rows() as u64));
+        }
+        pos += rg.num_rows() as u64;
+    }
+    groups
 }
 
 /// Rows of `batch` where `mask` is true.
