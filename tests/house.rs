@@ -104,9 +104,7 @@ fn code_only(text: &str) -> Vec<u8> {
 fn long_functions(text: &str) -> Vec<(usize, usize)> {
     let code = code_only(text);
     let line_of = |at: usize| code[..at].iter().filter(|&&c| c == b'\n').count() + 1;
-    let tests_from = text
-        .find("#[cfg(test)]\nmod tests")
-        .unwrap_or(text.len());
+    let tests_from = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut out = Vec::new();
     let mut i = 0;
@@ -158,7 +156,10 @@ fn no_function_outside_tests_is_over_80_lines() {
     for p in &all {
         let text = std::fs::read_to_string(p).expect("readable");
         for (line, n) in long_functions(&text) {
-            long.push(format!("{}:{line}: {n} lines", p.strip_prefix(&src).unwrap_or(p).display()));
+            long.push(format!(
+                "{}:{line}: {n} lines",
+                p.strip_prefix(&src).unwrap_or(p).display()
+            ));
         }
     }
     assert!(
@@ -171,7 +172,8 @@ fn no_function_outside_tests_is_over_80_lines() {
 #[test]
 fn the_rule_sees_a_long_function_and_not_braces_in_strings() {
     let body = "    let x = 1;\n".repeat(MAX_LINES);
-    let long = format!("// fn in a comment {{\nfn long() {{\n{body}}}\n\nfn short() {{ let s = \"}}{{\"; let c = '{{'; }}\n");
+    let long =
+        format!("// fn in a comment {{\nfn long() {{\n{body}}}\n\nfn short() {{ let s = \"}}{{\"; let c = '{{'; }}\n");
     assert_eq!(long_functions(&long), vec![(2, MAX_LINES + 2)]);
     let fits = format!("fn fits() {{\n{}}}\n", "    let x = 1;\n".repeat(MAX_LINES - 2));
     assert!(long_functions(&fits).is_empty());
