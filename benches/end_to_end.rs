@@ -133,11 +133,11 @@ fn run_case(label: &str, table: &Path, extra: &str) {
         .map(|c| c.get())
         .unwrap_or(0);
     // the units alone (their reading to their last event): what a running connector pays per commit
-    let unit: f64 = metrics::UNIT_KINDS
+    let unit: f64 = metrics::UnitKind::ALL
         .iter()
         .filter_map(|k| {
             metrics::UNIT_SECONDS
-                .get_metric_with_label_values(&["bench", "0", k])
+                .get_metric_with_label_values(&["bench", "0", k.label()])
                 .ok()
         })
         .map(|h| h.get_sample_sum())

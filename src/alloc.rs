@@ -2,10 +2,9 @@
 //! this library): **jemalloc** (`tikv-jemallocator`, the allocator TiKV, Materialize and Vector
 //! ship), configured below to hand freed pages back to the system within 100 ms from a
 //! background thread. With glibc's malloc a long full scan or change unit kept growing its
-//! resident set from fragmentation across reader threads' arenas: measured peak RSS 1M → 16M
-//! rows, MOR full scan 104 → 141 MiB and COW full-touch upsert 129 → 178 MiB with glibc; with
-//! this jemalloc configuration 100–109 → 122 MiB and 133 → 165 MiB, at the same speed. Operators
-//! can override the configuration with the `_RJEM_MALLOC_CONF` environment variable.
+//! resident set from fragmentation across reader threads' arenas (the peak RSS measured with
+//! each: docs/benchmarks.md, memory). Operators can override the configuration with the
+//! `_RJEM_MALLOC_CONF` environment variable.
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -14,8 +14,9 @@
 //! `?probe=live` 503 while one is stalled (the body is the status either way). Every state change
 //! is also the gauge `lakestream_task_state{connector,task,state}` (1 for the current state).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -99,8 +100,8 @@ impl Health {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), TaskHealth>> {
-        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, BTreeMap<(String, u32), TaskHealth>> {
+        self.tasks.lock()
     }
 
     /// The stalled tasks, each with how long it has not moved.
@@ -229,12 +230,13 @@ impl TaskHealthHandle {
     }
 }
 
-fn state_label(s: TaskState) -> &'static str {
+fn state_label(s: TaskState) -> crate::metrics::TaskStateLabel {
+    use crate::metrics::TaskStateLabel as L;
     match s {
-        TaskState::Stopped => "stopped",
-        TaskState::Running => "running",
-        TaskState::Recovering => "recovering",
-        TaskState::Failed => "failed",
+        TaskState::Stopped => L::Stopped,
+        TaskState::Running => L::Running,
+        TaskState::Recovering => L::Recovering,
+        TaskState::Failed => L::Failed,
     }
 }
 

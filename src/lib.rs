@@ -2,7 +2,7 @@
 //!
 //! Data flows one way: [`config`] → [`source`] (monitor, splits, readers) → [`changelog`]
 //! (events, Avro, schema registry) → [`sink`] (transactional producer, offsets) → [`runtime`]
-//! (task loop, boundaries, shutdown), with [`storage`], [`avro_binary`], [`metrics`], [`health`], [`error`] (what a failure means) and
+//! (task loop, boundaries, shutdown) → [`ops`] (operator commands: offsets, validate), with [`storage`], [`avro_binary`], [`metrics`], [`health`], [`error`] (what a failure means) and
 //! [`causes`] on the ground floor.
 
 mod alloc;
@@ -14,6 +14,7 @@ pub mod error;
 pub mod generate;
 pub mod health;
 pub mod metrics;
+pub mod ops;
 pub mod runtime;
 pub mod sink;
 pub mod source;

@@ -11,7 +11,7 @@ use clap::Parser;
 use cli::{Cli, Command, GenerateCommand, LogFormat, OffsetsCommand};
 use lakestream::config::ConnectorConfig;
 use lakestream::generate;
-use lakestream::runtime::admin::show_offsets;
+use lakestream::ops::show_offsets;
 use lakestream::runtime::fleet::{Discovered, Placement};
 use lakestream::runtime::placement::{pod_of, select_tasks, Rule};
 use lakestream::runtime::verify::VerifyOptions;
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         Command::Offsets {
             action: OffsetsCommand::Reset { file, table, force },
         } => offsets_admin(&rt, load_one(&file, 0, table.as_deref()), |c| {
-            Box::pin(async move { lakestream::runtime::admin::reset(&c, force).await })
+            Box::pin(async move { lakestream::ops::reset(&c, force).await })
         }),
         Command::Offsets {
             action:
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
                 },
         } => offsets_admin(&rt, load_one(&file, 0, table.as_deref()), |c| {
             let id = instant.or(snapshot).unwrap_or_default();
-            Box::pin(async move { lakestream::runtime::admin::set(&c, &id, force).await })
+            Box::pin(async move { lakestream::ops::set(&c, &id, force).await })
         }),
         Command::Verify {
             file,
@@ -130,7 +130,7 @@ fn validate_files(rt: &tokio::runtime::Runtime, files: &[PathBuf], offline: bool
                         d.tables.file.display(),
                         d.tables.discovery.search.describe()
                     )],
-                    false => rt.block_on(lakestream::runtime::admin::validate_tables(d, online)),
+                    false => rt.block_on(lakestream::ops::validate_tables(d, online)),
                 };
                 println!("{}", lines.join("\n"));
             }
@@ -191,7 +191,7 @@ fn validate(rt: &tokio::runtime::Runtime, c: &ConnectorConfig, offline: bool, on
         return Ok(());
     }
     if online {
-        return match rt.block_on(lakestream::runtime::admin::validate_online(c)) {
+        return match rt.block_on(lakestream::ops::validate_online(c)) {
             Ok(lines) => {
                 println!("# {}: ok\n{}\n{}", c.file.display(), lines.join("\n"), c.describe());
                 Ok(())

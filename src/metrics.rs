@@ -479,30 +479,95 @@ metric!(
     )
 );
 
-/// Label values known up front (counters exist at 0 from a task's start, so `increase()` and
-/// `absent()` alerts see the first event).
-pub const OPS: &[&str] = &["r", "c", "u", "d", "tombstone"];
-pub const UNIT_OUTCOMES: &[&str] = &["emitted", "skipped", "snapshot"];
-/// The kinds of [`UNIT_SECONDS`]: a commit's change unit, a full scan.
-pub const UNIT_KINDS: &[&str] = &["change", "snapshot"];
+/// A closed set of label values: an enum whose `label()` is the value a series carries, and
+/// whose `ALL` creates every series at 0 from a task's start (so `increase()` and `absent()`
+/// alerts see the first event). No metric takes a label value as free text (tests/house.rs).
+macro_rules! labels {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vm])* $v),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+            /// The label value.
+            pub fn label(self) -> &'static str {
+                match self { $($name::$v => $s),+ }
+            }
+        }
+    };
+}
 
-/// A unit's [`UNIT_KINDS`] label.
-pub fn unit_kind(snapshot: bool) -> &'static str {
-    if snapshot {
-        "snapshot"
-    } else {
-        "change"
+labels!(
+    /// The `op` of [`RECORDS_POLLED`] and [`RECORDS_WRITTEN`]: an event's op, or a tombstone.
+    RecordOp { Read = "r", Create = "c", Update = "u", Delete = "d", Tombstone = "tombstone" }
+);
+labels!(
+    /// The `outcome` of [`UNITS`].
+    UnitOutcome { Emitted = "emitted", Skipped = "skipped", Snapshot = "snapshot" }
+);
+labels!(
+    /// The `kind` of [`UNIT_SECONDS`]: a commit's change unit, a full scan.
+    UnitKind { Change = "change", Snapshot = "snapshot" }
+);
+impl UnitKind {
+    pub fn of(snapshot: bool) -> UnitKind {
+        if snapshot {
+            UnitKind::Snapshot
+        } else {
+            UnitKind::Change
+        }
     }
 }
-pub const SKIP_REASONS: &[&str] = &[
-    "no_data_change",
-    "compaction",
-    "clustering",
-    "start_at_latest",
-    "empty_table",
-    "rewrite",
-];
-pub const REGISTRY_RESULTS: &[&str] = &["ok", "rejected", "error"];
+labels!(
+    /// Why a unit emits nothing (the `reason` of [`SKIPPED`]).
+    SkipReason {
+        /// The commit changed no row (an empty commit, a metadata-only change).
+        NoDataChange = "no_data_change",
+        /// A compaction: the same rows rewritten (Hudi compaction, Delta `OPTIMIZE`).
+        Compaction = "compaction",
+        /// A Hudi clustering (replacecommit rewriting file groups, rows unchanged).
+        Clustering = "clustering",
+        /// `start.position=latest`: the position marker, nothing before it is read.
+        StartAtLatest = "start_at_latest",
+        /// A full scan of a table without rows.
+        EmptyTable = "empty_table",
+        /// An Iceberg rewrite (`replace`): files rewritten, rows unchanged.
+        Rewrite = "rewrite",
+    }
+);
+labels!(
+    /// Why a Hudi change unit was diffed whole (the `reason` of [`FULL_DIFF_UNITS`]).
+    FullDiffReason {
+        /// A file group without `_hoodie_commit_time` to tell new rows from carried-over ones.
+        NoCommitTime = "no_commit_time",
+        /// The changed keys would take more than a quarter of `read.memory.budget`.
+        TooManyKeys = "too_many_keys",
+    }
+);
+labels!(
+    /// The `result` of [`REGISTRY_REQUESTS`].
+    RegistryResult { Ok = "ok", Rejected = "rejected", Error = "error" }
+);
+labels!(
+    /// The `outcome` of [`DISCOVERIES`].
+    SearchOutcome { Ok = "ok", Error = "error" }
+);
+labels!(
+    /// The `state` of [`TABLES`].
+    TableState { Streaming = "streaming", Skipped = "skipped", Dropped = "dropped", Failed = "failed" }
+);
+labels!(
+    /// The `result` of [`VERIFY_RUNS`].
+    VerifyResult { Equal = "equal", Different = "different", Error = "error" }
+);
+labels!(
+    /// The `side` of [`VERIFY_PROGRESS`].
+    VerifySide { Topic = "topic", Table = "table" }
+);
+labels!(
+    /// The `state` of [`TASK_STATE`] (as `/connectors/<name>/status` says it).
+    TaskStateLabel { Running = "running", Recovering = "recovering", Failed = "failed", Stopped = "stopped" }
+);
 
 /// Every series of a connector's task, created at 0 (or its resting value); the process series
 /// (`process_*`, `lakestream_build_info`) once.
@@ -514,21 +579,21 @@ pub fn init_task(connector: &str, task: &str) {
         let _ = REGISTRY.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()));
     });
     let c = connector;
-    for op in OPS {
-        RECORDS_POLLED.with_label_values(&[c, op]);
-        RECORDS_WRITTEN.with_label_values(&[c, op]);
+    for op in RecordOp::ALL {
+        RECORDS_POLLED.with_label_values(&[c, op.label()]);
+        RECORDS_WRITTEN.with_label_values(&[c, op.label()]);
     }
-    for o in UNIT_OUTCOMES {
-        UNITS.with_label_values(&[c, o]);
+    for o in UnitOutcome::ALL {
+        UNITS.with_label_values(&[c, o.label()]);
     }
-    for r in SKIP_REASONS {
-        SKIPPED.with_label_values(&[c, r]);
+    for r in SkipReason::ALL {
+        SKIPPED.with_label_values(&[c, r.label()]);
     }
     for k in crate::error::ErrorKind::ALL {
         ERRORS.with_label_values(&[c, k.as_str()]);
     }
-    for r in REGISTRY_RESULTS {
-        REGISTRY_REQUESTS.with_label_values(&[c, r]);
+    for r in RegistryResult::ALL {
+        REGISTRY_REQUESTS.with_label_values(&[c, r.label()]);
     }
     for m in [&*RECORD_BYTES, &*CORRUPT_LOG_BLOCKS, &*SPILLED_BYTES, &*RETRIES] {
         m.with_label_values(&[c]);
@@ -546,24 +611,19 @@ pub fn init_task(connector: &str, task: &str) {
     for m in [&*TXN_RECORDS, &*TXN_SECONDS, &*OFFSET_COMMIT_SECONDS, &*POLL_SECONDS] {
         m.with_label_values(&[c, task]);
     }
-    for kind in UNIT_KINDS {
-        UNIT_SECONDS.with_label_values(&[c, task, kind]);
+    for kind in UnitKind::ALL {
+        UNIT_SECONDS.with_label_values(&[c, task, kind.label()]);
     }
     LAG_SECONDS.with_label_values(&[c, task]).set(0.0);
     PENDING_UNITS.with_label_values(&[c]).set(0.0);
 }
 
-/// The states of [`TABLES`].
-pub const TABLE_STATES: &[&str] = &["streaming", "skipped", "dropped", "failed"];
-
-pub const TASK_STATES: &[&str] = &["running", "recovering", "failed", "stopped"];
-
-/// Task `task` of `connector` is now in `state` (one of [`TASK_STATES`]).
-pub fn task_state(connector: &str, task: u32, state: &str) {
+/// Task `task` of `connector` is now in `state`.
+pub fn task_state(connector: &str, task: u32, state: TaskStateLabel) {
     let task = task.to_string();
-    for s in TASK_STATES {
+    for s in TaskStateLabel::ALL {
         TASK_STATE
-            .with_label_values(&[connector, &task, s])
+            .with_label_values(&[connector, &task, s.label()])
             .set(if *s == state { 1.0 } else { 0.0 });
     }
 }

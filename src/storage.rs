@@ -3,10 +3,11 @@
 //! keeps its URL as its "path" (`s3://bucket/warehouse/t`), so readers join, name and display paths
 //! the same way for both. Object-store calls run on a small runtime of their own.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::Joined;
 use bytes::Bytes;
@@ -169,7 +170,7 @@ impl Storage {
 
     /// Whether S3 requests are signed with credentials a catalog vended.
     pub fn has_vended(&self) -> bool {
-        self.inner.vended.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.inner.vended.lock().is_some()
     }
 
     /// Sign S3 requests with credentials a catalog vended (replacing any it vended before);
@@ -178,14 +179,14 @@ impl Storage {
     pub fn use_vended(&self, v: &vended::Vended, renew: vended::Renew) -> bool {
         {
             // (released before the clients' lock: `store` takes the two the other way round)
-            let mut slot = self.inner.vended.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slot = self.inner.vended.lock();
             if let Some(p) = slot.as_ref() {
                 p.replace(v, renew);
                 return false;
             }
             *slot = Some(Arc::new(vended::VendedProvider::new(v, renew)));
         }
-        self.inner.stores.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.inner.stores.lock().clear();
         true
     }
 
@@ -196,7 +197,7 @@ impl Storage {
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         let opts = &self.inner.options;
         let id = format!("{scheme}://{bucket}");
-        let mut map = self.inner.stores.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.inner.stores.lock();
         let st = match map.get(&id) {
             Some(st) => st.clone(),
             None => {
@@ -215,7 +216,7 @@ impl Storage {
                         if let Some(t) = &opts.s3_session_token {
                             b = b.with_token(t);
                         }
-                        let vended = self.inner.vended.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        let vended = self.inner.vended.lock().clone();
                         if let Some(p) = vended {
                             b = b.with_credentials(p);
                         }

@@ -182,3 +182,62 @@ fn the_rule_sees_a_long_function_and_not_braces_in_strings() {
     let raw = format!("fn r() -> &'static str {{\n    r#\"}}}}\"#\n}}\nfn long() {{\n{body}}}\n");
     assert_eq!(long_functions(&raw), vec![(4, MAX_LINES + 2)]);
 }
+
+/// The lines of `text` (outside its unit tests) where a metric's label values include a string
+/// literal: label values come from the label enums of `metrics.rs` (`SkipReason::label()`, …) or
+/// from names (a connector, a task), never from free text.
+fn literal_labels(text: &str) -> Vec<usize> {
+    let code = code_only(text);
+    let tests_from = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    let needle = b"with_label_values(";
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(p) = code[i..tests_from.min(code.len())]
+        .windows(needle.len())
+        .position(|w| w == needle)
+    {
+        let open = i + p + needle.len() - 1;
+        let mut depth = 0usize;
+        let mut end = open;
+        for (k, &c) in code[open..].iter().enumerate() {
+            match c {
+                b'(' => depth += 1,
+                b')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // blanked bytes inside the call: a literal (or a comment) stood there
+        if text.as_bytes()[open..end] != code[open..end] {
+            out.push(code[..open].iter().filter(|&&c| c == b'\n').count() + 1);
+        }
+        i = end.max(open + 1);
+    }
+    out
+}
+
+#[test]
+fn no_metric_label_is_a_string_literal() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut found = Vec::new();
+    for p in all.iter().filter(|p| !p.ends_with("metrics.rs")) {
+        let text = std::fs::read_to_string(p).expect("readable");
+        for line in literal_labels(&text) {
+            found.push(format!("{}:{line}", p.strip_prefix(&src).unwrap_or(p).display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "metric label values written as text (use a label enum of metrics.rs):\n{}",
+        found.join("\n")
+    );
+    let probe = "fn f() {\n    M.with_label_values(&[c,\n        \"skipped\"]).inc();\n    M.with_label_values(&[c, r.label()]);\n}\n";
+    assert_eq!(literal_labels(probe), vec![2]);
+}

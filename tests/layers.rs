@@ -14,6 +14,7 @@ const FLOORS: &[&[&str]] = &[
     &["changelog"],
     &["sink", "generate"],
     &["runtime"],
+    &["ops"],
 ];
 
 fn floor(module: &str) -> Option<usize> {

@@ -63,8 +63,8 @@ impl Columns {
 /// Keyed by content, so shared safely by every connector and registry; as many as distinct
 /// schemas were ever read.
 fn parsed(text: &str) -> Result<&'static Schema, ChangelogError> {
-    static PARSED: std::sync::Mutex<Option<HashMap<String, &'static Schema>>> = std::sync::Mutex::new(None);
-    let mut guard = PARSED.lock().unwrap_or_else(|p| p.into_inner());
+    static PARSED: parking_lot::Mutex<Option<HashMap<String, &'static Schema>>> = parking_lot::Mutex::new(None);
+    let mut guard = PARSED.lock();
     let map = guard.get_or_insert_with(HashMap::new);
     if let Some(s) = map.get(text) {
         return Ok(s);

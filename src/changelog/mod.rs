@@ -293,7 +293,7 @@ impl ChangelogEncoder {
         write_bytes(&mut source, snapshot.as_bytes());
         write_bytes(&mut source, self.table.db.as_bytes());
         write_bytes(&mut source, self.table.name.as_bytes());
-        write_bytes(&mut source, unit.position.instant.as_bytes());
+        write_bytes(&mut source, unit.position.version.as_bytes());
         match &unit.position.completed {
             Some(c) => {
                 source.push(2);
@@ -387,7 +387,7 @@ impl SplitEncoder {
     /// A stable hash of a row's Avro-encoded key (which task owns the key).
     pub fn key_hash(&self, row: &ChangeRow, buf: &mut Vec<u8>) -> u32 {
         let Some(e) = &self.inner else { return 0 };
-        let r = row.after.or(row.before).expect("a change row has a row");
+        let r = row.key_row();
         buf.clear();
         e.keys[r.batch as usize].write(r.row as usize, buf);
         crc32fast::hash(buf)
@@ -396,7 +396,7 @@ impl SplitEncoder {
     /// The `after` image of a change row as a datum of the events' `Value` schema (a resync keeps
     /// the table's rows so).
     pub fn write_after(&self, row: &ChangeRow, out: &mut Vec<u8>) {
-        if let (Some(e), Some(r)) = (&self.inner, row.after) {
+        if let (Some(e), Some(r)) = (&self.inner, row.after()) {
             e.values[r.batch as usize].write(r.row as usize, out);
         }
     }
@@ -405,7 +405,7 @@ impl SplitEncoder {
     /// the lake commit's id and the event's order in it (transaction metadata).
     pub fn encode(&self, row: &ChangeRow, ts_ms: i64, txn: Option<(&str, u64)>, out: &mut Vec<KafkaRecord>) {
         let Some(e) = &self.inner else { return };
-        let key_row = row.after.or(row.before).expect("a change row has a row");
+        let key_row = row.key_row();
         let key = if e.keyless {
             Vec::new()
         } else {
@@ -414,7 +414,7 @@ impl SplitEncoder {
             key
         };
         let mut value = framed(e.value_id, 256);
-        for side in [row.before, row.after] {
+        for side in [row.before(), row.after()] {
             match side {
                 Some(r) => {
                     value.push(2);

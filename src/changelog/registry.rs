@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use super::ChangelogError;
-use crate::metrics;
+use crate::metrics::{self, RegistryResult};
 
 pub struct RegistryClient {
     base: String,
@@ -160,14 +160,14 @@ impl RegistryClient {
                         message: format!("response without id: {v}"),
                     })?;
                     metrics::REGISTRY_REQUESTS
-                        .with_label_values(&[&self.connector, "ok"])
+                        .with_label_values(&[&self.connector, RegistryResult::Ok.label()])
                         .inc();
                     self.cache.lock().await.insert(key, id as u32);
                     return Ok(id as u32);
                 }
                 Ok(r) if r.status().is_client_error() => {
                     metrics::REGISTRY_REQUESTS
-                        .with_label_values(&[&self.connector, "rejected"])
+                        .with_label_values(&[&self.connector, RegistryResult::Rejected.label()])
                         .inc();
                     let status = r.status();
                     let text = r.text().await.unwrap_or_default();
@@ -181,14 +181,14 @@ impl RegistryClient {
                 }
                 Ok(r) => {
                     metrics::REGISTRY_REQUESTS
-                        .with_label_values(&[&self.connector, "error"])
+                        .with_label_values(&[&self.connector, RegistryResult::Error.label()])
                         .inc();
                     tracing::warn!(%url, status = %r.status(), attempt, "schema registry error, retrying");
                     last_error = format!("HTTP {}", r.status());
                 }
                 Err(e) => {
                     metrics::REGISTRY_REQUESTS
-                        .with_label_values(&[&self.connector, "error"])
+                        .with_label_values(&[&self.connector, RegistryResult::Error.label()])
                         .inc();
                     tracing::warn!(%url, error = %crate::causes::with_causes(&e), attempt, "schema registry unreachable, retrying");
                     last_error = crate::causes::with_causes(&e);

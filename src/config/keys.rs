@@ -7,23 +7,20 @@ use super::ConnectorKind;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Formats(u8);
 
-pub const ANY: Formats = Formats(0b111);
-pub const HUDI: Formats = Formats(0b001);
-pub const ICEBERG: Formats = Formats(0b010);
-pub const DELTA: Formats = Formats(0b100);
-pub const ICEBERG_DELTA: Formats = Formats(0b110);
+/// Every class, a fourth included: every bit is set, not only those of the classes there are.
+pub const ANY: Formats = Formats(u8::MAX);
+pub const HUDI: Formats = Formats::of(ConnectorKind::Hudi);
+pub const ICEBERG: Formats = Formats::of(ConnectorKind::Iceberg);
+pub const DELTA: Formats = Formats::of(ConnectorKind::Delta);
+pub const ICEBERG_DELTA: Formats = Formats(ICEBERG.0 | DELTA.0);
 
 impl Formats {
-    fn bit(kind: ConnectorKind) -> u8 {
-        match kind {
-            ConnectorKind::Hudi => 0b001,
-            ConnectorKind::Iceberg => 0b010,
-            ConnectorKind::Delta => 0b100,
-        }
+    const fn of(kind: ConnectorKind) -> Formats {
+        Formats(1 << kind.index())
     }
 
     pub fn accepts(self, kind: ConnectorKind) -> bool {
-        self.0 & Self::bit(kind) != 0
+        self.0 & Formats::of(kind).0 != 0
     }
 
     /// The classes, as the reference and messages name them (`Iceberg, Delta`; `all`).
@@ -31,12 +28,11 @@ impl Formats {
         if self == ANY {
             return "all".into();
         }
-        let all = [
-            (ConnectorKind::Hudi, "Hudi"),
-            (ConnectorKind::Iceberg, "Iceberg"),
-            (ConnectorKind::Delta, "Delta"),
-        ];
-        let names: Vec<&str> = all.iter().filter(|(k, _)| self.accepts(*k)).map(|(_, n)| *n).collect();
+        let names: Vec<&str> = ConnectorKind::ALL
+            .iter()
+            .filter(|k| self.accepts(**k))
+            .map(|k| k.title())
+            .collect();
         names.join(", ")
     }
 }

@@ -73,6 +73,18 @@ pub enum ConnectorKind {
 }
 
 impl ConnectorKind {
+    /// Every class, in [`ConnectorKind::index`] order.
+    pub const ALL: [ConnectorKind; 3] = [ConnectorKind::Hudi, ConnectorKind::Iceberg, ConnectorKind::Delta];
+
+    /// Its place in [`ConnectorKind::ALL`] (a bit of `keys::Formats`; at most 7).
+    pub const fn index(self) -> u32 {
+        match self {
+            ConnectorKind::Hudi => 0,
+            ConnectorKind::Iceberg => 1,
+            ConnectorKind::Delta => 2,
+        }
+    }
+
     /// Its `connector.class`.
     pub fn name(self) -> &'static str {
         match self {

@@ -139,3 +139,88 @@ fn tri_state_hudi_keys_are_auto_true_or_false() {
         "{e}"
     );
 }
+
+/// What a loaded connector's settings come to, its resolved key list (`raw`, which holds every
+/// key set) left out: two files that mean the same load to the same fingerprint.
+fn fingerprint(c: &ConnectorConfig) -> String {
+    format!(
+        "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {}",
+        c.kind, c.iceberg, c.delta, c.registry, c.storage, c.read, c.events, c.kafka, c.runtime, c.table_id
+    )
+}
+
+/// Every key of the reference (`keys.rs`) whose default is a plain value: set to that value, the
+/// connector loads exactly as without it. A default the doc states and the loader does not apply
+/// fails here naming the key.
+#[test]
+fn the_documented_defaults_are_the_loaders() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("_delta_log")).unwrap();
+    let mut checked = 0;
+    let mut differ = Vec::new();
+    for (class, kind) in [
+        ("hudi", ConnectorKind::Hudi),
+        ("iceberg", ConnectorKind::Iceberg),
+        ("delta", ConnectorKind::Delta),
+    ] {
+        let mut base = base(&dir).replace("connector.class=hudi", &format!("connector.class={class}"));
+        if kind == ConnectorKind::Delta {
+            base.push_str("key.fields=id\n"); // Delta tables declare no key
+        }
+        let plain = load_connector(&write(&dir, &base), 0).unwrap_or_else(|e| panic!("{class}: {e}"));
+        let plain = fingerprint(&plain);
+        for (key, default, _, formats) in super::keys::KEYS {
+            let is_value = !default.is_empty() && !default.starts_with('(') && !default.contains(' ');
+            // table discovery's keys belong to a discovering file (checked below)
+            if !formats.accepts(kind) || !is_value || key.contains('<') || key.starts_with("table.discovery.") {
+                continue;
+            }
+            let body = format!("{base}{key}={default}\n");
+            match load_connector(&write(&dir, &body), 0) {
+                Ok(c) if fingerprint(&c) == plain => checked += 1,
+                Ok(_) => differ.push(format!("{class}: {key}={default} loads otherwise than leaving it out")),
+                Err(e) => differ.push(format!(
+                    "{class}: {key}={default} (the documented default) is refused: {e}"
+                )),
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "documented defaults the loader does not apply:\n{}",
+        differ.join("\n")
+    );
+    assert!(checked > 60, "only {checked} defaults checked");
+    // a discovering file: its own keys' defaults
+    let template = format!(
+        "name=lake\ntable.path.prefix={}\ntopic.prefix=lake\nbootstrap.servers=k:9092\nschema.registry.url=http://r\n",
+        dir.path().display()
+    );
+    let discovery = |body: &str| match super::load_file(&write(&dir, body), 0) {
+        Ok(super::Loaded::Tables(t)) => format!("{:?}", t.discovery),
+        Ok(_) => panic!("not a discovering file"),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(
+        discovery(&template),
+        discovery(&(template.clone() + "table.discovery.interval=60s\n"))
+    );
+    assert_ne!(
+        discovery(&template),
+        discovery(&(template.clone() + "table.discovery.interval=61s\n"))
+    );
+    // the check can fail: a value other than the default changes the fingerprint
+    let other = load_connector(&write(&dir, &(base(&dir) + "transaction.max.records=5\n")), 0).unwrap();
+    let plain = load_connector(&write(&dir, &base(&dir)), 0).unwrap();
+    assert_ne!(fingerprint(&other), fingerprint(&plain));
+}
+
+#[test]
+fn every_class_is_in_its_place() {
+    for (i, k) in ConnectorKind::ALL.iter().enumerate() {
+        assert_eq!(k.index() as usize, i, "{k:?}");
+        assert!(keys::ANY.accepts(*k));
+    }
+    assert_eq!(keys::ICEBERG_DELTA.names(), "Iceberg, Delta");
+    assert_eq!(keys::ANY.names(), "all");
+}

@@ -9,13 +9,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::head::{self, Reading};
+use super::head_start::{self, Reading};
 use super::progress::UnitProgress;
 use super::state::{FirstUnit, InFlight, RowOwner, SplitProgress};
 use super::{metrics, now_ms, RuntimeError, Task};
 use crate::changelog::transaction::Markers;
 use crate::changelog::{KafkaRecord, SplitEncoder};
 use crate::error::Joined;
+use crate::metrics::{RecordOp, UnitOutcome};
 use crate::source::{ChangeRow, Op, Ownership, Resume, SplitChanges, Unit};
 
 /// What one unit's emission carries from chunk to chunk.
@@ -83,9 +84,11 @@ impl Task {
             .clone()
             .filter(|f| f.unit == unit.position && f.snapshot == unit.snapshot);
         if let Some(why) = unit.skipped {
-            tracing::debug!(connector = %name, instant = %unit.position.instant, why, "instant emits nothing");
-            metrics::UNITS.with_label_values(&[name.as_str(), "skipped"]).inc();
-            metrics::SKIPPED.with_label_values(&[name.as_str(), why]).inc();
+            tracing::debug!(connector = %name, instant = %unit.position.version, why = why.label(), "instant emits nothing");
+            metrics::UNITS
+                .with_label_values(&[name.as_str(), UnitOutcome::Skipped.label()])
+                .inc();
+            metrics::SKIPPED.with_label_values(&[name.as_str(), why.label()]).inc();
             return self.finish_unit(unit).await;
         }
         let progress = resumed.as_ref().map(|f| f.splits.clone()).unwrap_or_default();
@@ -100,7 +103,7 @@ impl Task {
             mut rx, reader, shown, ..
         } = match head {
             Some(r) => r,
-            None => head::read_from(&self.cfg, &self.opts, &self.source, &read, resume, finished),
+            None => head_start::read_from(&self.cfg, &self.opts, &self.source, &read, resume, finished),
         };
         shown.announce(&name, unit);
         self.note_first(unit).await?;
@@ -120,7 +123,7 @@ impl Task {
             } else {
                 None
             },
-            txn_id: unit.position.instant.clone(),
+            txn_id: unit.position.version.clone(),
             events: resumed.as_ref().map_or(0, |f| f.events),
             records: Vec::with_capacity(4),
             key_buf: Vec::with_capacity(64),
@@ -166,7 +169,15 @@ impl Task {
             return self.commit().await;
         }
         metrics::UNITS
-            .with_label_values(&[e.name.as_str(), if unit.snapshot { "snapshot" } else { "emitted" }])
+            .with_label_values(&[
+                e.name.as_str(),
+                if unit.snapshot {
+                    UnitOutcome::Snapshot
+                } else {
+                    UnitOutcome::Emitted
+                }
+                .label(),
+            ])
             .inc();
         if let (Some(m), true) = (&e.markers, e.events > 0) {
             self.sink.send_marker(&m.end(&e.txn_id, e.events, now_ms()))?;
@@ -199,7 +210,7 @@ impl Task {
                     .find_map(InFlight::pinned_buckets)
             })
         });
-        tracing::info!(connector = %self.cfg.name, instant = %unit.position.instant, action = %unit.action,
+        tracing::info!(connector = %self.cfg.name, instant = %unit.position.version, action = %unit.action,
             operation = %unit.operation.as_deref().unwrap_or(""), snapshot = unit.snapshot, splits = unit.splits.len(),
             resumed_splits = done.len(), buckets = buckets.unwrap_or(0), "emitting instant");
         let mut read = unit.clone();
@@ -242,9 +253,9 @@ impl Task {
         for (i, row) in sc.rows.iter().enumerate().skip(skip) {
             let index = sc.first_row + i as u64;
             if e.filter {
-                let partition_hash = match row.after.or(row.before) {
-                    Some(r) if !batch_partitions.is_empty() => batch_partitions[r.batch as usize],
-                    _ => split_partition,
+                let partition_hash = match batch_partitions.is_empty() {
+                    true => split_partition,
+                    false => batch_partitions[row.key_row().batch as usize],
                 };
                 let owner = RowOwner {
                     key_hash: enc.key_hash(row, &mut e.key_buf),
@@ -285,8 +296,8 @@ impl Task {
         metrics::BYTES_READ
             .with_label_values(&[&e.name, &e.task_label])
             .inc_by(sc.bytes_read);
-        self.read.0 += sc.rows_read;
-        self.read.1 += sc.bytes_read;
+        self.read.rows += sc.rows_read;
+        self.read.bytes += sc.bytes_read;
     }
 
     /// Whether this task publishes the row: it owns the row's key (or, by partition, its
@@ -325,9 +336,9 @@ impl Task {
             .sum::<u64>();
         self.sink.send(&e.records)?;
         counts.by_op[row.op as usize] += 1;
-        *self.written.entry(row.op.code()).or_default() += 1;
+        *self.written.entry(RecordOp::from(row.op)).or_default() += 1;
         if e.records.len() > 1 {
-            *self.written.entry("tombstone").or_default() += 1;
+            *self.written.entry(RecordOp::Tombstone).or_default() += 1;
             counts.tombstones += 1;
         }
         self.state.records += e.records.len() as u64;
@@ -344,7 +355,7 @@ fn chunk_done(e: &mut UnitEmit<'_>, sc: &SplitChanges, counts: &ChunkCounts) {
     for op in [Op::Read, Op::Create, Op::Update, Op::Delete] {
         if counts.by_op[op as usize] > 0 {
             metrics::RECORDS_POLLED
-                .with_label_values(&[&e.name, op.code()])
+                .with_label_values(&[&e.name, RecordOp::from(op).label()])
                 .inc_by(counts.by_op[op as usize]);
         }
     }

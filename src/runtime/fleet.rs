@@ -24,7 +24,7 @@ use super::placement::{select_tasks, Rule};
 use super::{run_connector, RunOptions, RuntimeError};
 use crate::config::{ConnectorConfig, Found, TablesConfig, View};
 use crate::error::ErrorKind;
-use crate::metrics;
+use crate::metrics::{self, SearchOutcome, TableState};
 use crate::source::discover::Searcher;
 use crate::storage::Storage;
 
@@ -65,8 +65,14 @@ pub fn search(
     running: Option<&[ConnectorConfig]>,
 ) -> Result<(Vec<Found>, View), RuntimeError> {
     let found = searcher.search(&t.discovery, storage);
-    let outcome = if found.is_ok() { "ok" } else { "error" };
-    metrics::DISCOVERIES.with_label_values(&[&t.name, outcome]).inc();
+    let outcome = if found.is_ok() {
+        SearchOutcome::Ok
+    } else {
+        SearchOutcome::Error
+    };
+    metrics::DISCOVERIES
+        .with_label_values(&[&t.name, outcome.label()])
+        .inc();
     let found = found?;
     let view = t.view(&found, running)?;
     Ok((found, view))
@@ -353,12 +359,14 @@ impl Fleet<'_> {
     fn gauges(&self) {
         let streaming = self.streaming.values().filter(|s| !s.dropped).count();
         for (state, n) in [
-            ("streaming", streaming),
-            ("skipped", self.skipped.len()),
-            ("dropped", self.dropped),
-            ("failed", self.failed),
+            (TableState::Streaming, streaming),
+            (TableState::Skipped, self.skipped.len()),
+            (TableState::Dropped, self.dropped),
+            (TableState::Failed, self.failed),
         ] {
-            metrics::TABLES.with_label_values(&[&self.t.name, state]).set(n as f64);
+            metrics::TABLES
+                .with_label_values(&[&self.t.name, state.label()])
+                .set(n as f64);
         }
     }
 }

@@ -60,7 +60,7 @@ impl Task {
         self.headroom.warned = Some(Instant::now());
         tracing::warn!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, commits = h.commits,
             seconds = h.seconds.unwrap_or(-1.0), oldest_retained = %h.oldest,
-            position = %self.state.issued.as_ref().map_or("", |p| p.instant.as_str()),
+            position = %self.state.issued.as_ref().map_or("", |p| p.version.as_str()),
             "history headroom low: the table's retention is about to remove what the next units read \
              (raise the cleaner's or the expiry's retention, or let the connector catch up)");
     }

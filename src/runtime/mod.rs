@@ -9,16 +9,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-pub mod admin;
 mod error;
 pub use error::RuntimeError;
 mod emit;
 pub mod fleet;
-mod head;
+mod head_start;
 mod headroom;
+pub mod idle_release;
 pub mod memory;
 mod outage;
-pub mod park;
 pub mod placement;
 pub mod polls;
 mod progress;
@@ -62,7 +61,7 @@ pub(crate) enum Outcome {
     /// Shut down, `--once` caught up, or the configured end reached.
     Stopped,
     /// Nothing to publish for `idle.release`: the producer is dropped (see [`park`]).
-    Parked(park::Parked),
+    Parked(idle_release::Parked),
 }
 
 struct Task {
@@ -76,11 +75,11 @@ struct Task {
     state: Offsets,
     /// What the last committed transaction committed.
     committed: Offsets,
-    written: HashMap<&'static str, u64>,
+    written: HashMap<metrics::RecordOp, u64>,
     /// Commit times of the units polled and not yet emitted, oldest first (lag).
     pending: std::collections::VecDeque<i64>,
-    /// Rows and bytes this task read from storage (logged when it stops).
-    read: (u64, u64),
+    /// What this task read from storage (logged when it stops).
+    read: ReadTotals,
     /// A new task's first record, not yet committed (a later generation hands over from it): with
     /// one task, committed once its first poll answered, while its first unit is being read (the
     /// commit was ~10 ms of every fresh start on Kafka when it waited before the read); any
@@ -91,7 +90,7 @@ struct Task {
     /// Since when polls have found nothing (`idle.release`).
     idle_since: Option<Instant>,
     /// The first poll and unit read, begun while the producer initialised (see [`head`]).
-    head: Option<head::HeadStart>,
+    head: Option<head_start::HeadStart>,
     opts: RunOptions,
     health: TaskHealthHandle,
     headroom: headroom::Watch,
@@ -134,7 +133,7 @@ async fn run_inner(
 ) -> Result<Outcome, RuntimeError> {
     let release = cfg.runtime.idle_release.is_some();
     if release && retaking {
-        park::check_before_taking(&opts, &cfg).await?;
+        idle_release::check_before_taking(&opts, &cfg).await?;
     }
     let single = cfg.runtime.tasks <= 1;
     let start::Opened {
@@ -162,7 +161,7 @@ async fn run_inner(
         resume::warn_start_after_stored(&cfg, source.as_ref(), issued);
     }
     tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, tasks = cfg.runtime.tasks, ownership = %ownership.name(),
-        issued = %state.issued.as_ref().map_or("none", |p| p.instant.as_str()),
+        issued = %state.issued.as_ref().map_or("none", |p| p.version.as_str()),
         in_flight = state.in_flight.is_some(), handoff = state.handoff.is_some(), "resuming from stored offsets");
     let head = head.and_then(|h| h.fits(&state, &source));
     let (identity, recreated) = resync::at_start(&cfg, &source, &mut state, new_state).await?;
@@ -177,7 +176,7 @@ async fn run_inner(
         state,
         written: HashMap::new(),
         pending: Default::default(),
-        read: (0, 0),
+        read: ReadTotals::default(),
         // one task: committed once its first unit is being read; tasks of a generation: before anything
         // (a task waiting for task 0's first unit is on record meanwhile); with idle.release,
         // every run: the record names its holder from the start
@@ -227,14 +226,14 @@ impl Task {
             unsettled.watched = self.watch.take().map(resume::Watch::into_sent).unwrap_or_default();
         }
         if let (Ok(()), true, Some(issued)) = (&res, parked, self.committed.issued.clone()) {
-            tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, position = %issued.instant,
+            tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, position = %issued.version,
                 "idle: producer released (idle.release); polling the table without it");
-            return Ok(Outcome::Parked(park::Parked {
+            return Ok(Outcome::Parked(idle_release::Parked {
                 source: self.source.clone(),
                 issued,
             }));
         }
-        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, rows_read = self.read.0, bytes_read = self.read.1, ok = res.is_ok(),
+        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, rows_read = self.read.rows, bytes_read = self.read.bytes, ok = res.is_ok(),
             "task stopped");
         res.map(|()| Outcome::Stopped)
     }
@@ -262,7 +261,14 @@ pub(crate) async fn open_source_async(cfg: &ConnectorConfig) -> Result<Arc<dyn S
         .joined()
 }
 
-fn now_ms() -> i64 {
+/// Rows and bytes a task read from storage.
+#[derive(Debug, Default, Clone, Copy)]
+struct ReadTotals {
+    rows: u64,
+    bytes: u64,
+}
+
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -363,7 +369,7 @@ impl Task {
             let fresh = self.start_where_task0_does().await;
             // before the poll: where the position's successors are gone, the poll is what fails
             self.check_headroom().await;
-            let units = match self.head.as_mut().and_then(head::HeadStart::take_units) {
+            let units = match self.head.as_mut().and_then(head_start::HeadStart::take_units) {
                 Some(units) => units,
                 None => match self.poll().await {
                     Err(e) if resync::is_gap(&e) => {
@@ -467,12 +473,12 @@ impl Task {
         }
         for (op, n) in self.written.drain() {
             metrics::RECORDS_WRITTEN
-                .with_label_values(&[&self.cfg.name, op])
+                .with_label_values(&[&self.cfg.name, op.label()])
                 .inc_by(n);
         }
         self.committed = self.state.clone();
         self.health.position(
-            self.committed.issued.as_ref().map(|p| p.instant.as_str()),
+            self.committed.issued.as_ref().map(|p| p.version.as_str()),
             self.update_lag(),
         );
         Ok(())

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{park, run_inner, Outcome, RunOptions, RuntimeError};
+use super::{idle_release, run_inner, Outcome, RunOptions, RuntimeError};
 use crate::config::ConnectorConfig;
 use crate::error::ErrorKind;
 use crate::health::TaskHealthHandle;
@@ -18,11 +18,11 @@ async fn parked_until_work(
     cfg: &ConnectorConfig,
     opts: &RunOptions,
     health: &TaskHealthHandle,
-    parked: park::Parked,
+    parked: idle_release::Parked,
 ) -> bool {
     let gauge = metrics::TASK_PARKED.with_label_values(&[cfg.name.as_str(), &cfg.runtime.task_id.to_string()]);
     gauge.set(1.0);
-    let work = park::wait_for_work(cfg, opts, health, parked).await;
+    let work = idle_release::wait_for_work(cfg, opts, health, parked).await;
     gauge.set(0.0);
     if work {
         tracing::info!(connector = %cfg.name, task = cfg.runtime.task_id, "work: taking the producer back");
@@ -86,7 +86,7 @@ pub(super) async fn ride_out(
         if release
             && err.kind() == ErrorKind::Fenced
             && !*opts.shutdown.borrow()
-            && park::retake_after_fence(cfg, opts).await
+            && idle_release::retake_after_fence(cfg, opts).await
         {
             continue;
         }

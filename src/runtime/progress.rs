@@ -46,7 +46,7 @@ impl UnitProgress {
     /// it is adopted, so reading alone does not).
     pub fn announce(&self, connector: &str, unit: &Unit) {
         if self.snapshot {
-            tracing::info!(connector = %connector, instant = %unit.position.instant, splits = self.total_splits,
+            tracing::info!(connector = %connector, instant = %unit.position.version, splits = self.total_splits,
                 already_done = self.done_splits, "full scan started");
             metrics::SNAPSHOT_PROGRESS
                 .with_label_values(&[connector])
@@ -104,12 +104,12 @@ impl UnitProgress {
     pub fn finish(&self, connector: &str, task: &str, unit: &Unit) {
         let e = |op: Op| self.events[op as usize];
         let seconds = self.started.elapsed().as_secs_f64();
-        tracing::info!(connector = %connector, instant = %unit.position.instant, snapshot = unit.snapshot, r = e(Op::Read), c = e(Op::Create),
+        tracing::info!(connector = %connector, instant = %unit.position.version, snapshot = unit.snapshot, r = e(Op::Read), c = e(Op::Create),
             u = e(Op::Update), d = e(Op::Delete), tombstones = self.tombstones, rows_read = self.rows_read,
             transactions = self.transactions + 1, seconds = (seconds * 100.0).round() / 100.0,
             "unit emitted");
         metrics::UNIT_SECONDS
-            .with_label_values(&[connector, task, metrics::unit_kind(self.snapshot)])
+            .with_label_values(&[connector, task, metrics::UnitKind::of(self.snapshot).label()])
             .observe(seconds);
         if self.snapshot {
             metrics::SNAPSHOT_ETA.with_label_values(&[connector]).set(0.0);

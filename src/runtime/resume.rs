@@ -199,14 +199,14 @@ pub(super) fn warn_start_after_stored(cfg: &ConnectorConfig, source: &dyn Source
         let at = |id: &str| {
             source
                 .order(&Position {
-                    instant: id.to_string(),
+                    version: id.to_string(),
                     completed: None,
                 })
                 .ok()
         };
         if let (Some(start), Some(stored)) = (at(v), source.order(issued).ok()) {
             if start > stored {
-                tracing::warn!(connector = %cfg.name, key = k, value = %v, issued = %issued.instant,
+                tracing::warn!(connector = %cfg.name, key = k, value = %v, issued = %issued.version,
                     "the start point lies after the stored position, which wins: the connector continues from the \
                      stored position. `lakestream offsets set` moves the position (or `offsets reset` to apply the \
                      start setting)");

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::state::Offsets;
-use super::{head, open_source_async, park, resume, tasks, RunOptions, RuntimeError};
+use super::{head_start, idle_release, open_source_async, resume, tasks, RunOptions, RuntimeError};
 use crate::config::ConnectorConfig;
 use crate::health::TaskHealthHandle;
 use crate::sink::{ReadTo, Sink};
@@ -21,7 +21,7 @@ pub(super) fn claim(
 ) -> Result<(), RuntimeError> {
     if retaking {
         let stored = (!new_state).then_some(&*state);
-        park::check(cfg, &opts.instance, stored, "found once the producer was taken back")?;
+        idle_release::check(cfg, &opts.instance, stored, "found once the producer was taken back")?;
     }
     state.holder = Some(opts.instance.clone());
     Ok(())
@@ -46,7 +46,7 @@ pub(super) async fn settle(
 /// producer with the stable offsets read under it.
 pub(super) struct Opened {
     pub(super) source: Arc<dyn Source>,
-    pub(super) head: Option<head::HeadStart>,
+    pub(super) head: Option<head_start::HeadStart>,
     pub(super) early_sink: Option<Box<dyn Sink>>,
     pub(super) stable: Option<tasks::Records>,
 }
@@ -74,7 +74,7 @@ pub(super) async fn open_early(
             let source = open_source_async(cfg).await.map_err(RuntimeError::from)?;
             // (with idle.release a start reads its record's holder first)
             let head = match release {
-                false => head::begin(cfg, opts, &source, unrecorded).await,
+                false => head_start::begin(cfg, opts, &source, unrecorded).await,
                 true => None,
             };
             Ok::<_, RuntimeError>((source, head))

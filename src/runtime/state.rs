@@ -275,6 +275,37 @@ fn parse_record(v: &[u8]) -> Result<Offsets, String> {
     serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
+/// A connector's offsets records: key -> (tasks, task, by partition, record).
+pub type Records = HashMap<String, (u32, u32, bool, Offsets)>;
+
+/// The offsets records of `cfg`'s connector and table.
+pub fn records_of(cfg: &ConnectorConfig) -> Result<Records, RuntimeError> {
+    let shape = |k: &[u8]| -> Option<(u32, u32, bool)> {
+        let v: serde_json::Value = serde_json::from_slice(k).ok()?;
+        let (name, o) = (v.get(0)?.as_str()?, v.get(1)?.as_object()?);
+        (name == cfg.name && o.get("table")?.as_str()? == cfg.table_id).then_some(())?;
+        let tasks = o.get("tasks").and_then(|t| t.as_u64()).unwrap_or(1) as u32;
+        Some((
+            tasks,
+            o.get("task")?.as_u64()? as u32,
+            o.get("by").and_then(|b| b.as_str()) == Some("partition"),
+        ))
+    };
+    let found = read_offsets_matching(
+        &crate::sink::Kafka,
+        cfg,
+        &|k| shape(k).is_some(),
+        crate::sink::ReadTo::Stable,
+    )?;
+    Ok(found
+        .into_iter()
+        .filter_map(|(k, o)| {
+            let (tasks, task, by) = shape(&k)?;
+            Some((String::from_utf8_lossy(&k).into_owned(), (tasks, task, by, o)))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -282,7 +313,7 @@ pub(super) mod tests {
     /// A position at requested instant `i` (no completion time).
     pub(in crate::runtime) fn pos(i: &str) -> Position {
         Position {
-            instant: i.into(),
+            version: i.into(),
             completed: None,
         }
     }
@@ -363,12 +394,12 @@ pub(super) mod tests {
         );
         let o = Offsets {
             issued: Some(Position {
-                instant: "1".into(),
+                version: "1".into(),
                 completed: Some("2".into()),
             }),
             in_flight: Some(InFlight {
                 unit: Position {
-                    instant: "3".into(),
+                    version: "3".into(),
                     completed: None,
                 },
                 snapshot: false,

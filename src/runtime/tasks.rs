@@ -179,7 +179,7 @@ fn handoff_state(
     ) {
         let why = format!(
             "a task of the old generation had unit {} half emitted (its splits are cut by the scheme)",
-            f.unit.instant
+            f.unit.version
         );
         let undo = format!("tasks.ownership={}", shape.ownership.name());
         return Err(stuck(&why, undo, "that unit is emitted"));
@@ -204,7 +204,7 @@ fn handoff_state(
         .unwrap_or_default();
     let old_tasks = old.into_iter().map(|(j, o)| (j, OldTask::of(o, &start))).collect();
     tracing::info!(connector = %cfg.name, task, from_tasks = tasks, to_tasks = new_tasks, epoch,
-        start = %start.as_ref().map_or("none", |p| p.instant.as_str()), first = %first.as_ref().map_or("none", |f| f.unit.instant.as_str()),
+        start = %start.as_ref().map_or("none", |p| p.version.as_str()), first = %first.as_ref().map_or("none", |f| f.unit.version.as_str()),
         from_ownership = %shape.ownership.name(), to_ownership = %new.ownership.name(),
         "tasks.max or ownership changed: taking over from the previous generation");
     Ok(Offsets {
@@ -265,7 +265,7 @@ fn first_unit(old: &BTreeMap<u32, Offsets>) -> Result<Option<FirstUnit>, ()> {
 /// The earliest position an old task issued, in the table's order: the new generation starts
 /// there, and the old tasks further on hand over their progress.
 fn earliest_issued(source: &dyn Source, old: &BTreeMap<u32, Offsets>) -> Result<Option<Position>, RuntimeError> {
-    let mut start: Option<(String, Position)> = None;
+    let mut start: Option<(crate::source::HistoryOrder, Position)> = None;
     for p in old.values().filter_map(|o| o.issued.as_ref()) {
         let k = source.order(p)?;
         if start.as_ref().is_none_or(|(sk, _)| k < *sk) {
@@ -404,7 +404,7 @@ pub(crate) async fn resume_state(
 /// task in [`super::RunOptions`].
 #[derive(Default)]
 pub struct FirstUnits {
-    by_connector: std::sync::Mutex<HashMap<String, tokio::sync::watch::Sender<Option<Option<FirstUnit>>>>>,
+    by_connector: parking_lot::Mutex<HashMap<String, tokio::sync::watch::Sender<Option<Option<FirstUnit>>>>>,
 }
 
 impl FirstUnits {
@@ -412,7 +412,6 @@ impl FirstUnits {
         let key = format!("{}\u{0}{}", cfg.name, cfg.table_id);
         self.by_connector
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .entry(key)
             .or_insert_with(|| tokio::sync::watch::channel(None).0)
             .clone()

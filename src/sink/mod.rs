@@ -10,11 +10,11 @@ mod client;
 mod cluster;
 mod error;
 mod fence;
+mod log_throttle;
 mod msk_iam;
 mod oauth;
 pub mod offsets;
 mod polled;
-mod quiet;
 
 pub use client::check_settings;
 use client::{client_config, producer_config, txn_call_timeout};
@@ -25,7 +25,7 @@ pub use fence::{fence, write_offsets_records};
 pub use offsets::{ReadTo, StoredRecord};
 pub use sent::{fingerprint, SentRecords};
 
-pub use quiet::QuietContext;
+pub use log_throttle::QuietContext;
 pub use stats::StatsContext;
 use topics::ensure_topics;
 mod reach;
@@ -197,13 +197,7 @@ impl TxnSink {
 
     /// The trace of the open transaction, with its change records.
     fn trace(&self) -> TxnTrace {
-        let mut t = self
-            .producer
-            .context()
-            .trace
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let mut t = self.producer.context().trace.lock().clone();
         t.sent = Some(self.sent.records(self.txn_records));
         t
     }
@@ -212,19 +206,14 @@ impl TxnSink {
         if !self.in_txn {
             self.sent.ready()?;
             self.sent.clear();
-            self.producer
-                .context()
-                .last_offsets
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
+            self.producer.context().last_offsets.lock().clear();
             self.producer
                 .begin_transaction()
                 .map_err(|e| classify("begin_transaction", e))?;
             self.in_txn = true;
             self.txn_records = 0;
             self.txn_started = Some(Instant::now());
-            *self.producer.context().trace.lock().unwrap_or_else(|e| e.into_inner()) = TxnTrace::default();
+            *self.producer.context().trace.lock() = TxnTrace::default();
         }
         Ok(())
     }
@@ -345,14 +334,7 @@ impl TxnSink {
         self.health.set_ready(true);
         self.health.progress();
         // the next transaction's records come after this one's
-        self.sent.committed(
-            &self
-                .producer
-                .context()
-                .last_offsets
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        self.sent.committed(&self.producer.context().last_offsets.lock());
         let secs = started.elapsed().as_secs_f64();
         tracing::debug!(
             ms = (secs * 1000.0) as u64,

@@ -16,16 +16,16 @@ pub struct StatsContext {
     /// `task <id>`: the client in log lines.
     pub(super) client: String,
     /// (txmsg_bytes, txmsgs) at the last report.
-    pub(super) last: std::sync::Mutex<(u64, u64)>,
-    pub(super) quiet: super::quiet::Throttle,
+    pub(super) last: parking_lot::Mutex<(u64, u64)>,
+    pub(super) quiet: super::log_throttle::Throttle,
     pub(super) offsets_topic: String,
     /// The change topic.
     pub(super) topic: String,
     /// Where the open transaction's records landed (reset when one begins).
-    pub(super) trace: std::sync::Mutex<super::TxnTrace>,
+    pub(super) trace: parking_lot::Mutex<super::TxnTrace>,
     /// The open transaction's last acknowledged offset in each partition of the change topic
     /// (reset when one begins).
-    pub(super) last_offsets: std::sync::Mutex<std::collections::HashMap<i32, i64>>,
+    pub(super) last_offsets: parking_lot::Mutex<std::collections::HashMap<i32, i64>>,
     /// Where its OAUTHBEARER tokens come from (see `oauth`).
     pub(super) tokens: super::oauth::TokenSource,
 }
@@ -58,7 +58,7 @@ impl ClientContext for StatsContext {
         let labels = [self.connector.as_str(), self.task.as_str()];
         metrics::PRODUCER_QUEUE.with_label_values(&labels).set(s.msg_cnt as f64);
         {
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = self.last.lock();
             let (bytes, msgs) = (s.txmsg_bytes as u64, s.txmsgs as u64);
             metrics::PRODUCER_TX_BYTES
                 .with_label_values(&labels)
@@ -84,11 +84,11 @@ impl ProducerContext for StatsContext {
         use rdkafka::Message;
         let Ok(m) = result else { return };
         if m.topic() == self.topic {
-            let mut last = self.last_offsets.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = self.last_offsets.lock();
             let o = last.entry(m.partition()).or_insert(m.offset());
             *o = (*o).max(m.offset());
         }
-        let mut trace = self.trace.lock().unwrap_or_else(|e| e.into_inner());
+        let mut trace = self.trace.lock();
         if m.topic() == self.offsets_topic {
             trace.position = Some((m.partition(), m.offset()));
         } else if trace.change.is_none() {

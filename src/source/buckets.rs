@@ -385,26 +385,17 @@ pub fn restrict(batches: &[RecordBatch], rows: Vec<ChangeRow>) -> (Vec<RecordBat
 pub fn restrict_indexes(n: usize, rows: Vec<ChangeRow>) -> (Vec<usize>, Vec<ChangeRow>) {
     let mut map: Vec<Option<u32>> = vec![None; n];
     let mut picked: Vec<usize> = Vec::new();
-    let mut remap = |r: Option<RowRef>| {
-        r.map(|r| {
-            let slot = map[r.batch as usize].get_or_insert_with(|| {
-                picked.push(r.batch as usize);
-                picked.len() as u32 - 1
-            });
-            RowRef {
-                batch: *slot,
-                row: r.row,
-            }
-        })
+    let mut remap = |r: RowRef| {
+        let slot = map[r.batch as usize].get_or_insert_with(|| {
+            picked.push(r.batch as usize);
+            picked.len() as u32 - 1
+        });
+        RowRef {
+            batch: *slot,
+            row: r.row,
+        }
     };
-    let rows = rows
-        .into_iter()
-        .map(|c| ChangeRow {
-            op: c.op,
-            before: remap(c.before),
-            after: remap(c.after),
-        })
-        .collect();
+    let rows = rows.into_iter().map(|c| c.moved(&mut remap)).collect();
     (picked, rows)
 }
 

@@ -25,8 +25,10 @@ pub enum SourceError {
         source: arrow_schema::ArrowError,
         transient: bool,
     },
+    /// What cannot be read, and why (`why`); the message names the file or version and the
+    /// way out.
     #[error("{message}")]
-    Unreadable { message: String },
+    Unreadable { why: Unreadable, message: String },
     /// The commits after the position can no longer be read: a cleaner, a snapshot expiry, log
     /// retention, a rollback or restore removed them (`history.gap=resync` converges from the
     /// topic's state instead; `fail` stops with this message and its ways out).
@@ -50,6 +52,27 @@ pub enum SourceError {
         failure: CatalogFailure,
         message: String,
     },
+}
+
+/// Why a table cannot be read on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Nothing at the location is a table of the format (or the catalog is not of its type).
+    NotATable,
+    /// The table's metadata or files are not as its format says: truncated, damaged, or written
+    /// against the spec.
+    Damaged,
+    /// A file the table still names is gone, removed outside the format.
+    Missing,
+    /// The version to read is no longer in the table's history (expired, archived, rolled back).
+    Expired,
+    /// The stored position is not one of this table's versions (an offsets record of another
+    /// table or connector type).
+    ForeignPosition,
+    /// The table changed in a way the connector's settings cannot follow.
+    Unfollowable,
+    /// The connector's own bookkeeping broke: a bug, to report.
+    Internal,
 }
 
 /// What a catalog's failure means.

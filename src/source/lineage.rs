@@ -43,6 +43,7 @@ pub fn fill(
             .downcast_ref::<Int64Array>()
             .cloned()
             .ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: format!("{file}: a row lineage column is not a long"),
             })
     };
@@ -56,6 +57,7 @@ pub fn fill(
         .collect();
     if ids.len() != versions.len() {
         return Err(SourceError::Unreadable {
+            why: crate::source::Unreadable::Damaged,
             message: format!("{file}: fewer row positions than rows read"),
         });
     }
@@ -93,6 +95,7 @@ pub fn strip(mut changes: SplitChanges) -> Result<SplitChanges, SourceError> {
     let mut batches = Vec::with_capacity(changes.batches.len());
     for b in changes.batches.iter() {
         let n = b.num_columns().checked_sub(2).ok_or_else(|| SourceError::Unreadable {
+            why: crate::source::Unreadable::Internal,
             message: "a batch without its row lineage columns".into(),
         })?;
         let id = b
@@ -101,6 +104,7 @@ pub fn strip(mut changes: SplitChanges) -> Result<SplitChanges, SourceError> {
             .downcast_ref::<Int64Array>()
             .cloned()
             .ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: "a row lineage column is not a long".into(),
             })?;
         ids.push(id);

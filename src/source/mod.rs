@@ -1,6 +1,7 @@
 //! Sources: a monitor that turns newly committed table versions into [`Unit`]s (one per Hudi
-//! instant or Iceberg snapshot, or the initial full scan), each made of splits (one per file
-//! slice), and readers that turn a unit into change rows over Arrow batches.
+//! instant, Iceberg snapshot or Delta version, or the initial full scan), each made of splits (a
+//! Hudi file group, a packed list of Iceberg files, a Delta file, a diff part), and readers that
+//! turn a unit into change rows over Arrow batches.
 //!
 //! Readers are deterministic: reading the same unit twice yields the same splits with the same
 //! change rows in the same order. The runtime relies on that to resume inside a unit by skipping
@@ -13,7 +14,7 @@ pub mod hudi;
 pub mod iceberg;
 pub mod lineage;
 pub mod opening;
-pub mod par;
+pub mod parallel;
 pub mod plan;
 pub mod positions;
 pub mod rows;
@@ -21,8 +22,9 @@ pub mod sides;
 
 pub mod discover;
 mod error;
-pub use error::{CatalogFailure, SourceError};
+pub use error::{CatalogFailure, SourceError, Unreadable};
 
+use crate::metrics::SkipReason;
 use std::collections::HashSet;
 
 use arrow_array::RecordBatch;
@@ -69,8 +71,9 @@ pub fn parquet_sized(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position {
     /// The version's id as text: a Hudi requested instant time, an Iceberg snapshot id, a Delta
-    /// version (the field keeps its first name: offsets records store it as `instant`).
-    pub instant: String,
+    /// version (offsets records store it as `instant`, its first name).
+    #[serde(rename = "instant")]
+    pub version: String,
     /// Where the format orders versions by another id than `instant`: a Hudi completion time
     /// (table version 8+); order is by it when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,7 +83,30 @@ pub struct Position {
 impl Position {
     /// The timeline order: completion time where the table records one, else requested time.
     pub fn order_key(&self) -> &str {
-        self.completed.as_deref().unwrap_or(&self.instant)
+        self.completed.as_deref().unwrap_or(&self.version)
+    }
+
+    /// The version as an Iceberg snapshot id.
+    pub fn snapshot_id(&self) -> Result<i64, SourceError> {
+        self.number("an Iceberg snapshot id")
+    }
+
+    /// The version as a Delta table version.
+    pub fn delta_version(&self) -> Result<u64, SourceError> {
+        self.number("a Delta table version")
+    }
+
+    /// The one place a position's text becomes a number; an offsets record another connector
+    /// type (or another table) wrote fails here, saying so.
+    fn number<N: std::str::FromStr>(&self, what: &str) -> Result<N, SourceError> {
+        self.version.parse().map_err(|_| SourceError::Unreadable {
+            why: Unreadable::ForeignPosition,
+            message: format!(
+                "position `{}` is not {what} (offsets of another connector type or table?); use a new connector \
+                 name, or inspect it with `lakestream offsets show`",
+                self.version
+            ),
+        })
     }
 }
 
@@ -164,6 +190,18 @@ pub enum Op {
     Delete,
 }
 
+impl From<Op> for crate::metrics::RecordOp {
+    fn from(op: Op) -> Self {
+        use crate::metrics::RecordOp;
+        match op {
+            Op::Read => RecordOp::Read,
+            Op::Create => RecordOp::Create,
+            Op::Update => RecordOp::Update,
+            Op::Delete => RecordOp::Delete,
+        }
+    }
+}
+
 impl Op {
     pub fn code(self) -> &'static str {
         match self {
@@ -181,9 +219,19 @@ pub struct SplitSpec {
     /// file>@<offset>`; Delta the file; a diff part `diff` or `diff:<partition>`.
     pub id: String,
     pub partition: String,
-    /// What the split reads within its partition: a Hudi file group (the field's name comes from
-    /// Hudi), an Iceberg split's first file name, a Delta file, a diff part's id.
-    pub file_group: String,
+    /// What the split reads within its partition: a Hudi file group id, an Iceberg split's first
+    /// file name, a Delta file, a diff part's id.
+    pub reads: String,
+}
+
+/// Where a version stands in its table's history, to compare positions by (tasks', a start
+/// setting's, verify's target): a number (Iceberg's sequence number, Delta's version), or a Hudi
+/// timeline time (completion time where the table records one), compared as Hudi compares them.
+/// The positions compared are one table's: one variant.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HistoryOrder {
+    Sequence(i64),
+    Timeline(String),
 }
 
 /// One committed table version to emit, in order.
@@ -197,9 +245,8 @@ pub struct Unit {
     /// Commit time in epoch millis (for `source.ts_ms` and lag).
     pub ts_ms: i64,
     pub splits: Vec<SplitSpec>,
-    /// Why a unit without splits emits nothing: a snake_case reason (a metric label value, see
-    /// `metrics::SKIP_REASONS`): `no_data_change`, `compaction`, `clustering`, `start_at_latest`.
-    pub skipped: Option<&'static str>,
+    /// Why a unit without splits emits nothing (counted by reason).
+    pub skipped: Option<SkipReason>,
 }
 
 /// A row of a batch.
@@ -209,11 +256,83 @@ pub struct RowRef {
     pub row: u32,
 }
 
+/// A change of one row: its op and its images, the row before, the row after or both, never
+/// neither (a change without an image cannot be built).
 #[derive(Debug, Clone, Copy)]
 pub struct ChangeRow {
     pub op: Op,
-    pub before: Option<RowRef>,
-    pub after: Option<RowRef>,
+    images: Images,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Images {
+    Before(RowRef),
+    After(RowRef),
+    Both(RowRef, RowRef),
+}
+
+impl ChangeRow {
+    /// A change whose row after is `after` (`r`, `c`, or `u` with its before image).
+    pub fn to(op: Op, before: Option<RowRef>, after: RowRef) -> ChangeRow {
+        let images = match before {
+            Some(b) => Images::Both(b, after),
+            None => Images::After(after),
+        };
+        ChangeRow { op, images }
+    }
+
+    /// A `d` of the row `before`.
+    pub fn deleted(before: RowRef) -> ChangeRow {
+        ChangeRow {
+            op: Op::Delete,
+            images: Images::Before(before),
+        }
+    }
+
+    /// A change of the images given; `None` where there is neither.
+    pub fn of(op: Op, before: Option<RowRef>, after: Option<RowRef>) -> Option<ChangeRow> {
+        let images = match (before, after) {
+            (Some(b), Some(a)) => Images::Both(b, a),
+            (Some(b), None) => Images::Before(b),
+            (None, Some(a)) => Images::After(a),
+            (None, None) => return None,
+        };
+        Some(ChangeRow { op, images })
+    }
+
+    pub fn before(&self) -> Option<RowRef> {
+        match self.images {
+            Images::Before(b) | Images::Both(b, _) => Some(b),
+            Images::After(_) => None,
+        }
+    }
+
+    pub fn after(&self) -> Option<RowRef> {
+        match self.images {
+            Images::After(a) | Images::Both(_, a) => Some(a),
+            Images::Before(_) => None,
+        }
+    }
+
+    /// The row the change's key is read from: the row after, else the row before.
+    pub fn key_row(&self) -> RowRef {
+        match self.images {
+            Images::After(r) | Images::Both(_, r) | Images::Before(r) => r,
+        }
+    }
+
+    /// The same change with its images' rows moved by `f` (batches renumbered).
+    pub fn moved(self, mut f: impl FnMut(RowRef) -> RowRef) -> ChangeRow {
+        let images = match self.images {
+            Images::Before(b) => Images::Before(f(b)),
+            Images::After(a) => Images::After(f(a)),
+            Images::Both(b, a) => {
+                let b = f(b);
+                Images::Both(b, f(a))
+            }
+        };
+        ChangeRow { op: self.op, images }
+    }
 }
 
 /// The change rows of one split, or of one chunk of it: a split too large for memory arrives as
@@ -261,13 +380,15 @@ pub fn rows_as(op: Op, batches: &[RecordBatch]) -> Vec<ChangeRow> {
         .iter()
         .enumerate()
         .flat_map(|(b, batch)| {
-            (0..batch.num_rows()).map(move |r| ChangeRow {
-                op,
-                before: None,
-                after: Some(RowRef {
-                    batch: b as u32,
-                    row: r as u32,
-                }),
+            (0..batch.num_rows()).map(move |r| {
+                ChangeRow::to(
+                    op,
+                    None,
+                    RowRef {
+                        batch: b as u32,
+                        row: r as u32,
+                    },
+                )
             })
         })
         .collect()
@@ -373,8 +494,8 @@ pub trait Source: Send + Sync {
     /// Whether the configured end (`read.end-commit`, `end-snapshot-id`) has been emitted.
     fn reached_end(&self, issued: &Position) -> bool;
 
-    /// A string that orders positions in table history (comparing the positions of tasks).
-    fn order(&self, p: &Position) -> Result<String, SourceError>;
+    /// Where a position stands in table history (comparing the positions of tasks).
+    fn order(&self, p: &Position) -> Result<HistoryOrder, SourceError>;
 
     /// What the table is, for `validate --online`: format, version, history.
     fn describe(&self) -> Result<String, SourceError>;

@@ -10,6 +10,7 @@
 //! Like iceberg-rust's scan planning, a plan is plain values: reading it needs the storage and
 //! nothing else from the planner.
 
+use crate::metrics::SkipReason;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ pub trait PlanFile: Send + Sync {
 /// What a unit reads.
 pub enum PlanKind<F, R> {
     /// Nothing: the version changed no row (compaction, a start marker); the reason is counted.
-    Nothing(&'static str),
+    Nothing(SkipReason),
     /// Every live row of the files, as `op` events, split by split.
     Rows { op: Op, splits: Vec<Vec<F>> },
     /// Rows the version took away against rows it brought: one part, or one per partition when
@@ -103,7 +104,7 @@ impl<F: PlanFile, R: PlanFile> DiffPart<F, R> {
         SplitSpec {
             id: id.clone(),
             partition: self.partition.clone(),
-            file_group: id,
+            reads: id,
         }
     }
 
@@ -170,7 +171,7 @@ impl ReadEnv {
     pub fn new(cfg: &crate::config::SourceSettings, info: TableInfo) -> Self {
         Self {
             info,
-            threads: super::par::default_threads(),
+            threads: super::parallel::default_threads(),
             budget: super::budget::Budget::new(cfg.read.memory_budget),
             narrow: cfg.read.narrow_changes,
             spill_dir: cfg.read.spill_dir.clone(),
@@ -249,7 +250,7 @@ impl<P> PlanCache<P> {
         if plans.len() > PLANS_KEPT {
             plans.clear();
         }
-        plans.insert((unit.position.instant.clone(), unit.snapshot), Arc::new(plan));
+        plans.insert((unit.position.version.clone(), unit.snapshot), Arc::new(plan));
     }
 
     /// The unit's plan, planned by `plan` (which inserts it) where it is not kept.
@@ -258,7 +259,7 @@ impl<P> PlanCache<P> {
         unit: &Unit,
         plan: impl FnOnce() -> Result<(), SourceError>,
     ) -> Result<Arc<P>, SourceError> {
-        let key = (unit.position.instant.clone(), unit.snapshot);
+        let key = (unit.position.version.clone(), unit.snapshot);
         if let Some(p) = self.plans.lock().get(&key) {
             return Ok(p.clone());
         }
@@ -268,7 +269,8 @@ impl<P> PlanCache<P> {
             .get(&key)
             .cloned()
             .ok_or_else(|| SourceError::Unreadable {
-                message: format!("unit {}: planning it left no plan", unit.position.instant),
+                why: crate::source::Unreadable::Internal,
+                message: format!("unit {}: planning it left no plan", unit.position.version),
             })
     }
 }

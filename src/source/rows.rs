@@ -202,18 +202,10 @@ pub fn diff(
         match old_idx.remove(&k) {
             Some((_, o)) => {
                 if full_rows[o.batch as usize].row(o.row as usize) != full_rows[r.batch as usize].row(r.row as usize) {
-                    out[s].push(ChangeRow {
-                        op: Op::Update,
-                        before: Some(o),
-                        after: Some(r),
-                    });
+                    out[s].push(ChangeRow::to(Op::Update, Some(o), r));
                 }
             }
-            None => out[s].push(ChangeRow {
-                op: Op::Create,
-                before: None,
-                after: Some(r),
-            }),
+            None => out[s].push(ChangeRow::to(Op::Create, None, r)),
         }
     }
     // what is left of the old side vanished: deletes, in old-row order per split
@@ -221,11 +213,7 @@ pub fn diff(
         if let Some((os, w)) = old_idx.get(&key(r)) {
             if *w == r {
                 debug_assert_eq!(*os, s);
-                out[s].push(ChangeRow {
-                    op: Op::Delete,
-                    before: Some(r),
-                    after: None,
-                });
+                out[s].push(ChangeRow::deleted(r));
             }
         }
     }
@@ -293,25 +281,21 @@ pub fn multiset_diff(batches: &[RecordBatch], old: &[u32], new: &[u32]) -> Resul
         for i in 0..batches[b as usize].num_rows() {
             let cancelled = left.get_mut(&rows[b as usize].row(i)).and_then(Vec::pop).is_some();
             if !cancelled {
-                out.push(ChangeRow {
-                    op: Op::Create,
-                    before: None,
-                    after: Some(RowRef {
+                out.push(ChangeRow::to(
+                    Op::Create,
+                    None,
+                    RowRef {
                         batch: b,
                         row: i as u32,
-                    }),
-                });
+                    },
+                ));
             }
         }
     }
     let order: HashMap<u32, usize> = old.iter().enumerate().map(|(i, b)| (*b, i)).collect();
     let mut gone: Vec<RowRef> = left.into_values().flatten().collect();
     gone.sort_by_key(|r| (order[&r.batch], r.row));
-    out.extend(gone.into_iter().map(|r| ChangeRow {
-        op: Op::Delete,
-        before: Some(r),
-        after: None,
-    }));
+    out.extend(gone.into_iter().map(ChangeRow::deleted));
     Ok(out)
 }
 
@@ -359,8 +343,8 @@ mod tests {
             .map(|r| {
                 (
                     r.op,
-                    r.before.map(|x| (x.batch, x.row)),
-                    r.after.map(|x| (x.batch, x.row)),
+                    r.before().map(|x| (x.batch, x.row)),
+                    r.after().map(|x| (x.batch, x.row)),
                 )
             })
             .collect()

@@ -13,7 +13,7 @@ use arrow_schema::SchemaRef;
 
 use super::buckets::{restrict_indexes, BucketWriter};
 use super::rows::{diff, multiset_diff};
-use super::{par, SourceError, SplitChanges, SplitSpec};
+use super::{parallel, SourceError, SplitChanges, SplitSpec};
 
 mod narrow;
 
@@ -146,7 +146,7 @@ pub fn diff_split(
         return diff_bucketed(job, split, buckets, n, read, emit);
     }
     let mut all = Sides::default();
-    par::ordered(n, job.threads, read, &mut |s: Sides| {
+    parallel::ordered(n, job.threads, read, &mut |s: Sides| {
         all.old.extend(s.old);
         all.new.extend(s.new);
         all.bytes += s.bytes;
@@ -205,7 +205,7 @@ fn diff_bucketed(
     let mut labels: Vec<(String, String)> = Vec::new();
     let mut label_ids: HashMap<(String, String), u32> = HashMap::new();
     let (mut rows_read, mut bytes_read) = (0u64, 0u64);
-    par::ordered(n, job.threads, read, &mut |s: Sides| {
+    parallel::ordered(n, job.threads, read, &mut |s: Sides| {
         bytes_read += s.bytes;
         for (is_new, side) in [(false, s.old), (true, s.new)] {
             for (b, label) in side {

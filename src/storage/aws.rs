@@ -44,7 +44,7 @@ impl Storage {
     /// per region and kept, so a catalog polled every few seconds does not fetch credentials
     /// (web identity, instance profile) anew each poll — the chain refreshes them before expiry.
     pub fn aws_signer(&self, region: &str) -> io::Result<AwsSigner> {
-        let mut signers = self.inner.signers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut signers = self.inner.signers.lock();
         if let Some(s) = signers.get(region) {
             return Ok(s.clone());
         }

@@ -11,10 +11,11 @@
 //! async `ParquetObjectReader`, kept behind the synchronous `ChunkReader` the readers already use
 //! on their blocking threads (one reader path for local and remote files).
 
+use parking_lot::Mutex;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
@@ -149,7 +150,7 @@ impl RemoteFile {
             peak: AtomicU64::new(tail.len() as u64),
             counted,
         };
-        lock(&file.held).tail = Some((range.start, tail));
+        file.held.lock().tail = Some((range.start, tail));
         Ok(file)
     }
 
@@ -170,7 +171,7 @@ impl RemoteFile {
             })
             .collect();
         chunks.sort_by_key(|c| c.range.start);
-        *lock(&self.chunks) = chunks;
+        *self.chunks.lock() = chunks;
     }
 
     /// Held bytes from `start` on (at least one byte unless `start` is the end of the file),
@@ -181,12 +182,12 @@ impl RemoteFile {
         if start >= self.size {
             return Ok(Bytes::new());
         }
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock();
         if let Some(b) = held.at(start) {
             return Ok(b);
         }
         let (chunk, others) = {
-            let chunks = lock(&self.chunks);
+            let chunks = self.chunks.lock();
             let i = chunks.partition_point(|c| c.range.start <= start);
             let chunk = i
                 .checked_sub(1)
@@ -268,10 +269,6 @@ impl RemoteFile {
 fn noted(e: io::Error) -> io::Error {
     super::class::note_failure(&e);
     e
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A remote file read on from a position, window by window.

@@ -5,8 +5,9 @@
 //! should a long read outlast them, renewed by asking the catalog again a minute before they
 //! expire.
 
+use parking_lot::RwLock;
 use std::io;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use object_store::aws::AwsCredential;
@@ -57,8 +58,8 @@ impl VendedProvider {
     }
 
     pub(super) fn replace(&self, v: &Vended, renew: Renew) {
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = (credential(v), v.expires);
-        *self.renew.write().unwrap_or_else(|e| e.into_inner()) = renew;
+        *self.current.write() = (credential(v), v.expires);
+        *self.renew.write() = renew;
     }
 }
 
@@ -67,12 +68,12 @@ impl object_store::CredentialProvider for VendedProvider {
     type Credential = AwsCredential;
 
     async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
-        let (cred, expires) = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let (cred, expires) = self.current.read().clone();
         if expires.is_none_or(|e| e > SystemTime::now() + AHEAD) {
             return Ok(cred);
         }
         // on a thread of its own: the catalog client blocks, and this runs on the runtime
-        let renew = self.renew.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let renew = self.renew.read().clone();
         let fresh = std::thread::spawn(move || renew())
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("renewing vended credentials panicked")));
@@ -80,7 +81,7 @@ impl object_store::CredentialProvider for VendedProvider {
             Ok(v) => {
                 tracing::info!("storage credentials vended by the catalog renewed before they expired");
                 let c = credential(&v);
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = (c.clone(), v.expires);
+                *self.current.write() = (c.clone(), v.expires);
                 Ok(c)
             }
             Err(e) => Err(object_store::Error::Generic {

@@ -46,10 +46,10 @@ impl Task {
             let op = publish(sides, &payloads, c, &mut records).await?;
             self.sink.send(&records)?;
             self.state.records += records.len() as u64;
-            *self.written.entry(op.code()).or_default() += 1;
+            *self.written.entry(metrics::RecordOp::from(op)).or_default() += 1;
             progress.events[op as usize - 1] += 1;
             metrics::RESYNC_KEYS
-                .with_label_values(&[&self.cfg.name, op.code()])
+                .with_label_values(&[&self.cfg.name, metrics::RecordOp::from(op).label()])
                 .inc();
             if self.sink.txn_records() >= self.cfg.runtime.max_txn_records as u64
                 || self.sink.txn_age().is_some_and(|a| a >= limit)

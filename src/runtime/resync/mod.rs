@@ -149,7 +149,7 @@ impl Task {
                 .map_or([0; 3], |p| p.events),
         };
         let partitions = self.gap_partitions(&source, &target).await;
-        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.instant,
+        tracing::info!(connector = %self.cfg.name, task = self.cfg.runtime.task_id, target = %target.position.version,
             buckets, resumed_from_bucket = done, committed_events = progress.events.iter().sum::<u64>(),
             partitions = %partitions.as_ref().map_or("all".to_string(), |p| format!("{} the gap wrote", p.len())),
             "resync: reading the topic and the table");
@@ -191,7 +191,7 @@ impl Task {
                 once (it cannot be replayed by key): each converged to one of its rows");
         }
         let [c, u, d] = progress.events;
-        tracing::info!(connector = %self.cfg.name, task = %task, target = %target.position.instant, created = c,
+        tracing::info!(connector = %self.cfg.name, task = %task, target = %target.position.version, created = c,
             updated = u, deleted = d, seconds = started.elapsed().as_secs_f64(), "resync finished: the topic equals the \
             table at the target; going on commit by commit");
         Ok(())
@@ -259,7 +259,7 @@ impl Task {
             match tokio::task::spawn_blocking(move || s.unit_at(&pos, true)).await {
                 Ok(Ok(unit)) if p.buckets > 0 => return Ok((unit, p.buckets, p.done)),
                 Ok(Ok(unit)) => return Ok((unit, buckets, 0)),
-                Ok(Err(e)) => tracing::info!(connector = %self.cfg.name, target = %p.target.instant, error = %e,
+                Ok(Err(e)) => tracing::info!(connector = %self.cfg.name, target = %p.target.version, error = %e,
                     "resync: its target can no longer be read; converging to the current commit instead"),
                 Err(e) => return Err(VerifyError::Spill(e.to_string()).into()),
             }
@@ -367,7 +367,7 @@ impl Task {
                     .await
                     .joined()?;
                 if topic_side.records > 0 {
-                    tracing::warn!(connector = %self.cfg.name, instant = %target.position.instant, topic_records = topic_side.records,
+                    tracing::warn!(connector = %self.cfg.name, instant = %target.position.version, topic_records = topic_side.records,
                         "resync: the table holds no row of this task's at the target: every key of its share of the topic is deleted");
                 }
                 schema

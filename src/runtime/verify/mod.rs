@@ -28,7 +28,7 @@ use crate::changelog::ChangelogError;
 use crate::config::ConnectorConfig;
 use crate::error::ErrorKind;
 use crate::sink::SinkError;
-use crate::source::{Position, Source, SourceError};
+use crate::source::{HistoryOrder, Position, Source, SourceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
@@ -81,14 +81,14 @@ struct Target {
     first: Option<FirstUnit>,
 }
 
-fn order(source: &dyn Source, p: &Position) -> Result<String, VerifyError> {
+fn order(source: &dyn Source, p: &Position) -> Result<HistoryOrder, VerifyError> {
     Ok(source.order(p)?)
 }
 
 /// The position to verify: the least far issued commit of the connector's current generation
 /// (every task has published everything up to it), or `at` when it is not after that.
 fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Result<Target, RuntimeError> {
-    let records = super::admin::records_of(cfg)?;
+    let records = super::state::records_of(cfg)?;
     let epoch = records.values().map(|(.., o)| o.epoch).max();
     let Some(epoch) = epoch else {
         return Err(VerifyError::Position(format!(
@@ -99,7 +99,7 @@ fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Resul
     };
     let current: Vec<_> = records.values().filter(|(.., o)| o.epoch == epoch).collect();
     let tasks = current.iter().map(|(t, ..)| (*t).max(1)).max().unwrap_or(1);
-    let mut least: Option<(String, Position)> = None;
+    let mut least: Option<(HistoryOrder, Position)> = None;
     let mut first = None;
     for t in 0..tasks {
         let Some((.., o)) = current.iter().find(|(_, task, ..)| *task == t) else {
@@ -113,7 +113,7 @@ fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Resul
             return Err(VerifyError::Position(format!(
                 "connector {}: task {t} of {tasks} has not finished its first commit yet (in flight: {})",
                 cfg.name,
-                o.in_flight.as_ref().map_or("nothing", |f| f.unit.instant.as_str())
+                o.in_flight.as_ref().map_or("nothing", |f| f.unit.version.as_str())
             ))
             .into());
         };
@@ -132,7 +132,7 @@ fn target(cfg: &ConnectorConfig, source: &dyn Source, at: Option<&str>) -> Resul
                 return Err(VerifyError::Position(format!(
                     "--at {id} is after the connector's position {} (the least far of its tasks): the topic does not \
                      hold it yet",
-                    least.instant
+                    least.version
                 ))
                 .into());
             }
@@ -206,7 +206,7 @@ async fn plan(cfg: &ConnectorConfig, opts: &VerifyOptions) -> Result<Plan, Runti
     let s = source.clone();
     let unstable = blocking(move || s.unstable_columns()).await?;
     let skip = unstable.iter().map(|c| crate::changelog::avro::avro_name(c)).collect();
-    tracing::info!(connector = %cfg.name, position = %target.position.instant, topic_records = expected, buckets,
+    tracing::info!(connector = %cfg.name, position = %target.position.version, topic_records = expected, buckets,
         "verify: reading the topic and the table");
     Ok(Plan {
         source,

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::{verify, VerifyOptions};
 use crate::config::ConnectorConfig;
-use crate::metrics;
+use crate::metrics::{self, VerifyResult};
 
 /// Audit `cfg`'s connector every `interval` (the first after a minute at most) until shutdown.
 pub async fn run_periodically(cfg: ConnectorConfig, interval: Duration, mut shutdown: watch::Receiver<bool>) {
@@ -37,17 +37,19 @@ pub async fn run_periodically(cfg: ConnectorConfig, interval: Duration, mut shut
                     metrics::VERIFY_LAST_SUCCESS
                         .with_label_values(&[&cfg.name])
                         .set(crate::runtime::now_ms() as f64 / 1000.0);
-                    "equal"
+                    VerifyResult::Equal
                 } else {
                     tracing::error!(connector = %cfg.name, report = %report.text(), "verify: the topic differs from the table");
-                    "different"
+                    VerifyResult::Different
                 }
             }
             Err(e) => {
                 tracing::warn!(connector = %cfg.name, error = %e, "verify: the audit did not complete; next in {interval:?}");
-                "error"
+                VerifyResult::Error
             }
         };
-        metrics::VERIFY_RUNS.with_label_values(&[&cfg.name, label]).inc();
+        metrics::VERIFY_RUNS
+            .with_label_values(&[&cfg.name, label.label()])
+            .inc();
     }
 }

@@ -100,7 +100,7 @@ impl State<'_> {
                 // the framed key, the image as a datum, and where it was read
                 self.after.clear();
                 enc.write_after(row, &mut self.after);
-                let file = match (row.after, split.batch_files.is_empty()) {
+                let file = match (row.after(), split.batch_files.is_empty()) {
                     (Some(r), false) => split.batch_files[r.batch as usize].1.as_str(),
                     _ => split.file.as_str(),
                 };
@@ -127,7 +127,7 @@ pub fn read(r: TableReader<'_>, out: RunWriter) -> Result<TableSide, VerifyError
     };
     let started = Instant::now();
     let mut last_log = Instant::now();
-    let gauge = metrics::VERIFY_PROGRESS.with_label_values(&[&connector, "table"]);
+    let gauge = metrics::VERIFY_PROGRESS.with_label_values(&[&connector, metrics::VerifySide::Table.label()]);
     let mut failed: Option<VerifyError> = None;
     let res = source.read_unit(unit, &Resume::default(), &mut |split| {
         if let Err(e) = st.split(&split) {

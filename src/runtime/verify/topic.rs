@@ -77,7 +77,7 @@ impl State<'_> {
             return *k;
         }
         let p = Position {
-            instant: instant.to_string(),
+            version: instant.to_string(),
             completed: completed.map(str::to_string),
         };
         let keep = match (self.reader.at_or_before)(&p) {
@@ -221,7 +221,7 @@ pub fn read(mut reader: TopicReader<'_>, out: RunWriter) -> Result<TopicSide, Ve
         reader,
     };
     let started = Instant::now();
-    let gauge = metrics::VERIFY_PROGRESS.with_label_values(&[&cfg.name, "topic"]);
+    let gauge = metrics::VERIFY_PROGRESS.with_label_values(&[&cfg.name, metrics::VerifySide::Topic.label()]);
     let mut f = |r: crate::sink::scan::TopicRecord<'_>| {
         st.record(r.partition, r.key, r.value).map_err(|e| match e {
             VerifyError::Topic(m) => {

@@ -31,7 +31,7 @@ fn summary(batches: &[RecordBatch], rows: &[ChangeRow]) -> Vec<(Op, i64)> {
     };
     let mut v: Vec<(Op, i64)> = rows
         .iter()
-        .map(|c| (c.op, key(c.after.or(c.before).unwrap())))
+        .map(|c| (c.op, key(c.after().or(c.before()).unwrap())))
         .collect();
     v.sort_by_key(|x| x.1);
     v

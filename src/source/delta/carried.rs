@@ -32,6 +32,7 @@ impl DeltaSource {
                     .filter(|a| a.null_count() == 0)
                     .cloned()
                     .ok_or_else(|| SourceError::Unreadable {
+                        why: crate::source::Unreadable::Damaged,
                         message: format!("{}: a row without row tracking in a file that has it", f.path),
                     })
             };

@@ -80,6 +80,7 @@ fn bitmap(bytes: &[u8], what: &dyn Fn(&str) -> SourceError) -> Result<RoaringTre
 /// The deleted row indexes of the file the descriptor belongs to (`file`, for messages).
 pub fn read(storage: &Storage, root: &Path, file: &str, d: &DvDescriptor) -> Result<RoaringTreemap, SourceError> {
     let what = |m: &str| SourceError::Unreadable {
+        why: crate::source::Unreadable::Damaged,
         message: format!(
             "{file}: deletion vector `{}{}`: {m}",
             d.storage_type, d.path_or_inline_dv

@@ -243,7 +243,7 @@ pub struct DeltaLog {
     pub dir: PathBuf,
     storage: Storage,
     /// The last listing, which [`DeltaLog::list_new`] extends.
-    last: std::sync::Arc<std::sync::Mutex<Option<Listing>>>,
+    last: std::sync::Arc<parking_lot::Mutex<Option<Listing>>>,
 }
 
 impl DeltaLog {
@@ -260,7 +260,7 @@ impl DeltaLog {
     pub fn list(&self) -> Result<Listing, SourceError> {
         let entries = self.storage.list(&self.dir).map_err(SourceError::io(&self.dir))?;
         let l = parse_listing(&self.dir, entries.into_iter().filter(|e| !e.is_dir).map(|e| e.name));
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.clone());
+        *self.last.lock() = Some(l.clone());
         Ok(l)
     }
 
@@ -269,7 +269,7 @@ impl DeltaLog {
     /// however long the log grew (issue 32). Only for telling whether there is anything new: a
     /// file removed since the last whole listing (log cleanup) is still in it.
     pub fn list_new(&self) -> Result<Listing, SourceError> {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let last = self.last.lock().clone();
         let Some((mut l, newest)) = last.and_then(|l| l.latest().map(|v| (l, v))) else {
             return self.list();
         };
@@ -282,7 +282,7 @@ impl DeltaLog {
         for (v, c) in new.checkpoints {
             l.checkpoints.entry(v).or_insert(c);
         }
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.clone());
+        *self.last.lock() = Some(l.clone());
         Ok(l)
     }
 

@@ -20,15 +20,16 @@ pub mod schema;
 mod state;
 mod units;
 
+use crate::metrics::SkipReason;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use self::log::{Commit, DeltaLog};
-use self::plan::{parse_version, Meta, Plan};
+use self::plan::{Meta, Plan};
 use super::plan::{read_unit, PlanCache, ReadEnv};
-use super::{Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
+use super::{HistoryOrder, Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{DeltaOptions, SourceSettings};
 use crate::storage::Storage;
 
@@ -131,8 +132,8 @@ impl DeltaSource {
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
         self.plans.get_or_plan(unit, || {
-            let v = parse_version(&unit.position)?;
-            let marker = unit.skipped == Some("start_at_latest");
+            let v = unit.position.delta_version()?;
+            let marker = unit.skipped == Some(SkipReason::StartAtLatest);
             self.unit(&self.log.list()?, v, unit.snapshot, marker).map(drop)
         })
     }
@@ -148,7 +149,7 @@ fn gone_hint(e: SourceError, unit: &Unit) -> SourceError {
                  under a new connector name with starting-version=earliest (read the current version whole) or \
                  starting-version=latest (skip the gap); keep `delta.deletedFileRetentionDuration` longer than the \
                  connector's lag",
-                unit.position.instant,
+                unit.position.version,
                 path.display()
             ),
         },
@@ -165,7 +166,7 @@ impl Source for DeltaSource {
         // caught up and nothing new: the poll ends on one listing from the newest version on
         if let Some(a) = after {
             let newest = self.log.list_new()?.latest();
-            let at = parse_version(a)?;
+            let at = a.delta_version()?;
             if newest.is_none_or(|n| at >= n) {
                 // a log whose newest commit is before the position: the table was re-created
                 if newest.is_some_and(|n| at > n)
@@ -190,7 +191,7 @@ impl Source for DeltaSource {
 
     fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
         let listing = self.log.list()?;
-        self.unit(&listing, parse_version(position)?, snapshot, false)
+        self.unit(&listing, position.delta_version()?, snapshot, false)
     }
 
     fn identity(&self) -> Result<Option<String>, SourceError> {
@@ -234,11 +235,12 @@ impl Source for DeltaSource {
 
     fn reached_end(&self, issued: &Position) -> bool {
         self.end
-            .is_some_and(|end| parse_version(issued).is_ok_and(|v| v >= end))
+            .is_some_and(|end| issued.delta_version().is_ok_and(|v| v >= end))
     }
 
-    fn order(&self, p: &Position) -> Result<String, SourceError> {
-        Ok(format!("{:020}", parse_version(p)?))
+    fn order(&self, p: &Position) -> Result<HistoryOrder, SourceError> {
+        let v = p.delta_version()?;
+        Ok(HistoryOrder::Sequence(i64::try_from(v).unwrap_or(i64::MAX)))
     }
 
     fn describe(&self) -> Result<String, SourceError> {
@@ -299,7 +301,7 @@ impl Source for DeltaSource {
     /// The oldest commit file log cleanup left: the position's successor must still be there.
     fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
         let listing = self.log.list()?;
-        let (Some(&oldest), Ok(at)) = (listing.commits.keys().next(), position.instant.parse::<u64>()) else {
+        let (Some(&oldest), Ok(at)) = (listing.commits.keys().next(), position.delta_version()) else {
             return Ok(None);
         };
         Ok(Some(super::Headroom {

@@ -10,6 +10,7 @@
 //!   diffed by key, so rows copied unchanged into a rewritten file emit nothing;
 //! - only `dataChange=false` actions (OPTIMIZE, ZORDER, purge): nothing.
 
+use crate::metrics::SkipReason;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -102,26 +103,16 @@ const MAX_UNITS_PER_POLL: u64 = 256;
 
 pub fn position(v: u64) -> Position {
     Position {
-        instant: v.to_string(),
+        version: v.to_string(),
         completed: None,
     }
-}
-
-pub fn parse_version(p: &Position) -> Result<u64, SourceError> {
-    p.instant.parse().map_err(|_| SourceError::Unreadable {
-        message: format!(
-            "stored position `{}` is not a Delta table version (offsets of another connector type?); use a new \
-             connector name, or inspect it with `lakestream offsets show`",
-            p.instant
-        ),
-    })
 }
 
 pub fn file_split(schema: &DeltaSchema, f: &FileAction) -> SplitSpec {
     SplitSpec {
         id: f.path.clone(),
         partition: partition_of(schema, f),
-        file_group: f.path.clone(),
+        reads: f.path.clone(),
     }
 }
 
@@ -134,7 +125,7 @@ impl DeltaSource {
         };
         let end = self.end.map_or(latest, |e| e.min(latest));
         let from = match after {
-            Some(p) => parse_version(p)? + 1,
+            Some(p) => p.delta_version()? + 1,
             None => match self.opts.start {
                 DeltaStart::Snapshot => return Ok(vec![self.unit(listing, end, true, false)?]),
                 DeltaStart::Latest => return Ok(vec![self.unit(listing, latest, false, true)?]),
@@ -246,7 +237,7 @@ impl DeltaSource {
             let state = TableState::load(&self.log, listing, v)?;
             let files: Vec<FileAction> = state.files.into_values().collect();
             let kind = if files.is_empty() {
-                PlanKind::Nothing("empty_table")
+                PlanKind::Nothing(SkipReason::EmptyTable)
             } else {
                 PlanKind::Rows {
                     op: Op::Read,
@@ -257,7 +248,7 @@ impl DeltaSource {
         } else {
             let c = self.commit(listing, v)?;
             let kind = if marker {
-                PlanKind::Nothing("start_at_latest")
+                PlanKind::Nothing(SkipReason::StartAtLatest)
             } else {
                 self.plan_changes(listing, &meta, &c)?
             };
@@ -313,9 +304,9 @@ impl DeltaSource {
                 Some("OPTIMIZE" | "ZORDER" | "REORG" | "ZORDER BY")
             );
             return Ok(PlanKind::Nothing(if compaction {
-                "compaction"
+                SkipReason::Compaction
             } else {
-                "no_data_change"
+                SkipReason::NoDataChange
             }));
         }
         if removes.is_empty() {

@@ -64,6 +64,7 @@ pub struct DeltaSchema {
 impl DeltaSchema {
     pub fn parse(md: &Metadata, at: &str) -> Result<Self, SourceError> {
         let bad = |m: String| SourceError::Unreadable {
+            why: crate::source::Unreadable::Damaged,
             message: format!("{at}: metaData.schemaString: {m}"),
         };
         let v: Value = serde_json::from_str(&md.schema_string).map_err(|e| bad(e.to_string()))?;

@@ -99,6 +99,7 @@ impl PieceReader for DeltaSource {
                     let rows = changed
                         .get(at..at + b.num_rows())
                         .ok_or_else(|| SourceError::Unreadable {
+                            why: crate::source::Unreadable::Internal,
                             message: format!("{}: more rows read than chosen", now.path),
                         })?;
                     at += b.num_rows();

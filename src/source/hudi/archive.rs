@@ -14,7 +14,7 @@ use arrow_array::Array;
 use serde::Deserialize;
 
 use super::log;
-use super::timeline::{Instant, MetaSource, TableConfig};
+use super::timeline::{Action, Instant, MetaSource, TableConfig};
 use crate::source::SourceError;
 use crate::storage::Storage;
 
@@ -123,13 +123,17 @@ fn read_history_file(storage: &Storage, path: &Path, out: &mut Vec<Instant>) -> 
         );
         let meta = meta.as_binary::<i32>();
         for i in 0..batch.num_rows() {
-            if req.is_null(i) || action.is_null(i) {
+            // an action the active timeline does not read either (timeline::Action) is skipped
+            let Some(a) = action.is_valid(i).then(|| Action::named(action.value(i))).flatten() else {
+                continue;
+            };
+            if req.is_null(i) {
                 continue;
             }
             out.push(Instant {
                 requested: req.value(i).to_string(),
                 completed: comp.is_valid(i).then(|| comp.value(i).to_string()),
-                action: action.value(i).to_string(),
+                action: a,
                 meta: MetaSource::Archived(Arc::from(if meta.is_valid(i) { meta.value(i) } else { &[][..] })),
             });
         }
@@ -149,17 +153,20 @@ fn load_v6(table: &TableConfig) -> Result<Vec<Instant>, SourceError> {
                 if rec["actionState"].as_str().is_some_and(|s| s != "COMPLETED") {
                     continue;
                 }
-                let (Some(time), Some(action)) = (rec["commitTime"].as_str(), rec["actionType"].as_str()) else {
+                let (Some(time), Some(action)) = (
+                    rec["commitTime"].as_str(),
+                    rec["actionType"].as_str().and_then(Action::named),
+                ) else {
                     continue;
                 };
                 let meta = match action {
-                    "replacecommit" => rec["hoodieReplaceCommitMetadata"].clone(),
+                    Action::ReplaceCommit => rec["hoodieReplaceCommitMetadata"].clone(),
                     _ => rec["hoodieCommitMetadata"].clone(),
                 };
                 out.push(Instant {
                     requested: time.to_string(),
                     completed: None,
-                    action: action.to_string(),
+                    action,
                     meta: MetaSource::Json(Arc::new(meta)),
                 });
             }

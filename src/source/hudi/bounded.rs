@@ -17,7 +17,7 @@ use super::slice::FileCache;
 use super::{join_path, HudiSource};
 use crate::metrics;
 use crate::source::buckets::{buckets_for, restrict, BucketWriter, DECODED_PER_FILE_BYTE};
-use crate::source::par;
+use crate::source::parallel;
 use crate::source::rows::diff;
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
 
@@ -43,13 +43,15 @@ impl Chunk {
             .iter()
             .enumerate()
             .flat_map(|(b, x)| {
-                (0..x.num_rows()).map(move |r| ChangeRow {
-                    op: Op::Read,
-                    before: None,
-                    after: Some(RowRef {
-                        batch: b as u32,
-                        row: r as u32,
-                    }),
+                (0..x.num_rows()).map(move |r| {
+                    ChangeRow::to(
+                        Op::Read,
+                        None,
+                        RowRef {
+                            batch: b as u32,
+                            row: r as u32,
+                        },
+                    )
                 })
             })
             .collect();
@@ -120,7 +122,7 @@ impl HudiSource {
                 sc.bytes_read = bytes_read;
                 send(sc)
             };
-        par::ordered_streams(todo.len(), self.threads, 2, &read, emit)
+        parallel::ordered_streams(todo.len(), self.threads, 2, &read, emit)
     }
 
     /// Key buckets for a change unit: one (the in-memory diff) while its file slices, decoded,
@@ -147,7 +149,7 @@ impl HudiSource {
             return Ok(());
         };
         let (keys, order) = self.key_columns(&target)?;
-        tracing::info!(connector = %self.connector, instant = %unit.position.instant, buckets, budget = self.budget.get(),
+        tracing::info!(connector = %self.connector, instant = %unit.position.version, buckets, budget = self.budget.get(),
             "change unit larger than read.memory.budget: diffing in key buckets on disk");
         let mut writer = BucketWriter::new(
             &self.spill.dir,
@@ -186,7 +188,7 @@ impl HudiSource {
                 emit(sc)?;
             }
             if (p + 1) % 16 == 0 || last {
-                tracing::info!(connector = %self.connector, instant = %unit.position.instant, done = p + 1, total = buckets.len(), "change unit: buckets diffed");
+                tracing::info!(connector = %self.connector, instant = %unit.position.version, done = p + 1, total = buckets.len(), "change unit: buckets diffed");
             }
         }
         Ok(())
@@ -261,7 +263,7 @@ impl HudiSource {
             }
             Ok(())
         };
-        par::ordered_streams(n, self.threads, 2, &read, &mut |part| match part {
+        parallel::ordered_streams(n, self.threads, 2, &read, &mut |part| match part {
             Spilled::Rows(s, is_new, b) => writer.push(s as u32, is_new, 0, &b),
             Spilled::Read {
                 split: s,

@@ -17,7 +17,7 @@
 //! File groups of the unit without a CDC file (new file groups: all inserts; replaced ones: all
 //! deletes) are diffed as without CDC, and keys moving between file groups pair into one update.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
@@ -32,8 +32,7 @@ use super::timeline::CommitMetadata;
 use super::{join_path, string_column, HudiSource};
 use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
 
-/// The CDC files of a unit, by (partition, file group).
-pub type CdcFiles = BTreeMap<(String, String), Vec<String>>;
+use super::CdcFiles;
 
 /// The images `hoodie.table.cdc.supplemental.logging.mode` says the CDC files carry: (before,
 /// after). With before images a group's previous slice is not needed; with both, no slice.
@@ -128,6 +127,7 @@ impl HudiSource {
         match (without, self.read.cdc_from_log) {
             (None, _) => Ok((!out.is_empty()).then_some(out)),
             (Some((p, fg)), Some(true)) => Err(SourceError::Unreadable {
+                why: crate::source::Unreadable::Unfollowable,
                 message: format!(
                     "instant {instant}: file group {} was updated without a CDC log file (cdcStats) and \
                      read.cdc.from-log=true; set read.cdc.from-log=auto to diff such instants",
@@ -153,14 +153,14 @@ impl HudiSource {
         emit: &mut dyn FnMut(SplitChanges) -> Result<(), SourceError>,
     ) -> Result<(), SourceError> {
         let unit = r.unit;
-        tracing::info!(connector = %self.connector, instant = %unit.position.instant, file_groups = cdc.len(),
+        tracing::info!(connector = %self.connector, instant = %unit.position.version, file_groups = cdc.len(),
             "change unit read from its CDC log files");
         let cache = FileCache::default();
         let mut paired = PairedSplits::default();
         // the unit's schema: a data file's where one was read (a CDC image has the block's types)
         let mut slice_schema: Option<SchemaRef> = None;
         for sp in &unit.splits {
-            let (batches, rows, file, n) = match cdc.get(&(sp.partition.clone(), sp.file_group.clone())) {
+            let (batches, rows, file, n) = match cdc.get(&(sp.partition.clone(), sp.reads.clone())) {
                 Some(files) => {
                     let (batches, rows, n, schema) = self.cdc_split(r, sp, files, &cache)?;
                     slice_schema = schema.or(slice_schema);
@@ -211,7 +211,7 @@ impl HudiSource {
         }
         let mut rows = Vec::new();
         for b in &records {
-            self.cdc_rows(b, sp, &r.unit.position.instant, &mut im, &mut rows)?;
+            self.cdc_rows(b, sp, &r.unit.position.version, &mut im, &mut rows)?;
         }
         Ok((im.out, rows, total, im.schema))
     }
@@ -325,7 +325,12 @@ impl HudiSource {
                 (_, Shape::BeforeAfter) => logged(after_img),
                 _ => Some(lookup(&im.new, "new")?),
             };
-            rows.push(ChangeRow { op, before, after });
+            let row = ChangeRow::of(op, before, after).ok_or_else(|| {
+                im.bad(format!(
+                    "CDC record {i} ({op:?}) has neither a before nor an after image"
+                ))
+            })?;
+            rows.push(row);
         }
         Ok(())
     }

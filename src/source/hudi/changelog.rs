@@ -106,6 +106,7 @@ impl Records {
         let key_idx = target
             .index_of("_hoodie_record_key")
             .map_err(|_| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: "changelog mode needs _hoodie_record_key".into(),
             })?;
         let keys: Vec<StringArray> = batches
@@ -113,6 +114,7 @@ impl Records {
             .map(|b| b.column(key_idx).as_any().downcast_ref::<StringArray>().cloned())
             .collect::<Option<_>>()
             .ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: "_hoodie_record_key is not a string column".into(),
             })?;
         let ord_idx: Vec<usize> = merge.ordering.iter().filter_map(|f| target.index_of(f).ok()).collect();
@@ -199,11 +201,7 @@ impl Changes {
     /// A delete of `key`: a `d` if the key has a row.
     fn delete(&mut self, key: &str) {
         if let Some(before) = self.current.remove(key) {
-            self.rows.push(ChangeRow {
-                op: Op::Delete,
-                before: Some(before),
-                after: None,
-            });
+            self.rows.push(ChangeRow::deleted(before));
         }
     }
 
@@ -253,11 +251,7 @@ impl Changes {
         let before = self.before_image.remove(key).or(cur);
         let op = if cur.is_some() { Op::Update } else { Op::Create };
         let before = if op == Op::Create { None } else { before };
-        self.rows.push(ChangeRow {
-            op,
-            before,
-            after: Some(this),
-        });
+        self.rows.push(ChangeRow::to(op, before, this));
         self.current.insert(key.to_string(), this);
     }
 }
@@ -290,7 +284,7 @@ pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_
     let mut departures: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
     for (s, rows) in per_split.iter().enumerate() {
         for (i, c) in rows.iter().enumerate() {
-            if let (Op::Delete, Some(k)) = (c.op, c.before.and_then(key_of)) {
+            if let (Op::Delete, Some(k)) = (c.op, c.before().and_then(key_of)) {
                 departures.insert(k, (s, i));
             }
         }
@@ -299,16 +293,13 @@ pub fn pair_moves(batches: &[RecordBatch], per_split: &mut [Vec<ChangeRow>], by_
     for s in 0..per_split.len() {
         for i in 0..per_split[s].len() {
             let c = per_split[s][i];
-            let Some(k) = (c.op == Op::Create).then_some(c.after).flatten().and_then(key_of) else {
+            let Some(k) = (c.op == Op::Create).then_some(c.after()).flatten().and_then(key_of) else {
                 continue;
             };
             if let Some(&(ds, di)) = departures.get(&k) {
-                if ds != s {
-                    per_split[s][i] = ChangeRow {
-                        op: Op::Update,
-                        before: per_split[ds][di].before,
-                        after: c.after,
-                    };
+                let moved = ChangeRow::of(Op::Update, per_split[ds][di].before(), c.after());
+                if let (true, Some(moved)) = (ds != s, moved) {
+                    per_split[s][i] = moved;
                     departures.remove(&k);
                     gone.push((ds, di));
                 }

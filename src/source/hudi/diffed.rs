@@ -23,7 +23,7 @@ use super::reader::{one_group, UnitRead};
 use super::slice::{FileCache, SliceState};
 use super::{join_path, HudiSource};
 use crate::source::buckets::{buckets_for, restrict, DECODED_PER_FILE_BYTE};
-use crate::source::par;
+use crate::source::parallel;
 use crate::source::rows::{conform, nullable};
 use crate::source::sides::SplitSides;
 use crate::source::{ChangeRow, SourceError, SplitChanges, SplitSpec, Unit};
@@ -61,7 +61,7 @@ impl HudiSource {
             Ok([old, new])
         };
         let mut s = 0;
-        par::ordered(splits.len(), threads, &read_split, &mut |pair| {
+        parallel::ordered(splits.len(), threads, &read_split, &mut |pair| {
             for (is_new, st) in [false, true].into_iter().zip(pair) {
                 let Some((schema, st)) = st else { continue };
                 sides.rows_read[s] += st.rows_read;
@@ -165,7 +165,7 @@ impl HudiSource {
     pub(super) fn split_file_bytes(&self, r: &UnitRead<'_>, sp: &SplitSpec) -> Result<u64, SourceError> {
         let at = r.unit.position.order_key();
         let files = r.listings.partition(&sp.partition)?;
-        let (base, logs) = files.group(&sp.file_group);
+        let (base, logs) = files.group(&sp.reads);
         let mut bytes = 2 * logs.iter().map(|l| l.size).sum::<u64>();
         for inclusive in [false, true] {
             bytes += base_as_of(base, r.tl, at, inclusive).map_or(0, |b| b.size);
@@ -199,7 +199,7 @@ impl HudiSource {
         };
         let inner = if todo.len() > 1 { 1 } else { self.threads };
         if groups.len() > 1 {
-            tracing::debug!(connector = %self.connector, instant = %unit.position.instant, groups = groups.len(),
+            tracing::debug!(connector = %self.connector, instant = %unit.position.version, groups = groups.len(),
                 to_read = todo.len(), "change unit diffed partition by partition");
         }
         let read_group = |i: usize| -> Result<Vec<SplitChanges>, SourceError> {
@@ -232,7 +232,7 @@ impl HudiSource {
             }
             Ok(out)
         };
-        par::ordered_window(todo.len(), self.threads, self.threads, &read_group, &mut |scs| {
+        parallel::ordered_window(todo.len(), self.threads, self.threads, &read_group, &mut |scs| {
             scs.into_iter().try_for_each(&mut *emit)
         })
     }

@@ -263,6 +263,7 @@ pub fn with_virtual_keys(
     let mut parts: Vec<StringArray> = Vec::new();
     for k in key_fields {
         let col = batch.column_by_name(k).ok_or_else(|| SourceError::Unreadable {
+            why: crate::source::Unreadable::Damaged,
             message: format!("record key field `{k}` is not a column of the data files"),
         })?;
         let s = arrow::compute::cast(col, &DataType::Utf8)

@@ -6,8 +6,8 @@
 //! exactly as the whole sides do for those keys (a key picked up by a hash collision diffs to no
 //! event, as an unchanged key does). That lets a base file be selected from the row hashes the
 //! candidate pass kept, in row order, without decoding and probing its key column again
-//! (`keep_rows`, within an eighth of `read.memory.budget`; at 2M rows that key pass was a third
-//! of a copy-on-write 1 % unit's selected reading). [`ArrayKeys`]: an exact set of keys whose
+//! (`keep_rows`, within an eighth of `read.memory.budget`; what the second key pass cost:
+//! docs/benchmarks.md). [`ArrayKeys`]: an exact set of keys whose
 //! text stays in the decoded arrays (the old slice's walk, see `carried`).
 
 use std::collections::HashMap;

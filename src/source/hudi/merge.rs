@@ -294,6 +294,7 @@ impl SliceMerge<'_> {
             })?;
             if picks.first().is_some_and(|p| block_of[p.0 as usize] == k) {
                 return Err(SourceError::Unreadable {
+                    why: crate::source::Unreadable::Damaged,
                     message: format!(
                         "{}: a log block decoded differently the second time",
                         self.block(k).1.display()

@@ -26,8 +26,8 @@ pub mod timeline;
 use std::sync::Arc;
 
 use self::slice::MergeConfig;
-use self::timeline::{Instant, TableConfig};
-use super::{Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
+use self::timeline::{CommitMetadata, Instant, TableConfig};
+use super::{HistoryOrder, Position, Resume, Source, SourceError, SplitChanges, SplitSpec, TableInfo, Unit};
 use crate::config::{ReadConfig, SourceSettings};
 use crate::storage::Storage;
 
@@ -54,9 +54,26 @@ pub struct HudiSource {
     /// The partition scheme follows only from the `auto` key carrying the partition path.
     ownership_from_key: bool,
     /// Archived instants, by the active timeline's oldest instant when read.
-    archived: std::sync::Mutex<Option<ArchivedInstants>>,
+    archived: parking_lot::Mutex<Option<ArchivedInstants>>,
     /// The latest clean read for the history headroom, and the oldest instant it retained.
-    retained: std::sync::Mutex<Option<(String, Option<String>)>>,
+    retained: parking_lot::Mutex<Option<(String, Option<String>)>>,
+    /// The plans of the units handed out: what a read needs of the timeline and the commit.
+    plans: crate::source::plan::PlanCache<HudiPlan>,
+}
+
+/// The CDC files of a unit, by (partition, file group): found by `cdc`, passed on by the reader.
+pub type CdcFiles = std::collections::BTreeMap<(String, String), Vec<String>>;
+
+/// What the monitor read of a unit's commit when it handed the unit out, kept for its read: the
+/// read lists no timeline and reads no commit metadata again (a restarted task, or a unit whose
+/// plan was let go, plans it again).
+pub(crate) struct HudiPlan {
+    /// The timeline the unit was planned from (active and archived).
+    timeline: std::sync::Arc<timeline::Timeline>,
+    /// The commit's metadata (`None`: a full scan, or a unit that reads nothing).
+    commit: Option<std::sync::Arc<CommitMetadata>>,
+    /// The file groups replaced: by the commit, or (a full scan) up to it.
+    replaced: std::collections::BTreeSet<(String, String)>,
 }
 
 impl HudiSource {
@@ -129,9 +146,10 @@ impl HudiSource {
             },
             budget: crate::source::budget::Budget::new(cfg.read.memory_budget),
             connector: cfg.name.clone(),
-            threads: super::par::default_threads(),
+            threads: super::parallel::default_threads(),
             archived: Default::default(),
             retained: Default::default(),
+            plans: Default::default(),
             table,
         })
     }
@@ -177,7 +195,7 @@ fn split_spec(partition: &str, fg: &str) -> SplitSpec {
     SplitSpec {
         id: join_path(partition, fg),
         partition: partition.into(),
-        file_group: fg.into(),
+        reads: fg.into(),
     }
 }
 
@@ -220,25 +238,25 @@ impl Source for HudiSource {
         self.ownership_from_key && self.ownership == super::Ownership::Partition
     }
 
-    fn order(&self, p: &Position) -> Result<String, SourceError> {
-        Ok(p.order_key().to_string())
+    fn order(&self, p: &Position) -> Result<HistoryOrder, SourceError> {
+        Ok(HistoryOrder::Timeline(p.order_key().to_string()))
     }
 
     /// From the latest completed clean: the instants from its earliest retained one up to the
     /// position (a clean's metadata is read once).
     fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
         let tl = timeline::Timeline::load(&self.table)?;
-        let Some(clean) = tl.completed.iter().rev().find(|i| i.action == "clean") else {
+        let Some(clean) = tl.completed.iter().rev().find(|i| i.action == timeline::Action::Clean) else {
             return Ok(None);
         };
-        let mut cache = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.retained.lock();
         if cache.as_ref().map(|(c, _)| c) != Some(&clean.requested) {
             *cache = Some((clean.requested.clone(), timeline::retained_from(&self.table, clean)?));
         }
         let Some(Some(oldest)) = cache.as_ref().map(|(_, o)| o.clone()) else {
             return Ok(None);
         };
-        let at = position.instant.as_str();
+        let at = position.version.as_str();
         let commits = tl
             .completed
             .iter()
@@ -269,7 +287,7 @@ impl Source for HudiSource {
         let tl = self.timeline()?;
         match tl.get(id).filter(|i| i.is_write()) {
             Some(i) => Ok(Position {
-                instant: i.requested.clone(),
+                version: i.requested.clone(),
                 completed: i.completed.clone(),
             }),
             None => Err(SourceError::Config {
@@ -287,7 +305,7 @@ impl Source for HudiSource {
         Ok(format!(
             "Hudi {} table version {} (timeline layout {}), partitioned by [{}], {} completed write instants on the \
              active timeline (latest {}), {} pending",
-            self.table.table_type,
+            self.table.table_type.name(),
             self.table.version,
             self.table.layout,
             self.table.partition_fields().join(","),
@@ -301,6 +319,9 @@ impl Source for HudiSource {
         self.read
             .end
             .as_ref()
-            .is_some_and(|end| issued.instant.as_str() >= end.as_str())
+            .is_some_and(|end| issued.version.as_str() >= end.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests;

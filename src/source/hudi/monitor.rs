@@ -1,12 +1,13 @@
 //! The Hudi monitor: the timeline (active and archived instants) turned into units in timeline
 //! order: a full scan, or one change unit per completed instant with the file groups it touched.
 
+use crate::metrics::SkipReason;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::files::{list_partition, list_partitions};
-use super::timeline::{instant_millis, CommitMetadata, Instant, MetaSource, Timeline};
-use super::{archive, split_spec, HudiSource};
+use super::timeline::{instant_millis, Action, CommitMetadata, Instant, MetaSource, Timeline};
+use super::{archive, split_spec, HudiPlan, HudiSource};
 use crate::config::StartCommit;
 use crate::source::{Position, SourceError, Unit};
 
@@ -33,7 +34,7 @@ impl HudiSource {
     pub(super) fn timeline(&self) -> Result<Timeline, SourceError> {
         let active = Timeline::load(&self.table)?;
         let oldest = active.first_active().map(str::to_string);
-        let mut cache = self.archived.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.archived.lock();
         if cache.as_ref().map(|(v, _)| v) != Some(&oldest) {
             *cache = Some((oldest, Arc::new(archive::load_archived(&self.table)?)));
         }
@@ -43,12 +44,12 @@ impl HudiSource {
 
     fn position(i: &Instant) -> Position {
         Position {
-            instant: i.requested.clone(),
+            version: i.requested.clone(),
             completed: i.completed.clone(),
         }
     }
 
-    fn snapshot_unit(&self, tl: &Timeline, at: &Instant) -> Result<Unit, SourceError> {
+    fn snapshot_unit(&self, tl: &Arc<Timeline>, at: &Instant) -> Result<Unit, SourceError> {
         let replaced = self.replaced_up_to(tl, at.order_key())?;
         let mut splits = Vec::new();
         for p in list_partitions(&self.table.storage, &self.table.path)? {
@@ -70,15 +71,24 @@ impl HudiSource {
                 }
             }
         }
-        Ok(Unit {
+        let unit = Unit {
             position: Self::position(at),
-            action: at.action.clone(),
+            action: at.action.name().into(),
             operation: None,
             snapshot: true,
             ts_ms: Self::ts_ms(at),
             splits,
             skipped: None,
-        })
+        };
+        self.plans.insert(
+            &unit,
+            HudiPlan {
+                timeline: tl.clone(),
+                commit: None,
+                replaced,
+            },
+        );
+        Ok(unit)
     }
 
     /// File groups replaced by completed replacecommits up to `at` (inclusive).
@@ -87,7 +97,7 @@ impl HudiSource {
         for i in tl
             .completed
             .iter()
-            .filter(|i| i.action == "replacecommit" && i.order_key() <= at)
+            .filter(|i| i.action == Action::ReplaceCommit && i.order_key() <= at)
         {
             let md = CommitMetadata::load(&self.table.storage, &i.meta)?;
             out.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
@@ -95,19 +105,38 @@ impl HudiSource {
         Ok(out)
     }
 
-    fn change_unit(&self, i: &Instant) -> Result<Unit, SourceError> {
+    /// A commit's unit, its plan kept for the read (the timeline, the commit's metadata, the file
+    /// groups it replaced).
+    fn change_unit(&self, tl: &Arc<Timeline>, i: &Instant) -> Result<Unit, SourceError> {
+        let (unit, commit) = self.change_unit_of(i)?;
+        let replaced = commit
+            .iter()
+            .flat_map(|md| md.replaced().map(|(p, f)| (p.to_string(), f.to_string())))
+            .collect();
+        self.plans.insert(
+            &unit,
+            HudiPlan {
+                timeline: tl.clone(),
+                commit: commit.map(Arc::new),
+                replaced,
+            },
+        );
+        Ok(unit)
+    }
+
+    fn change_unit_of(&self, i: &Instant) -> Result<(Unit, Option<CommitMetadata>), SourceError> {
         let mut unit = Unit {
             position: Self::position(i),
-            action: i.action.clone(),
+            action: i.action.name().into(),
             operation: None,
             snapshot: false,
             ts_ms: Self::ts_ms(i),
             splits: Vec::new(),
             skipped: None,
         };
-        match i.action.as_str() {
-            "commit" | "deltacommit" | "replacecommit" => {}
-            "restore" => {
+        match i.action {
+            a if a.is_write() => {}
+            Action::Restore => {
                 return Err(SourceError::HistoryGone {
                     message: format!(
                         "instant {} is a restore: it rewinds committed data, which a changelog cannot follow; \
@@ -117,20 +146,20 @@ impl HudiSource {
                 })
             }
             _ => {
-                unit.skipped = Some("no_data_change");
-                return Ok(unit);
+                unit.skipped = Some(SkipReason::NoDataChange);
+                return Ok((unit, None));
             }
         }
         let md = CommitMetadata::load(&self.table.storage, &i.meta)?;
         unit.operation = md.operation.clone();
         match md.operation.as_deref() {
             Some("COMPACT") | Some("LOG_COMPACT") if self.read.skip_compaction => {
-                unit.skipped = Some("compaction");
-                return Ok(unit);
+                unit.skipped = Some(SkipReason::Compaction);
+                return Ok((unit, None));
             }
             Some("CLUSTER") if self.read.skip_clustering => {
-                unit.skipped = Some("clustering");
-                return Ok(unit);
+                unit.skipped = Some(SkipReason::Clustering);
+                return Ok((unit, None));
             }
             _ => {}
         }
@@ -141,7 +170,7 @@ impl HudiSource {
         }
         touched.extend(md.replaced().map(|(p, f)| (p.to_string(), f.to_string())));
         unit.splits = touched.iter().map(|(p, fg)| split_spec(p, fg)).collect();
-        Ok(unit)
+        Ok((unit, Some(md)))
     }
 
     /// A completed write whose metadata names no files must really have written none: an empty
@@ -158,6 +187,7 @@ impl HudiSource {
                        next instant";
         if md.write_stats.is_none() && md.replaced.is_none() {
             return Err(SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: format!(
                     "completed {} {} has no write statistics ({file} is empty or damaged): its changes cannot be \
                      planned, and nothing after it is emitted. {way_out}",
@@ -174,6 +204,7 @@ impl HudiSource {
             let logs = files.logs.values().flatten().map(|l| (&l.instant, &l.name));
             if let Some((_, name)) = named.chain(logs).find(|(t, _)| **t == i.requested) {
                 return Err(SourceError::Unreadable {
+                    why: crate::source::Unreadable::Damaged,
                     message: format!(
                         "completed {} {} names no files ({file}), but `{}` was written by it: the metadata is damaged \
                          and its changes cannot be planned; nothing after it is emitted. {way_out}",
@@ -188,32 +219,36 @@ impl HudiSource {
     }
 
     pub(super) fn plan(&self, after: Option<&Position>) -> Result<Vec<Unit>, SourceError> {
-        let tl = self.timeline()?;
+        let tl = Arc::new(self.timeline()?);
         let mut candidates: Vec<&Instant> = match after {
             Some(p) => {
                 // a position the timeline does not hold would skip every instant before its time
-                if tl.get(&p.instant).is_none() {
+                if tl.get(&p.version).is_none() {
                     // rewound by a restore or rollback completed since: a gap in history; else
                     // the record is not this table's (never resynced over)
-                    let rewound = tl.completed.iter().any(|i| {
-                        matches!(i.action.as_str(), "restore" | "rollback") && i.requested.as_str() > p.instant.as_str()
-                    });
+                    let rewound = tl
+                        .completed
+                        .iter()
+                        .any(|i| i.action.rewinds() && i.requested.as_str() > p.version.as_str());
                     // a table dropped and re-created: its whole history is after the position
                     let recreated = tl
                         .completed
                         .first()
-                        .is_some_and(|i| i.requested.as_str() > p.instant.as_str())
-                        && tl.first_active().is_none_or(|f| f > p.instant.as_str());
+                        .is_some_and(|i| i.requested.as_str() > p.version.as_str())
+                        && tl.first_active().is_none_or(|f| f > p.version.as_str());
                     let message = format!(
                         "the stored position, instant {}, is not on the table's timeline (active or archived): a \
                              restore or rollback removed it, or the offsets record is not this table's. Nothing is \
                              skipped. Ways out: check `lakestream offsets show`; restart under a new connector name \
                              with read.start-commit=earliest (full rescan) or an instant time",
-                        p.instant
+                        p.version
                     );
                     return Err(match rewound || recreated {
                         true => SourceError::HistoryGone { message },
-                        false => SourceError::Unreadable { message },
+                        false => SourceError::Unreadable {
+                            why: crate::source::Unreadable::ForeignPosition,
+                            message,
+                        },
                     });
                 }
                 tl.completed.iter().filter(|i| i.order_key() > p.order_key()).collect()
@@ -230,12 +265,12 @@ impl HudiSource {
                         .latest()
                         .map(|l| Unit {
                             position: Self::position(l),
-                            action: l.action.clone(),
+                            action: l.action.name().into(),
                             operation: None,
                             snapshot: false,
                             ts_ms: Self::ts_ms(l),
                             splits: Vec::new(),
-                            skipped: Some("start_at_latest"),
+                            skipped: Some(SkipReason::StartAtLatest),
                         })
                         .into_iter()
                         .collect())
@@ -253,22 +288,22 @@ impl HudiSource {
         if let Some(limit) = self.read.commits_limit {
             candidates.truncate(limit);
         }
-        candidates.into_iter().map(|i| self.change_unit(i)).collect()
+        candidates.into_iter().map(|i| self.change_unit(&tl, i)).collect()
     }
 
     pub(super) fn plan_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
-        let tl = self.timeline()?;
-        let i = tl.get(&position.instant).ok_or_else(|| SourceError::HistoryGone {
+        let tl = Arc::new(self.timeline()?);
+        let i = tl.get(&position.version).ok_or_else(|| SourceError::HistoryGone {
             message: format!(
                 "the interrupted instant {} is no longer on the active timeline (archived, or rolled back by a \
                  restore); restart with read.start-commit=latest or earliest under a new connector name",
-                position.instant
+                position.version
             ),
         })?;
         if snapshot {
             self.snapshot_unit(&tl, i)
         } else {
-            self.change_unit(i)
+            self.change_unit(&tl, i)
         }
     }
 }

@@ -73,7 +73,7 @@ impl HudiSource {
         if !self.read.narrow_changes || r.unit.snapshot {
             return Ok(None);
         }
-        let instant = r.unit.position.instant.as_str();
+        let instant = r.unit.position.version.as_str();
         let mut keys = KeyFilter::default();
         let (mut rows, mut bytes, mut sample) = (0u64, 0u64, (0u64, 0u64));
         let (mut no_commit_time, mut too_many) = (None, false);
@@ -86,7 +86,7 @@ impl HudiSource {
         let room = AtomicUsize::new(self.budget.get() / 8);
         // file groups on several threads; their keys merged in split order
         let per_split = |s: usize| self.split_candidates(r, &r.unit.splits[s], &room);
-        crate::source::par::ordered(r.unit.splits.len(), self.threads, &per_split, &mut |found| {
+        crate::source::parallel::ordered(r.unit.splits.len(), self.threads, &per_split, &mut |found| {
             let k = match found {
                 SplitCandidates::Logged {
                     keys: k,
@@ -142,18 +142,18 @@ impl HudiSource {
     fn takes_full_diff(&self, instant: &str, no_commit_time: Option<String>, too_many: bool, limit: usize) -> bool {
         let (reason, why) = match (no_commit_time, too_many) {
             (Some(id), _) => (
-                "no_commit_time",
+                metrics::FullDiffReason::NoCommitTime,
                 format!("file group {id} has no _hoodie_commit_time to tell new rows from carried-over ones"),
             ),
             (None, true) => (
-                "too_many_keys",
+                metrics::FullDiffReason::TooManyKeys,
                 format!("its changed keys would take more than a quarter of read.memory.budget ({limit} bytes)"),
             ),
             (None, false) => return false,
         };
-        tracing::info!(connector = %self.connector, instant, reason, "change unit: {why}; diffing whole file groups");
+        tracing::info!(connector = %self.connector, instant, reason = reason.label(), "change unit: {why}; diffing whole file groups");
         metrics::FULL_DIFF_UNITS
-            .with_label_values(&[&self.connector, reason])
+            .with_label_values(&[&self.connector, reason.label()])
             .inc();
         true
     }
@@ -165,9 +165,9 @@ impl HudiSource {
         sp: &crate::source::SplitSpec,
         room: &AtomicUsize,
     ) -> Result<SplitCandidates, SourceError> {
-        let (instant, at) = (r.unit.position.instant.as_str(), r.unit.position.order_key());
+        let (instant, at) = (r.unit.position.version.as_str(), r.unit.position.order_key());
         let files = r.listings.partition(&sp.partition)?;
-        let (base, logs) = files.group(&sp.file_group);
+        let (base, logs) = files.group(&sp.reads);
         let replaced = r.is_replaced(sp);
         let old_base = base_as_of(base, r.tl, at, false).map(|b| &b.name);
         if replaced || old_base != base_as_of(base, r.tl, at, true).map(|b| &b.name) {
@@ -275,6 +275,7 @@ impl HudiSource {
                 }
             };
             let (old_rows, old_bytes, old_hashes) = old_side.join().map_err(|_| SourceError::Unreadable {
+                why: crate::source::Unreadable::Internal,
                 message: format!("reading the old slice of file group {} panicked", sp.id),
             })??;
             Ok(new_side.map(|(rows, bytes, new_hashes)| {

@@ -8,13 +8,12 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::cdc::CdcFiles;
 use super::files::Listings;
 use super::keys::KeyFilter;
 use super::merge::SliceMerge;
 use super::slice::{self, FileCache, SliceReader};
-use super::timeline::{CommitMetadata, Timeline};
-use super::{changelog, join_path, HudiSource};
+use super::timeline::Timeline;
+use super::{changelog, join_path, CdcFiles, HudiPlan, HudiSource};
 
 mod inputs;
 use crate::metrics;
@@ -62,7 +61,7 @@ impl HudiSource {
         inclusive: bool,
     ) -> Result<Option<SliceMerge<'r>>, SourceError> {
         let files = r.listings.partition(&sp.partition)?;
-        let (base, logs) = files.group(&sp.file_group);
+        let (base, logs) = files.group(&sp.reads);
         SliceMerge::plan(
             reader,
             &sp.partition,
@@ -89,8 +88,8 @@ impl HudiSource {
         let mut paired = PairedSplits::default();
         for sp in &unit.splits {
             let files = listings.partition(&sp.partition)?;
-            let (base, logs) = files.group(&sp.file_group);
-            let wrote_base = base.iter().any(|b| b.instant == unit.position.instant);
+            let (base, logs) = files.group(&sp.reads);
+            let wrote_base = base.iter().any(|b| b.instant == unit.position.version);
             let (batches, rows, file) = if wrote_base || r.is_replaced(sp) {
                 let (batches, rows, file, _) = self.diff_split(r, sp, &cache)?;
                 (batches, rows, file)
@@ -99,13 +98,13 @@ impl HudiSource {
                     .open_slice(r, &reader, sp, false)?
                     .map(SliceMerge::collect)
                     .transpose()?;
-                let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.instant)?;
+                let blocks = reader.instant_blocks(&sp.partition, base, logs, at, &unit.position.version)?;
                 let old_batches = old.map(|o| o.batches).unwrap_or_default();
                 let (batches, rows) =
                     changelog::changelog_rows(&old_batches, &blocks, &self.merge, !self.read.skip_merge)?;
                 let file = logs
                     .iter()
-                    .rfind(|l| l.instant <= unit.position.instant)
+                    .rfind(|l| l.instant <= unit.position.version)
                     .map(|l| join_path(&sp.partition, &l.name));
                 (batches, rows, file.unwrap_or_default())
             };
@@ -126,7 +125,7 @@ impl HudiSource {
             .key_fields
             .iter()
             .map(|k| {
-                schema.index_of(k).map_err(|_| SourceError::Unreadable {
+                schema.index_of(k).map_err(|_| SourceError::Unreadable { why: crate::source::Unreadable::Damaged,
                     message: format!(
                         "table {}: record key field `{k}` (hoodie.table.recordkey.fields) is not a column of the data files",
                         self.table.path.display()
@@ -137,35 +136,31 @@ impl HudiSource {
         Ok((keys, schema.index_of("_hoodie_commit_time").ok()))
     }
 
-    /// What a unit's read needs of its commit: the file groups replaced (up to it, for a snapshot),
-    /// and the CDC files it wrote (where they are read); its inputs checked to be there.
+    /// The unit's plan: kept from the poll that handed it out, or made again (a restarted task
+    /// reading its unit in flight, a plan let go).
+    fn plan_of(&self, unit: &Unit) -> Result<Arc<HudiPlan>, SourceError> {
+        self.plans
+            .get_or_plan(unit, || self.plan_at(&unit.position, unit.snapshot).map(drop))
+    }
+
+    /// What a change unit's read needs of its commit beyond the plan: the CDC files it wrote
+    /// (where they are read); its inputs checked to be there.
     fn unit_inputs(
         &self,
-        tl: &Timeline,
+        plan: &HudiPlan,
         unit: &Unit,
         listings: &Listings,
         changelog: bool,
-    ) -> Result<(BTreeSet<(String, String)>, Option<CdcFiles>), SourceError> {
-        if unit.snapshot {
-            return Ok((self.replaced_up_to(tl, unit.position.order_key())?, None));
-        }
-        let Some(instant) = tl.get(&unit.position.instant) else {
-            return Err(SourceError::Unreadable {
-                message: format!(
-                    "instant {} is no longer on the active timeline (archived or rolled back) and its files cannot \
-                     be planned; restart from read.start-commit=latest or earliest",
-                    unit.position.instant
-                ),
-            });
+    ) -> Result<Option<CdcFiles>, SourceError> {
+        let Some(md) = plan.commit.as_deref() else {
+            return Ok(None);
         };
-        let md = CommitMetadata::load(&self.table.storage, &instant.meta)?;
         let cdc = match changelog {
             true => None,
-            false => self.cdc_files(&md, &unit.position.instant)?,
+            false => self.cdc_files(md, &unit.position.version)?,
         };
-        self.verify_inputs(&md, listings, &self.cdc_previous_optional(cdc.as_ref()))?;
-        let replaced = md.replaced().map(|(p, f)| (p.to_string(), f.to_string())).collect();
-        Ok((replaced, cdc))
+        self.verify_inputs(md, listings, &self.cdc_previous_optional(cdc.as_ref()))?;
+        Ok(cdc)
     }
 
     pub(super) fn read(
@@ -178,14 +173,17 @@ impl HudiSource {
         if unit.splits.is_empty() {
             return Ok(());
         }
-        let tl = self.timeline()?;
+        let plan = self.plan_of(unit)?;
         let listings = Listings::new(&self.table.storage, &self.table.path);
         let changelog = (self.read.changelog || self.read.skip_merge) && self.table.is_mor();
-        let (replaced, cdc) = self.unit_inputs(&tl, unit, &listings, changelog)?;
+        let cdc = match unit.snapshot {
+            true => None,
+            false => self.unit_inputs(&plan, unit, &listings, changelog)?,
+        };
         let r = UnitRead {
             unit,
-            tl: &tl,
-            replaced: &replaced,
+            tl: &plan.timeline,
+            replaced: &plan.replaced,
             listings: &listings,
             keys: None,
         };
@@ -232,7 +230,7 @@ impl HudiSource {
             if resume.buckets.is_some() || !self.groups_fit(&r, &groups, candidates.as_ref())? {
                 return self.read_bucketed(&r, done, buckets, emit);
             }
-            tracing::info!(connector = %self.connector, instant = %unit.position.instant, groups = groups.len(),
+            tracing::info!(connector = %self.connector, instant = %unit.position.version, groups = groups.len(),
                 budget = self.budget.get(), "change unit larger than read.memory.budget: diffed partition by partition in memory");
         }
         self.read_diffed(&r, &groups, done, emit)
@@ -258,7 +256,7 @@ pub(super) struct UnitRead<'a> {
 
 impl UnitRead<'_> {
     pub fn is_replaced(&self, sp: &SplitSpec) -> bool {
-        self.replaced.contains(&(sp.partition.clone(), sp.file_group.clone()))
+        self.replaced.contains(&(sp.partition.clone(), sp.reads.clone()))
     }
 }
 
@@ -278,21 +276,11 @@ impl PairedSplits {
     /// file it names, the rows it read.
     pub fn push(&mut self, batches: Vec<RecordBatch>, rows: Vec<ChangeRow>, file: String, rows_read: Option<u64>) {
         let offset = self.batches.len() as u32;
-        let shift = |r: Option<RowRef>| {
-            r.map(|r| RowRef {
-                batch: r.batch + offset,
-                row: r.row,
-            })
+        let shift = |r: RowRef| RowRef {
+            batch: r.batch + offset,
+            row: r.row,
         };
-        self.rows.push(
-            rows.into_iter()
-                .map(|c| ChangeRow {
-                    op: c.op,
-                    before: shift(c.before),
-                    after: shift(c.after),
-                })
-                .collect(),
-        );
+        self.rows.push(rows.into_iter().map(|c| c.moved(shift)).collect());
         self.batches.extend(batches);
         self.files.push(file);
         self.rows_read.push(rows_read);

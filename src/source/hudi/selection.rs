@@ -193,6 +193,7 @@ fn key_pass(
             None => b,
         };
         let no_keys = || SourceError::Unreadable {
+            why: crate::source::Unreadable::Damaged,
             message: format!("{}: no {RECORD_KEY} column to select changed rows by", path.display()),
         };
         let col = b.column_by_name(RECORD_KEY).ok_or_else(no_keys)?;

@@ -9,21 +9,110 @@ use std::path::{Path, PathBuf};
 use crate::source::SourceError;
 use crate::storage::Storage;
 
-/// Completed actions that may change data, in Hudi's names.
-const WRITE_ACTIONS: &[&str] = &["commit", "deltacommit", "replacecommit"];
-const ALL_ACTIONS: &[&str] = &[
-    "commit",
-    "deltacommit",
-    "replacecommit",
-    "rollback",
-    "clean",
-    "savepoint",
-    "restore",
-    "indexing",
-    "compaction",
-    "logcompaction",
-    "clustering",
-];
+/// A timeline action, as Hudi names it in instant file names and archived entries. A name not
+/// here (say `schemacommit`) is no action of the connector's: its instants are not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Commit,
+    DeltaCommit,
+    ReplaceCommit,
+    Rollback,
+    Clean,
+    Savepoint,
+    Restore,
+    Indexing,
+    Compaction,
+    LogCompaction,
+    Clustering,
+}
+
+impl Action {
+    const ALL: [Action; 11] = [
+        Action::Commit,
+        Action::DeltaCommit,
+        Action::ReplaceCommit,
+        Action::Rollback,
+        Action::Clean,
+        Action::Savepoint,
+        Action::Restore,
+        Action::Indexing,
+        Action::Compaction,
+        Action::LogCompaction,
+        Action::Clustering,
+    ];
+
+    /// Hudi's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Commit => "commit",
+            Action::DeltaCommit => "deltacommit",
+            Action::ReplaceCommit => "replacecommit",
+            Action::Rollback => "rollback",
+            Action::Clean => "clean",
+            Action::Savepoint => "savepoint",
+            Action::Restore => "restore",
+            Action::Indexing => "indexing",
+            Action::Compaction => "compaction",
+            Action::LogCompaction => "logcompaction",
+            Action::Clustering => "clustering",
+        }
+    }
+
+    /// The action of Hudi's name `name`.
+    pub fn named(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// A completed action that may change data.
+    pub fn is_write(self) -> bool {
+        matches!(self, Action::Commit | Action::DeltaCommit | Action::ReplaceCommit)
+    }
+
+    /// A completed action that takes committed data back.
+    pub fn rewinds(self) -> bool {
+        matches!(self, Action::Restore | Action::Rollback)
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `hoodie.table.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableType {
+    CopyOnWrite,
+    MergeOnRead,
+}
+
+impl TableType {
+    /// `hoodie.table.type` of `hoodie.properties` (`file`): a value Hudi does not write is damage,
+    /// not a copy-on-write table.
+    fn of(props: &HashMap<String, String>, file: &Path) -> Result<TableType, SourceError> {
+        match props.get("hoodie.table.type").map(|t| t.trim()) {
+            Some("MERGE_ON_READ") => Ok(TableType::MergeOnRead),
+            Some("COPY_ON_WRITE") => Ok(TableType::CopyOnWrite),
+            other => Err(SourceError::format(
+                file,
+                format!(
+                    "hoodie.table.type is `{}`, neither COPY_ON_WRITE nor MERGE_ON_READ (the file is damaged); \
+                     restore it from the writer's storage or a backup",
+                    other.unwrap_or_default()
+                ),
+            )),
+        }
+    }
+
+    /// Hudi's name (`COPY_ON_WRITE`, `MERGE_ON_READ`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TableType::CopyOnWrite => "COPY_ON_WRITE",
+            TableType::MergeOnRead => "MERGE_ON_READ",
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct TableConfig {
@@ -31,7 +120,7 @@ pub struct TableConfig {
     pub name: String,
     pub version: u32,
     pub layout: u32,
-    pub table_type: String,
+    pub table_type: TableType,
     pub key_fields: Vec<String>,
     pub timeline_dir: PathBuf,
     pub props: HashMap<String, String>,
@@ -43,6 +132,7 @@ impl TableConfig {
     pub fn load(storage: Storage, path: &Path) -> Result<Self, SourceError> {
         let file = path.join(".hoodie").join("hoodie.properties");
         let f = storage.read(&file).map_err(|e| SourceError::Unreadable {
+            why: crate::source::Unreadable::NotATable,
             message: format!(
                 "{}: not a Hudi table (cannot open {}: {e})",
                 path.display(),
@@ -84,6 +174,7 @@ impl TableConfig {
         } else {
             path.join(".hoodie")
         };
+        let table_type = TableType::of(&props, &file)?;
         let key_fields = props
             .get("hoodie.table.recordkey.fields")
             .map(|s| {
@@ -101,10 +192,7 @@ impl TableConfig {
                 .unwrap_or_else(|| "table".into()),
             version,
             layout,
-            table_type: props
-                .get("hoodie.table.type")
-                .cloned()
-                .unwrap_or_else(|| "COPY_ON_WRITE".into()),
+            table_type,
             key_fields,
             timeline_dir,
             props,
@@ -151,7 +239,7 @@ impl TableConfig {
     }
 
     pub fn is_mor(&self) -> bool {
-        self.table_type == "MERGE_ON_READ"
+        self.table_type == TableType::MergeOnRead
     }
 }
 
@@ -170,7 +258,7 @@ pub enum MetaSource {
 pub struct Instant {
     pub requested: String,
     pub completed: Option<String>,
-    pub action: String,
+    pub action: Action,
     pub meta: MetaSource,
 }
 
@@ -179,7 +267,7 @@ impl Instant {
         self.completed.as_deref().unwrap_or(&self.requested)
     }
     pub fn is_write(&self) -> bool {
-        WRITE_ACTIONS.contains(&self.action.as_str())
+        self.action.is_write()
     }
 }
 
@@ -301,7 +389,7 @@ enum Parsed {
     Completed {
         requested: String,
         completed: Option<String>,
-        action: String,
+        action: Action,
     },
     Pending {
         requested: String,
@@ -323,7 +411,7 @@ fn parse_name(name: &str, layout: u32) -> Option<Parsed> {
     };
     match rest.as_slice() {
         [action] if *action == "inflight" => Some(Parsed::Pending { requested }),
-        [action] if ALL_ACTIONS.contains(action) => {
+        [name] if Action::named(name).is_some() => {
             if layout >= 2 && completed.is_none() {
                 // layout 2 names completed instants `<requested>_<completion>.<action>`
                 return Some(Parsed::Pending { requested });
@@ -331,7 +419,7 @@ fn parse_name(name: &str, layout: u32) -> Option<Parsed> {
             Some(Parsed::Completed {
                 requested,
                 completed,
-                action: action.to_string(),
+                action: Action::named(name)?,
             })
         }
         [_, state] if *state == "requested" || *state == "inflight" => Some(Parsed::Pending { requested }),

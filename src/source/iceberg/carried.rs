@@ -59,6 +59,7 @@ fn longs<'a>(
         .downcast_ref::<arrow_array::Int64Array>()
         .filter(|a| a.null_count() == 0)
         .ok_or_else(|| SourceError::Unreadable {
+            why: crate::source::Unreadable::Damaged,
             message: format!("{}: a row without lineage in a file that has it", range.file.path),
         })
 }

@@ -13,7 +13,10 @@ use crate::source::{CatalogFailure, SourceError};
 use crate::storage::Storage;
 
 fn unreadable(message: String) -> SourceError {
-    SourceError::Unreadable { message }
+    SourceError::Unreadable {
+        why: crate::source::Unreadable::NotATable,
+        message,
+    }
 }
 
 pub fn sql_metadata_location(

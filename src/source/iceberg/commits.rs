@@ -9,8 +9,8 @@
 //! files are deleted after `write.metadata.previous-versions-max`); a snapshot older than the
 //! oldest readable version keeps a unit of its own, as before.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use serde::Deserialize;
 
@@ -33,7 +33,7 @@ impl CurrentCache {
 
     /// The current snapshot of a metadata file; `None` when it cannot be read (deleted).
     fn current_of(&self, location: &str) -> Option<Option<i64>> {
-        if let Some(c) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get(location) {
+        if let Some(c) = self.0.lock().get(location) {
             return Some(*c);
         }
         let path = crate::storage::path_of(location);
@@ -42,10 +42,7 @@ impl CurrentCache {
             .ok()?
             .current
             .filter(|c| *c != -1);
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(location.to_string(), current);
+        self.0.lock().insert(location.to_string(), current);
         Some(current)
     }
 }

@@ -73,6 +73,7 @@ impl PieceReader for IcebergSource {
             Piece::Rewritten((r, b, a)) => return self.read_rewritten(plan, target, r, b, a),
             Piece::Changes(_) => {
                 return Err(SourceError::Unreadable {
+                    why: crate::source::Unreadable::Internal,
                     message: format!(
                         "snapshot {}: Iceberg plans no change-data files",
                         plan.snapshot.snapshot_id

@@ -158,6 +158,7 @@ impl TableMetadata {
             .find(|s| s.schema_id == id)
             .or_else(|| self.schemas.last())
             .ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: "the table metadata has no schema (damaged metadata.json?)".into(),
             })
     }
@@ -243,6 +244,7 @@ fn newest_listed(storage: &Storage, dir: &Path) -> Result<PathBuf, SourceError> 
         .filter_map(|e| metadata_version(&e.name).map(|v| (v, e.path)))
         .max_by_key(|(v, _)| *v);
     newest.map(|(_, p)| p).ok_or_else(|| SourceError::Unreadable {
+        why: crate::source::Unreadable::NotATable,
         message: format!(
             "{}: no Iceberg metadata (*.metadata.json or version-hint.text) found",
             dir.display()

@@ -28,7 +28,7 @@ use self::manifest::ManifestCache;
 use self::monitor::{First, Plan, Task};
 use self::reader::{keep, read_range};
 use super::plan::{read_unit, PlanCache, ReadEnv};
-use super::{Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
+use super::{HistoryOrder, Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{IcebergOptions, SourceSettings};
 use crate::storage::Storage;
 
@@ -119,13 +119,7 @@ impl IcebergSource {
 
     fn plan_of(&self, unit: &Unit) -> Result<Arc<Plan>, SourceError> {
         self.plans.get_or_plan(unit, || {
-            let id: i64 = unit.position.instant.parse().map_err(|_| SourceError::Unreadable {
-                message: format!(
-                    "position `{}` is not an Iceberg snapshot id (an offsets record written for another table?); \
-                     inspect it with `lakestream offsets show`",
-                    unit.position.instant
-                ),
-            })?;
+            let id = unit.position.snapshot_id()?;
             self.unit(&*self.metadata()?, id, unit.snapshot, false, None).map(drop)
         })
     }
@@ -166,13 +160,13 @@ impl IcebergSource {
 fn gone_hint(e: SourceError, unit: &Unit, still_referenced: impl FnOnce() -> Option<bool>) -> SourceError {
     match e {
         SourceError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => match still_referenced() {
-            Some(true) => SourceError::Unreadable {
+            Some(true) => SourceError::Unreadable { why: crate::source::Unreadable::Missing,
                 message: format!(
                     "snapshot {}: file {} is missing, yet the snapshot is still in the table metadata: it was deleted \
                      outside Iceberg (orphan-file removal with too short an age, a lifecycle rule, a manual delete) or the \
                      store is inconsistent. Restore the file (bucket versioning, backup) and restart; skipping it would \
                      lose its rows",
-                    unit.position.instant,
+                    unit.position.version,
                     path.display()
                 ),
             },
@@ -182,7 +176,7 @@ fn gone_hint(e: SourceError, unit: &Unit, still_referenced: impl FnOnce() -> Opt
                      changelog cannot be continued exactly. Ways out: restart under a new connector name with \
                      starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE (skip the gap) or TABLE_SCAN_THEN_INCREMENTAL \
                      (full rescan); keep snapshot expiry longer than the connector's lag",
-                    unit.position.instant,
+                    unit.position.version,
                     path.display()
                 ),
             },
@@ -215,12 +209,7 @@ impl Source for IcebergSource {
 
     fn unit_at(&self, position: &Position, snapshot: bool) -> Result<Unit, SourceError> {
         let md = self.metadata()?;
-        let id = position.instant.parse().map_err(|_| SourceError::Unreadable {
-            message: format!(
-                "stored position `{}` is not an Iceberg snapshot id; use a new connector name",
-                position.instant
-            ),
-        })?;
+        let id = position.snapshot_id()?;
         self.unit(&md, id, snapshot, false, None)
     }
 
@@ -239,7 +228,7 @@ impl Source for IcebergSource {
         let plan = self.plan_of(unit)?;
         read_unit(self, plan.as_ref(), unit, resume, emit).map_err(|e| {
             gone_hint(e, unit, || {
-                let id = unit.position.instant.parse::<i64>().ok()?;
+                let id = unit.position.snapshot_id().ok()?;
                 Some(self.metadata().ok()?.snapshot(id).is_some())
             })
         })
@@ -257,17 +246,14 @@ impl Source for IcebergSource {
         true
     }
 
-    fn order(&self, p: &Position) -> Result<String, SourceError> {
+    fn order(&self, p: &Position) -> Result<HistoryOrder, SourceError> {
         let md = self.metadata()?;
-        let snap = p
-            .instant
-            .parse::<i64>()
-            .ok()
-            .and_then(|id| md.snapshot(id))
-            .ok_or_else(|| SourceError::Unreadable {
-                message: format!("snapshot {} is no longer in the table metadata (expired)", p.instant),
-            })?;
-        Ok(format!("{:020}", snap.sequence_number))
+        let id = p.snapshot_id()?;
+        let snap = md.snapshot(id).ok_or_else(|| SourceError::Unreadable {
+            why: crate::source::Unreadable::Expired,
+            message: format!("snapshot {} is no longer in the table metadata (expired)", p.version),
+        })?;
+        Ok(HistoryOrder::Sequence(snap.sequence_number))
     }
 
     fn unstable_columns(&self) -> Result<Vec<String>, SourceError> {
@@ -279,7 +265,7 @@ impl Source for IcebergSource {
     fn history_headroom(&self, position: &Position) -> Result<Option<super::Headroom>, SourceError> {
         let md = self.metadata()?;
         let chain = md.ancestors();
-        let (Some(oldest), Ok(pos)) = (chain.last(), position.instant.parse::<i64>()) else {
+        let (Some(oldest), Ok(pos)) = (chain.last(), position.snapshot_id()) else {
             return Ok(None);
         };
         let older = chain
@@ -299,7 +285,7 @@ impl Source for IcebergSource {
         let md = metadata::TableMetadata::load(&self.storage, &file)?;
         match id.parse::<i64>().ok().and_then(|s| md.snapshot(s)) {
             Some(s) => Ok(Position {
-                instant: s.snapshot_id.to_string(),
+                version: s.snapshot_id.to_string(),
                 completed: None,
             }),
             None => Err(SourceError::Config {
@@ -326,6 +312,6 @@ impl Source for IcebergSource {
     }
 
     fn reached_end(&self, issued: &Position) -> bool {
-        self.end.is_some_and(|end| issued.instant == end.to_string())
+        self.end.is_some_and(|end| issued.version == end.to_string())
     }
 }

@@ -3,6 +3,7 @@
 //! how a snapshot is planned is in `plan`). Snapshots one catalog commit added together are one
 //! unit (see `commits`).
 
+use crate::metrics::SkipReason;
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
@@ -95,18 +96,9 @@ pub enum First {
 
 pub fn position(id: i64) -> Position {
     Position {
-        instant: id.to_string(),
+        version: id.to_string(),
         completed: None,
     }
-}
-
-fn parse_id(p: &Position) -> Result<i64, SourceError> {
-    p.instant.parse().map_err(|_| SourceError::Unreadable {
-        message: format!(
-            "stored position `{}` is not an Iceberg snapshot id (offsets of another connector type?); use a new connector name",
-            p.instant
-        ),
-    })
 }
 
 impl IcebergSource {
@@ -142,7 +134,7 @@ impl IcebergSource {
         // the current snapshot's ancestors still in the metadata, newest first
         let chain = md.ancestors();
         let oldest_first = |c: Vec<&Snapshot>| c.into_iter().rev().map(|s| s.snapshot_id).collect::<Vec<_>>();
-        let mut ids = match after.map(parse_id).transpose()? {
+        let mut ids = match after.map(Position::snapshot_id).transpose()? {
             Some(last) => {
                 let Some(n) = chain
                     .iter()
@@ -167,7 +159,7 @@ impl IcebergSource {
                 StartingStrategy::IncrementalFromLatestExclusive => return Ok((vec![current], First::Nothing)),
                 StartingStrategy::IncrementalFromEarliest => oldest_first(chain),
                 StartingStrategy::FromSnapshotId(id) => {
-                    let n = chain.iter().position(|s| s.snapshot_id == *id).ok_or_else(|| SourceError::Unreadable {
+                    let n = chain.iter().position(|s| s.snapshot_id == *id).ok_or_else(|| SourceError::Unreadable { why: crate::source::Unreadable::Expired,
                         message: format!(
                             "start-snapshot-id {id} is not an ancestor of the current snapshot {current} (expired, or on \
                              another branch)"
@@ -211,7 +203,7 @@ impl IcebergSource {
         exclusive_start: bool,
         floor: Option<&Position>,
     ) -> Result<Unit, SourceError> {
-        let snap = md.snapshot(id).ok_or_else(|| SourceError::Unreadable {
+        let snap = md.snapshot(id).ok_or_else(|| SourceError::Unreadable { why: crate::source::Unreadable::Expired,
             message: format!(
                 "snapshot {id} is no longer in the table metadata (expired before it was read); restart under a new \
                  connector name with starting-strategy=INCREMENTAL_FROM_LATEST_SNAPSHOT_EXCLUSIVE or TABLE_SCAN_THEN_INCREMENTAL"
@@ -219,14 +211,14 @@ impl IcebergSource {
         })?;
         // the snapshot before the commit this one ended (a full scan or a start marker has none)
         let base = (!scan && !exclusive_start).then(|| {
-            let floor = floor.and_then(|p| p.instant.parse::<i64>().ok());
+            let floor = floor.and_then(|p| p.snapshot_id().ok());
             Commits::load(md, &self.currents).base_of(md, snap, floor)
         });
         let plan = if exclusive_start {
             Plan {
                 snapshot: snap.clone(),
                 schema: arrow_schema(md.schema_of(Some(snap))?)?,
-                kind: PlanKind::Nothing("start_at_latest"),
+                kind: PlanKind::Nothing(SkipReason::StartAtLatest),
                 deletes: DeleteReader::new(self.storage.clone()),
             }
         } else if let Some(base) = base.filter(|b| *b != snap.parent_snapshot_id) {
@@ -263,6 +255,6 @@ pub(super) fn split_spec(i: usize, tasks: &[Task]) -> SplitSpec {
     SplitSpec {
         id: format!("{i:05}:{name}@{start}"),
         partition: first.map(|r| r.file.partition.clone()).unwrap_or_default(),
-        file_group: name,
+        reads: name,
     }
 }

@@ -2,6 +2,7 @@
 //! delete files that apply to each data file, bin-packed into splits), or the parts of a keyed
 //! diff of what the snapshot (or one catalog commit) removed and added.
 
+use crate::metrics::SkipReason;
 use std::collections::{HashMap, HashSet};
 
 use super::deletes::{applies, DeleteReader};
@@ -83,7 +84,7 @@ impl IcebergSource {
         let index = DeleteIndex::new(md, files.deletes.iter());
         let splits = self.row_splits(md, files.data.iter().collect(), &index);
         Ok(if splits.is_empty() {
-            PlanKind::Nothing("empty_table")
+            PlanKind::Nothing(SkipReason::EmptyTable)
         } else {
             PlanKind::Rows { op: Op::Read, splits }
         })
@@ -99,7 +100,7 @@ impl IcebergSource {
         deletes: &DeleteReader,
     ) -> Result<PlanKind, SourceError> {
         if snap.operation() == "replace" {
-            return Ok(PlanKind::Nothing("rewrite"));
+            return Ok(PlanKind::Nothing(SkipReason::Rewrite));
         }
         let id = snap.snapshot_id;
         let own = SnapshotFiles::load(&self.manifests, snap, false)?;
@@ -108,7 +109,7 @@ impl IcebergSource {
             let index = DeleteIndex::new(md, own.deletes.iter());
             let splits = self.row_splits(md, own.added_data(id).collect(), &index);
             return Ok(if splits.is_empty() {
-                PlanKind::Nothing("no_data_change")
+                PlanKind::Nothing(SkipReason::NoDataChange)
             } else {
                 PlanKind::Rows { op: Op::Create, splits }
             });
@@ -212,6 +213,7 @@ impl IcebergSource {
             .map(|f| f.id)
             .collect();
         md.partition_follows(&key).map_err(|why| SourceError::Unreadable {
+            why: crate::source::Unreadable::Unfollowable,
             message: format!(
                 "snapshot {}: tasks divide this table by partition, but now {why}; restart the connector (with \
                  tasks.ownership=auto it then divides the table by key)",
@@ -295,7 +297,7 @@ impl IcebergSource {
             return Ok(Plan {
                 snapshot: last.clone(),
                 schema,
-                kind: PlanKind::Nothing("no_data_change"),
+                kind: PlanKind::Nothing(SkipReason::NoDataChange),
                 deletes,
             });
         }

@@ -12,8 +12,9 @@
 //! credentials in its answer (`storage-credentials` for the table's location, else `config`) are
 //! what the connector's storage reads the table with from then on (`storage::vended`).
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -74,7 +75,7 @@ impl RestSession {
                 scope,
             } => (*id, *secret, server, *scope),
         };
-        let mut kept = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.token.lock();
         if let Some((t, due)) = kept.as_ref() {
             if Instant::now() < *due && Some(t.as_str()) != stale {
                 return Ok(Some(t.clone()));
@@ -252,6 +253,7 @@ impl RestSession {
         } = loc
         else {
             return Err(SourceError::Unreadable {
+                why: crate::source::Unreadable::NotATable,
                 message: "not a REST catalog".into(),
             });
         };

@@ -14,7 +14,7 @@ use super::{DiffPart, File, Part, PieceReader, PlanFile, PlanKind, VersionPlan};
 use crate::source::buckets::DECODED_PER_FILE_BYTE;
 use crate::source::lineage::{Lineage, LINEAGE_ROW_BYTES};
 use crate::source::sides::{diff_split, plan_diff, DiffJob};
-use crate::source::{par, Op, Resume, SourceError, SplitChanges, SplitSpec, Unit};
+use crate::source::{parallel, Op, Resume, SourceError, SplitChanges, SplitSpec, Unit};
 
 /// Read `unit` as `plan` says, this task's splits only (those in `unit.splits`), skipping the
 /// ones `resume` says were emitted.
@@ -44,6 +44,7 @@ pub fn key_columns(info: &crate::source::TableInfo, schema: &SchemaRef, unit: &s
         .iter()
         .map(|k| {
             schema.index_of(k).map_err(|_| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: format!("{unit}: key column `{k}` is not in its schema"),
             })
         })
@@ -68,6 +69,7 @@ fn read_diff<R: PieceReader>(
             .iter()
             .find(|p| p.partition == split.partition || (split.id == "diff" && parts.len() == 1))
             .ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Internal,
                 message: format!("{}: no diff part for split {}", plan.label(), split.id),
             })?;
         // a keyless table whose rows all have a row id: keyed by it (see `lineage`)
@@ -106,6 +108,7 @@ fn read_diff<R: PieceReader>(
         };
         let read = |i: usize| {
             let piece = part.piece(i).ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Internal,
                 message: format!("{}: no piece {i} in its diff", plan.label()),
             })?;
             let at = positions.as_ref().and_then(|p| p.get(i)).map(Vec::as_slice);
@@ -142,7 +145,7 @@ pub fn changed_positions<R: PieceReader>(
     let limit = env.budget.get() / 2 / LINEAGE_ROW_BYTES;
     let (mut lineages, mut rows, mut over) = (Vec::with_capacity(files.len()), 0usize, false);
     let read = |i: usize| r.lineage_of(plan, files[i]);
-    let pass = par::ordered(files.len(), env.threads, &read, &mut |l: Lineage| {
+    let pass = parallel::ordered(files.len(), env.threads, &read, &mut |l: Lineage| {
         rows += l.len();
         lineages.push(l);
         over = rows > limit;
@@ -194,6 +197,7 @@ fn read_rows<R: PieceReader>(
                 .get(&s.id)
                 .map(|&i| (s, splits[i].as_slice()))
                 .ok_or_else(|| SourceError::Unreadable {
+                    why: crate::source::Unreadable::Internal,
                     message: format!("{}: split {} is not in its plan", plan.label(), s.id),
                 })
         })
@@ -245,5 +249,5 @@ fn read_rows<R: PieceReader>(
         })?;
         send(chunk(batches, first_row, true, bytes)?)
     };
-    par::ordered_streams(todo.len(), env.threads, 2, &produce, emit)
+    parallel::ordered_streams(todo.len(), env.threads, 2, &produce, emit)
 }

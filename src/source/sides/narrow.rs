@@ -18,7 +18,7 @@ use hashbrown::HashMap;
 
 use super::{DiffJob, Sides};
 use crate::source::rows::RowKeys;
-use crate::source::{par, SourceError};
+use crate::source::{parallel, SourceError};
 
 /// A key's winning row hash on each side (`sides`: bit 0 old, bit 1 new seen), and its rows on
 /// both: 24 bytes.
@@ -65,7 +65,7 @@ pub(super) fn restricted(
     let mut seen: HashMap<KeyHash, Seen> = HashMap::new();
     let (mut rows_read, mut bytes, mut too_many) = (0u64, 0u64, false);
     let limit = job.budget / 2;
-    let first = par::ordered(n, job.threads, read, &mut |s: Sides| {
+    let first = parallel::ordered(n, job.threads, read, &mut |s: Sides| {
         bytes += s.bytes;
         for (is_new, side) in [(false, &s.old), (true, &s.new)] {
             for (b, _) in side {
@@ -112,7 +112,7 @@ pub(super) fn restricted(
     tracing::info!(connector = %job.connector, unit = %job.unit, changed_keys = seen.len(), changed_rows, rows_read,
         "change unit beyond read.memory.budget: reading the changed keys' rows only");
     let mut all = Sides::default();
-    par::ordered(n, job.threads, read, &mut |s: Sides| {
+    parallel::ordered(n, job.threads, read, &mut |s: Sides| {
         all.bytes += s.bytes;
         for (is_new, side) in [(false, s.old), (true, s.new)] {
             for (b, label) in side {
@@ -170,9 +170,9 @@ mod tests {
             for c in &sc.rows {
                 v.push((
                     c.op,
-                    c.before.map(|r| id(r).0),
-                    c.after.map(|r| id(r).0),
-                    c.after.map(|r| id(r).1),
+                    c.before().map(|r| id(r).0),
+                    c.after().map(|r| id(r).0),
+                    c.after().map(|r| id(r).1),
                 ));
             }
         }
@@ -210,7 +210,7 @@ mod tests {
         let split = SplitSpec {
             id: "diff".into(),
             partition: String::new(),
-            file_group: String::new(),
+            reads: String::new(),
         };
         let run = |buckets: u32, narrow: bool| {
             let job = DiffJob {

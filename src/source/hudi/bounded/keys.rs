@@ -13,7 +13,7 @@ use super::super::slice::FileCache;
 use super::super::HudiSource;
 use crate::metrics;
 use crate::source::buckets::KeyText;
-use crate::source::par;
+use crate::source::parallel;
 use crate::source::SourceError;
 
 /// Keys held more than once in a full scan, and the (split, row) that wins each.
@@ -191,7 +191,7 @@ impl HudiSource {
             })?;
             Ok(())
         };
-        par::ordered(unit.splits.len(), self.threads, &read, &mut |_| Ok(()))
+        parallel::ordered(unit.splits.len(), self.threads, &read, &mut |_| Ok(()))
     }
 
     /// The pre-pass of a full scan: keys held by more than one row of the latest slices.

@@ -51,8 +51,8 @@ fn shape(rows: &[ChangeRow]) -> Vec<Shape> {
         .map(|r| {
             (
                 r.op.code(),
-                r.before.map(|x| (x.batch, x.row)),
-                r.after.map(|x| (x.batch, x.row)),
+                r.before().map(|x| (x.batch, x.row)),
+                r.after().map(|x| (x.batch, x.row)),
             )
         })
         .collect()
@@ -140,26 +140,11 @@ fn a_key_moving_between_file_groups_is_one_update() {
         batch(&[("k", "p1", 1, None), ("x", "p1", 1, None)]),
         batch(&[("k", "p2", 2, None)]),
     ];
-    let at = |b, r| Some(RowRef { batch: b, row: r });
+    let at = |b, r| RowRef { batch: b, row: r };
     let split_rows = || {
         vec![
-            vec![
-                ChangeRow {
-                    op: Op::Delete,
-                    before: at(0, 0),
-                    after: None,
-                },
-                ChangeRow {
-                    op: Op::Delete,
-                    before: at(0, 1),
-                    after: None,
-                },
-            ],
-            vec![ChangeRow {
-                op: Op::Create,
-                before: None,
-                after: at(1, 0),
-            }],
+            vec![ChangeRow::deleted(at(0, 0)), ChangeRow::deleted(at(0, 1))],
+            vec![ChangeRow::to(Op::Create, None, at(1, 0))],
         ]
     };
     let mut per_split = split_rows();

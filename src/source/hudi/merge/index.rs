@@ -149,6 +149,7 @@ impl MergeColumns {
         let key = target
             .index_of("_hoodie_record_key")
             .map_err(|_| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: format!(
                     "{}: file group in `{partition}` has no _hoodie_record_key column",
                     reader.table.path.display(),
@@ -192,6 +193,7 @@ impl MergeColumns {
             .downcast_ref::<StringArray>()
             .cloned()
             .ok_or_else(|| SourceError::Unreadable {
+                why: crate::source::Unreadable::Damaged,
                 message: "_hoodie_record_key is not a string column".into(),
             })
     }
@@ -231,6 +233,7 @@ fn binlog_seq(p: &RecordBatch) -> Result<RecordBatch, SourceError> {
                     (Some(f), Some(n)) => Some((f, n)),
                     _ => {
                         return Err(SourceError::Unreadable {
+                            why: crate::source::Unreadable::Damaged,
                             message: format!(
                                 "_event_seq `{v}` is not `<binlog file number>.<position>` (MySqlDebeziumAvroPayload \
                                  orders records by it; Hudi fails on it too)"

@@ -231,7 +231,7 @@ impl Table {
         let mut out = BTreeMap::new();
         src.read_unit(&units[0], &Resume::default(), &mut |sc| {
             for row in &sc.rows {
-                let r = row.after.expect("a full scan reads rows");
+                let r = row.after().expect("a full scan reads rows");
                 let b = &sc.batches[r.batch as usize];
                 let k = keys.iter().position(|x| *x == text(b, "id", r.row as usize)).unwrap();
                 let tag = text(b, "tag", r.row as usize);

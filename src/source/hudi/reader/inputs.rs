@@ -69,7 +69,7 @@ impl HudiSource {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let (instant, file) = (&unit.position.instant, path.display());
+        let (instant, file) = (&unit.position.version, path.display());
         let message = match super::super::timeline::cleaned_by(&self.table, &name) {
             Ok(Some(clean)) => {
                 return SourceError::HistoryGone {
@@ -91,6 +91,9 @@ impl HudiSource {
                 }
             ),
         };
-        SourceError::Unreadable { message }
+        SourceError::Unreadable {
+            why: crate::source::Unreadable::Missing,
+            message,
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{MetaSource, TableConfig, Timeline};
+use super::{Action, MetaSource, TableConfig, Timeline};
 use crate::source::SourceError;
 use crate::storage::Storage;
 
@@ -144,7 +144,7 @@ pub fn partitions_written(
     after: &crate::source::Position,
     target: &crate::source::Position,
 ) -> Result<Option<BTreeSet<String>>, SourceError> {
-    let Some(from) = timeline.get(&after.instant).filter(|i| i.is_write()) else {
+    let Some(from) = timeline.get(&after.version).filter(|i| i.is_write()) else {
         return Ok(None);
     };
     let (from, to) = (from.order_key(), target.order_key());
@@ -157,8 +157,8 @@ pub fn partitions_written(
         .iter()
         .filter(|i| i.order_key() > from && i.order_key() <= to)
     {
-        match i.action.as_str() {
-            "restore" | "rollback" => return Ok(None),
+        match i.action {
+            a if a.rewinds() => return Ok(None),
             _ if i.is_write() => {
                 let md = CommitMetadata::load(storage, &i.meta)?;
                 out.extend(md.write_stats.iter().flatten().map(|(p, _)| p.clone()));
@@ -219,7 +219,7 @@ pub fn retained_from(table: &TableConfig, clean: &super::Instant) -> Result<Opti
 /// by requested time.
 pub fn cleaned_by(table: &TableConfig, file_name: &str) -> Result<Option<String>, SourceError> {
     let timeline = Timeline::load(table)?;
-    for clean in timeline.completed.iter().filter(|i| i.action == "clean") {
+    for clean in timeline.completed.iter().filter(|i| i.action == Action::Clean) {
         let Some(json) = clean_metadata(table, clean)? else {
             continue;
         };

@@ -24,7 +24,7 @@ fn parses_both_layouts() {
         }) => {
             assert_eq!(requested, "20260307162434124");
             assert_eq!(completed.as_deref(), Some("20260307162438653"));
-            assert_eq!(action, "replacecommit");
+            assert_eq!(action, Action::ReplaceCommit);
         }
         _ => panic!("not parsed"),
     }
@@ -43,7 +43,7 @@ fn global_index_from_the_table_config() {
         name: "t".into(),
         version: 8,
         layout: 2,
-        table_type: "COPY_ON_WRITE".into(),
+        table_type: TableType::CopyOnWrite,
         key_fields: vec!["id".into()],
         timeline_dir: PathBuf::new(),
         props: HashMap::from([(k.to_string(), v.to_string())]),
@@ -86,7 +86,7 @@ fn table_with(dir: &Path, instants: &[(&str, &str, &[&str])]) -> TableConfig {
         name: "t".into(),
         version: 6,
         layout: 1,
-        table_type: "MERGE_ON_READ".into(),
+        table_type: TableType::MergeOnRead,
         key_fields: vec!["id".into()],
         timeline_dir: dir.to_path_buf(),
         props: HashMap::new(),
@@ -97,7 +97,7 @@ fn table_with(dir: &Path, instants: &[(&str, &str, &[&str])]) -> TableConfig {
 #[test]
 fn a_gap_names_the_partitions_its_writes_touched_or_none() {
     let at = |t: &str| crate::source::Position {
-        instant: t.into(),
+        version: t.into(),
         completed: None,
     };
     let dir = tempfile::tempdir().unwrap();

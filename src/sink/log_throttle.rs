@@ -4,8 +4,8 @@
 //! connector makes goes through one: the task's producer (`StatsContext`), and the short-lived
 //! ones (admin, fencing and offsets producers, offsets reader, bootstrap probe: [`QuietContext`]).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
@@ -26,7 +26,7 @@ pub struct Throttle {
 impl Throttle {
     /// `Some(repeats since it was last logged)` when `key` is due to be logged again.
     fn due(&self, key: &str) -> Option<u64> {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.lock();
         let now = Instant::now();
         match seen.get_mut(key) {
             Some((last, n)) if now.duration_since(*last) < QUIET => {
@@ -102,7 +102,7 @@ impl QuietContext {
     /// The last authentication (SASL) or TLS handshake failure of this client: librdkafka keeps
     /// retrying after one, so only its error callback tells a refused login from a slow broker.
     pub fn refused(&self) -> Option<String> {
-        self.refused.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.refused.lock().clone()
     }
 }
 
@@ -146,7 +146,7 @@ impl ClientContext for QuietContext {
             || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
         if !eof {
             if is_refusal(&error, reason) {
-                *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+                *self.refused.lock() = Some(reason.to_string());
             }
             self.throttle.error(&self.connector, self.client, &error, reason);
         }
@@ -198,7 +198,7 @@ mod tests {
             assert_eq!(t.due("AllBrokersDown"), None);
         }
         assert_eq!(t.due("another"), Some(0));
-        t.seen.lock().unwrap().get_mut("AllBrokersDown").unwrap().0 -= QUIET;
+        t.seen.lock().get_mut("AllBrokersDown").unwrap().0 -= QUIET;
         assert_eq!(t.due("AllBrokersDown"), Some(345));
     }
 }

@@ -97,7 +97,7 @@ pub(super) async fn begin(
         .first()
         .filter(|u| u.skipped.is_none())
         .map(|u| start_read(cfg, opts, source, u));
-    tracing::debug!(connector = %cfg.name, from = %from.as_ref().map_or("none", |p| p.instant.as_str()),
+    tracing::debug!(connector = %cfg.name, from = %from.as_ref().map_or("none", |p| p.version.as_str()),
         units = units.len(), reading = reading.is_some(), "head start: polled and reading while the producer initialises");
     Some(HeadStart {
         source: source.clone(),
@@ -126,7 +126,7 @@ pub(super) fn read_from(
     let share = opts.memory.take(cfg.read.memory_budget);
     resume.budget = share.bytes();
     if let Some(bytes) = share.bytes() {
-        tracing::info!(connector = %cfg.name, instant = %read.position.instant, share_bytes = bytes,
+        tracing::info!(connector = %cfg.name, instant = %read.position.version, share_bytes = bytes,
             process_held_bytes = opts.memory.held(), "unit memory share (run --memory-budget)");
     }
     metrics::MEMORY_SHARE
@@ -156,7 +156,7 @@ impl HeadStart {
     pub(super) fn fits(self, state: &Offsets, source: &Arc<dyn Source>) -> Option<HeadStart> {
         let fits = Arc::ptr_eq(&self.source, source) && resumes_at(&self.from, state);
         if !fits {
-            tracing::debug!(from = %self.from.as_ref().map_or("none", |p| p.instant.as_str()),
+            tracing::debug!(from = %self.from.as_ref().map_or("none", |p| p.version.as_str()),
                 "head start dropped: the task resumes elsewhere");
         }
         fits.then_some(self)
