@@ -527,7 +527,8 @@ labels!(
         Compaction = "compaction",
         /// A Hudi clustering (replacecommit rewriting file groups, rows unchanged).
         Clustering = "clustering",
-        /// `start.position=latest`: the position marker, nothing before it is read.
+        /// Started at the latest version (`read.start-commit=latest`, Iceberg's
+        /// `INCREMENTAL_FROM_LATEST_SNAPSHOT*`, `starting-version=latest`): the position marker.
         StartAtLatest = "start_at_latest",
         /// A full scan of a table without rows.
         EmptyTable = "empty_table",

@@ -99,12 +99,38 @@ fn code_only(text: &str) -> Vec<u8> {
     out
 }
 
+/// Where `text`'s unit tests begin (`#[cfg(test)]` before `mod tests`); its end where it has none.
+fn tests_start(text: &str) -> usize {
+    text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len())
+}
+
+/// The index of the bracket closing the one at `open` (`{` or `(`) in `code` (literals and
+/// comments blanked); the last byte where it is not closed.
+fn closing(code: &[u8], open: usize) -> usize {
+    let (up, down) = match code[open] {
+        b'(' => (b'(', b')'),
+        _ => (b'{', b'}'),
+    };
+    let mut depth = 0usize;
+    for (k, &c) in code[open..].iter().enumerate() {
+        if c == up {
+            depth += 1;
+        } else if c == down {
+            depth -= 1;
+            if depth == 0 {
+                return open + k;
+            }
+        }
+    }
+    code.len().saturating_sub(1)
+}
+
 /// The functions of `text` longer than [`MAX_LINES`], as (line from 1, lines), outside its unit
 /// tests (`#[cfg(test)]` before `mod tests`, to the end of the file).
 fn long_functions(text: &str) -> Vec<(usize, usize)> {
     let code = code_only(text);
     let line_of = |at: usize| code[..at].iter().filter(|&&c| c == b'\n').count() + 1;
-    let tests_from = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    let tests_from = tests_start(text);
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut out = Vec::new();
     let mut i = 0;
@@ -122,21 +148,7 @@ fn long_functions(text: &str) -> Vec<(usize, usize)> {
             i = open;
             continue;
         }
-        let mut depth = 0usize;
-        let mut end = open;
-        for (k, &c) in code[open..].iter().enumerate() {
-            match c {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = open + k;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+        let end = closing(&code, open);
         let (first, last) = (line_of(i), line_of(end));
         if last - first + 1 > MAX_LINES {
             out.push((first, last - first + 1));
@@ -188,7 +200,7 @@ fn the_rule_sees_a_long_function_and_not_braces_in_strings() {
 /// from names (a connector, a task), never from free text.
 fn literal_labels(text: &str) -> Vec<usize> {
     let code = code_only(text);
-    let tests_from = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    let tests_from = tests_start(text);
     let needle = b"with_label_values(";
     let mut out = Vec::new();
     let mut i = 0;
@@ -197,21 +209,7 @@ fn literal_labels(text: &str) -> Vec<usize> {
         .position(|w| w == needle)
     {
         let open = i + p + needle.len() - 1;
-        let mut depth = 0usize;
-        let mut end = open;
-        for (k, &c) in code[open..].iter().enumerate() {
-            match c {
-                b'(' => depth += 1,
-                b')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = open + k;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+        let end = closing(&code, open);
         // blanked bytes inside the call: a literal (or a comment) stood there
         if text.as_bytes()[open..end] != code[open..end] {
             out.push(code[..open].iter().filter(|&&c| c == b'\n').count() + 1);

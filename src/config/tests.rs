@@ -158,11 +158,8 @@ fn the_documented_defaults_are_the_loaders() {
     std::fs::create_dir_all(dir.path().join("_delta_log")).unwrap();
     let mut checked = 0;
     let mut differ = Vec::new();
-    for (class, kind) in [
-        ("hudi", ConnectorKind::Hudi),
-        ("iceberg", ConnectorKind::Iceberg),
-        ("delta", ConnectorKind::Delta),
-    ] {
+    for kind in ConnectorKind::ALL {
+        let class = kind.name();
         let mut base = base(&dir).replace("connector.class=hudi", &format!("connector.class={class}"));
         if kind == ConnectorKind::Delta {
             base.push_str("key.fields=id\n"); // Delta tables declare no key

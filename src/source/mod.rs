@@ -24,11 +24,12 @@ pub mod discover;
 mod error;
 pub use error::{CatalogFailure, SourceError, Unreadable};
 
-use crate::metrics::SkipReason;
 use std::collections::HashSet;
 
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
+
+use crate::metrics::SkipReason;
 
 /// Open the connector's table (blocking): its key, schema and how tasks divide it. `validate`
 /// opens it too, so a table that does not fit the settings fails there.
@@ -74,7 +75,7 @@ pub struct Position {
     /// version (offsets records store it as `instant`, its first name).
     #[serde(rename = "instant")]
     pub version: String,
-    /// Where the format orders versions by another id than `instant`: a Hudi completion time
+    /// Where the format orders versions by another id than `version`: a Hudi completion time
     /// (table version 8+); order is by it when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed: Option<String>,
@@ -203,13 +204,10 @@ impl From<Op> for crate::metrics::RecordOp {
 }
 
 impl Op {
+    /// Debezium's op code (`r`, `c`, `u`, `d`): the events' `op`, and the `op` label their
+    /// counters carry, from the one table of them (`metrics::RecordOp`).
     pub fn code(self) -> &'static str {
-        match self {
-            Op::Read => "r",
-            Op::Create => "c",
-            Op::Update => "u",
-            Op::Delete => "d",
-        }
+        crate::metrics::RecordOp::from(self).label()
     }
 }
 

@@ -10,7 +10,6 @@
 //! Like iceberg-rust's scan planning, a plan is plain values: reading it needs the storage and
 //! nothing else from the planner.
 
-use crate::metrics::SkipReason;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,6 +20,7 @@ use parking_lot::Mutex;
 use super::lineage::Lineage;
 use super::sides::Sides;
 use super::{Op, SourceError, SplitSpec, TableInfo, Unit};
+use crate::metrics::SkipReason;
 
 mod read;
 

@@ -20,7 +20,6 @@ pub mod schema;
 mod state;
 mod units;
 
-use crate::metrics::SkipReason;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -31,6 +30,7 @@ use self::plan::{Meta, Plan};
 use super::plan::{read_unit, PlanCache, ReadEnv};
 use super::{HistoryOrder, Position, Resume, Source, SourceError, SplitChanges, TableInfo, Unit};
 use crate::config::{DeltaOptions, SourceSettings};
+use crate::metrics::SkipReason;
 use crate::storage::Storage;
 
 pub struct DeltaSource {

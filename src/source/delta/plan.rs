@@ -10,7 +10,6 @@
 //!   diffed by key, so rows copied unchanged into a rewritten file emit nothing;
 //! - only `dataChange=false` actions (OPTIMIZE, ZORDER, purge): nothing.
 
-use crate::metrics::SkipReason;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,6 +19,7 @@ use super::schema::{check_protocol, DeltaSchema};
 use super::state::{missing_commit, TableState};
 use super::DeltaSource;
 use crate::config::DeltaStart;
+use crate::metrics::SkipReason;
 use crate::source::plan::{PlanFile, VersionPlan};
 use crate::source::{Op, Position, SourceError, SplitSpec, Unit};
 

@@ -19,7 +19,7 @@ use crate::metrics;
 use crate::source::buckets::{buckets_for, restrict, BucketWriter, DECODED_PER_FILE_BYTE};
 use crate::source::parallel;
 use crate::source::rows::diff;
-use crate::source::{ChangeRow, Op, RowRef, SourceError, SplitChanges, SplitSpec};
+use crate::source::{Op, SourceError, SplitChanges, SplitSpec};
 
 /// Rows per chunk of a streamed split.
 pub const CHUNK_ROWS: usize = 16_384;
@@ -39,22 +39,7 @@ struct Chunk {
 impl Chunk {
     fn take(&mut self, split: &SplitSpec, file: &str, last: bool) -> SplitChanges {
         let batches = std::mem::take(&mut self.batches);
-        let rows: Vec<ChangeRow> = batches
-            .iter()
-            .enumerate()
-            .flat_map(|(b, x)| {
-                (0..x.num_rows()).map(move |r| {
-                    ChangeRow::to(
-                        Op::Read,
-                        None,
-                        RowRef {
-                            batch: b as u32,
-                            row: r as u32,
-                        },
-                    )
-                })
-            })
-            .collect();
+        let rows = crate::source::rows_as(Op::Read, &batches);
         let mut sc = SplitChanges::whole(split.clone(), file.to_string(), batches, rows);
         sc.first_row = self.first_row;
         sc.last = last;

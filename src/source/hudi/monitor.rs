@@ -1,7 +1,6 @@
 //! The Hudi monitor: the timeline (active and archived instants) turned into units in timeline
 //! order: a full scan, or one change unit per completed instant with the file groups it touched.
 
-use crate::metrics::SkipReason;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -9,6 +8,7 @@ use super::files::{list_partition, list_partitions};
 use super::timeline::{instant_millis, Action, CommitMetadata, Instant, MetaSource, Timeline};
 use super::{archive, split_spec, HudiPlan, HudiSource};
 use crate::config::StartCommit;
+use crate::metrics::SkipReason;
 use crate::source::{Position, SourceError, Unit};
 
 impl HudiSource {

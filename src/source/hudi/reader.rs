@@ -144,7 +144,8 @@ impl HudiSource {
     }
 
     /// What a change unit's read needs of its commit beyond the plan: the CDC files it wrote
-    /// (where they are read); its inputs checked to be there.
+    /// (where they are read); its inputs checked to be there. A full scan's plan holds no commit:
+    /// nothing.
     fn unit_inputs(
         &self,
         plan: &HudiPlan,
@@ -176,10 +177,7 @@ impl HudiSource {
         let plan = self.plan_of(unit)?;
         let listings = Listings::new(&self.table.storage, &self.table.path);
         let changelog = (self.read.changelog || self.read.skip_merge) && self.table.is_mor();
-        let cdc = match unit.snapshot {
-            true => None,
-            false => self.unit_inputs(&plan, unit, &listings, changelog)?,
-        };
+        let cdc = self.unit_inputs(&plan, unit, &listings, changelog)?;
         let r = UnitRead {
             unit,
             tl: &plan.timeline,

@@ -3,7 +3,6 @@
 //! how a snapshot is planned is in `plan`). Snapshots one catalog commit added together are one
 //! unit (see `commits`).
 
-use crate::metrics::SkipReason;
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
@@ -15,6 +14,7 @@ use super::metadata::{arrow_schema, current_metadata_file, Snapshot, TableMetada
 use super::reader::FileRange;
 use super::IcebergSource;
 use crate::config::StartingStrategy;
+use crate::metrics::SkipReason;
 use crate::source::plan::{PlanFile, VersionPlan};
 use crate::source::{Position, SourceError, SplitSpec, Unit};
 

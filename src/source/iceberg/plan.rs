@@ -2,7 +2,6 @@
 //! delete files that apply to each data file, bin-packed into splits), or the parts of a keyed
 //! diff of what the snapshot (or one catalog commit) removed and added.
 
-use crate::metrics::SkipReason;
 use std::collections::{HashMap, HashSet};
 
 use super::deletes::{applies, DeleteReader};
@@ -11,6 +10,7 @@ use super::metadata::{arrow_schema, Snapshot, TableMetadata};
 use super::monitor::{DiffPart, Plan, PlanKind, Rewritten, Task};
 use super::reader::FileRange;
 use super::IcebergSource;
+use crate::metrics::SkipReason;
 use crate::source::{Op, SourceError};
 
 /// Deletes indexed by the data file or partition they can apply to.
